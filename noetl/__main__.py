@@ -1,0 +1,3 @@
+from noetl.cli.main import main
+
+main()

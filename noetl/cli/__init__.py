@@ -1,0 +1,1 @@
+"""The `noetl` (alias `clictl`) command line."""

@@ -1,0 +1,123 @@
+"""Commands about the language itself: validate, lint, schema, codemod."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from noetl.dsl.codemod import rewrite_file
+from noetl.dsl.diagnostics import Diagnostic
+from noetl.dsl.schema import playbook_json_schema
+from noetl.dsl.validate import LoadResult, load_playbook
+
+legacy_option = click.option(
+    "--legacy/--no-legacy",
+    "allow_legacy",
+    default=True,
+    envvar="NOETL_ALLOW_LEGACY",
+    show_envvar=True,
+    help="Accept legacy forms (iter/iterator/over/coll, save) with a deprecation warning.",
+)
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
+
+
+def _check(files: tuple[Path, ...], allow_legacy: bool, *, warnings: bool) -> list[LoadResult]:
+    return [load_playbook(f, allow_legacy=allow_legacy) for f in files]
+
+
+def _report(results: list[LoadResult], *, warnings: bool, as_json: bool) -> int:
+    shown: list[Diagnostic] = []
+    for result in results:
+        shown.extend(result.errors)
+        if warnings:
+            shown.extend(result.warnings)
+    errors = sum(len(r.errors) for r in results)
+    bad = sum(1 for r in results if not r.ok)
+    if as_json:
+        payload = {
+            "valid": bad == 0,
+            "files": [
+                {
+                    "file": r.file,
+                    "valid": r.ok,
+                    "diagnostics": [
+                        d.to_dict() for d in r.diagnostics if warnings or d in r.errors
+                    ],
+                }
+                for r in results
+            ],
+        }
+        click.echo(json.dumps(payload, indent=2))
+    else:
+        for diag in shown:
+            click.echo(diag.format(), err=diag in {e for r in results for e in r.errors})
+        n_warn = sum(len(r.warnings) for r in results)
+        summary = f"{len(results)} file(s) checked: {errors} error(s)"
+        if warnings:
+            summary += f", {n_warn} warning(s)"
+        click.echo(summary if bad else summary + "; all valid", err=bool(bad))
+    return 1 if bad else 0
+
+
+files_argument = click.argument(
+    "files", nargs=-1, required=True, type=click.Path(path_type=Path, dir_okay=True)
+)
+
+
+@click.command("validate")
+@files_argument
+@legacy_option
+@json_option
+def validate_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool) -> None:
+    """Check playbooks; exit 0 when all are valid, 1 otherwise (every error is listed)."""
+    results = _check(files, allow_legacy, warnings=False)
+    sys.exit(_report(results, warnings=False, as_json=as_json))
+
+
+@click.command("lint")
+@files_argument
+@legacy_option
+@json_option
+@click.option("--strict", is_flag=True, help="Fail on warnings too.")
+def lint_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool, strict: bool) -> None:
+    """Like validate, and also show warnings (unreachable steps, legacy forms, ...)."""
+    results = _check(files, allow_legacy, warnings=True)
+    code = _report(results, warnings=True, as_json=as_json)
+    if strict and any(r.warnings for r in results):
+        code = 1
+    sys.exit(code)
+
+
+@click.command("schema")
+def schema_cmd() -> None:
+    """Print the JSON Schema of the playbook language."""
+    click.echo(json.dumps(playbook_json_schema(), indent=2))
+
+
+@click.command("codemod")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--write", "-w", is_flag=True, help="Rewrite the files in place.")
+@click.option("--check", is_flag=True, help="Exit 1 if any file would change.")
+def codemod_cmd(files: tuple[Path, ...], write: bool, check: bool) -> None:
+    """Rewrite legacy forms into canonical DSL v2, keeping comments.
+
+    Without --write the new text is printed.
+    """
+    changed = 0
+    for path in files:
+        result = rewrite_file(path)
+        if result.changed:
+            changed += 1
+        for note in result.notes:
+            click.echo(f"{path}: {note}", err=True)
+        if write:
+            if result.changed:
+                path.write_text(result.text, encoding="utf-8")
+        elif not check:
+            click.echo(result.text, nl=False)
+    if check and changed:
+        click.echo(f"{changed} file(s) would change", err=True)
+        sys.exit(1)

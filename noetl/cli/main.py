@@ -1,0 +1,58 @@
+"""Entry point of the `noetl` command; maps errors to exit codes in one place.
+
+Exit codes: 0 success, 1 the thing checked or run failed (invalid playbook, failed
+execution), 2 bad usage, 3 an internal or environment error (database unreachable, ...).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from noetl import __version__
+from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
+from noetl.errors import NoetlError, PlaybookError
+
+EXIT_FAILED = 1
+EXIT_ERROR = 3
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="noetl")
+def cli() -> None:
+    """NoETL: run YAML playbooks on a laptop, scale them out on PostgreSQL."""
+
+
+cli.add_command(validate_cmd)
+cli.add_command(lint_cmd)
+cli.add_command(schema_cmd)
+cli.add_command(codemod_cmd)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; known errors become a one-line message and an exit code."""
+    try:
+        cli.main(args=argv, prog_name="noetl", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except PlaybookError as exc:
+        click.echo(str(exc), err=True)
+        sys.exit(EXIT_FAILED)
+    except NoetlError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ERROR)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,324 @@
+"""Checks that need the whole document: names, references, tool kinds, templates, graph."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import ValidationError
+
+from noetl.dsl.diagnostics import Diagnostic, Path, Severity
+from noetl.dsl.graph import build_graph
+from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
+from noetl.dsl.messages import step_name, suggest, translate_errors
+from noetl.dsl.model import Playbook, Result, Step, Tool
+from noetl.dsl.source import Source, YMap, line_at
+from noetl.dsl.templates import check_syntax, is_template, step_references
+
+RESERVED_NAMES = frozenset(
+    {"workload", "step", "execution_id", "secrets", "this", "out", "_loop", "context"}
+)
+_BLOCK_SCALAR = re.compile(r":\s*[|>][-+0-9]*\s*(#.*)?$")
+_BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
+_CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
+
+
+def _first_content_line(source: Source, key_line: int) -> int:
+    """The line a scalar's text starts on: the key's line, or the next for `|` / `>`."""
+    lines = source.text.splitlines()
+    if 0 < key_line <= len(lines) and _BLOCK_SCALAR.search(lines[key_line - 1]):
+        return key_line + 1
+    return key_line
+
+
+def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, (*path, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            yield from _strings(value, (*path, index))
+    elif isinstance(node, str):
+        yield path, node
+
+
+def _step_names(tree: YMap) -> list[str]:
+    steps = tree.get("workflow")
+    if not isinstance(steps, list):
+        return []
+    return [s["step"] for s in steps if isinstance(s, dict) and isinstance(s.get("step"), str)]
+
+
+def _step_of(tree: YMap, path: Path) -> str | None:
+    return step_name(tree, path)
+
+
+def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
+    """Syntax of every template, and steps named by helpers and `step.<name>`."""
+    diags: list[Diagnostic] = []
+    names = set(_step_names(tree))
+    for section in ("workflow", "workbook"):
+        for path, text in _strings(tree.get(section), (section,)):
+            if not is_template(text):
+                continue
+            start = _first_content_line(source, line_at(tree, path) or 1)
+            problem = check_syntax(text)
+            if problem is not None:
+                diags.append(
+                    Diagnostic(
+                        code="E310",
+                        message=f"template syntax error: {problem.message}",
+                        file=source.name,
+                        line=start + problem.lineno - 1,
+                        step=_step_of(tree, path),
+                        path=path,
+                    )
+                )
+                continue
+            if not names:
+                continue
+            for ref in step_references(text):
+                if ref.name not in names:
+                    diags.append(
+                        Diagnostic(
+                            code="E311",
+                            message=f"{ref.via} names step '{ref.name}', which does not "
+                            f"exist{suggest(ref.name, names)}",
+                            file=source.name,
+                            line=start + ref.lineno - 1,
+                            step=_step_of(tree, path),
+                            path=path,
+                        )
+                    )
+    return diags
+
+
+class _Checker:
+    def __init__(self, playbook: Playbook, tree: YMap, source: Source) -> None:
+        self.playbook = playbook
+        self.tree = tree
+        self.source = source
+        self.diags: list[Diagnostic] = []
+        self.names = [s.step for s in playbook.workflow]
+        self.tasks = [t.name for t in playbook.workbook]
+
+    def add(self, code: str, message: str, path: Path, *, warning: bool = False) -> None:
+        self.diags.append(
+            Diagnostic(
+                code=code,
+                message=message,
+                file=self.source.name,
+                line=line_at(self.tree, path),
+                step=_step_of(self.tree, path),
+                path=path,
+                severity=Severity.WARNING if warning else Severity.ERROR,
+            )
+        )
+
+    def run(self) -> list[Diagnostic]:
+        self.duplicates()
+        for index, step in enumerate(self.playbook.workflow):
+            self.step(step, ("workflow", index))
+        for index, task in enumerate(self.playbook.workbook):
+            base: Path = ("workbook", index)
+            self.tool(task.tool, (*base, "tool"))
+            if task.result is not None:
+                self.result(task.result, (*base, "result"))
+        self.policy()
+        if not any(d.severity is Severity.ERROR for d in self.diags):
+            self.graph_warnings()
+        if self.tree.get("apiVersion") is None:
+            self.add(
+                "W402", "apiVersion is missing; add 'apiVersion: noetl.io/v2'", (), warning=True
+            )
+        return self.diags
+
+    def duplicates(self) -> None:
+        for label, names, section, key in (
+            ("step", self.names, "workflow", "step"),
+            ("workbook task", self.tasks, "workbook", "name"),
+        ):
+            first: dict[str, int] = {}
+            for index, name in enumerate(names):
+                if name in first:
+                    line = line_at(self.tree, (section, first[name], key))
+                    self.add(
+                        "E301",
+                        f"{label} name '{name}' is used twice (first on line {line})",
+                        (section, index, key),
+                    )
+                else:
+                    first[name] = index
+
+    def target(self, name: str, path: Path, what: str) -> None:
+        if name not in self.names:
+            self.add(
+                "E302",
+                f"{what} names step '{name}', which does not exist{suggest(name, self.names)}",
+                path,
+            )
+
+    def step(self, step: Step, base: Path) -> None:
+        if step.next is not None:
+            for j, edge in enumerate(step.next.to):
+                self.target(edge.step, (*base, "next", "to", j, "step"), "next")
+        if step.compensate is not None:
+            self.target(step.compensate, (*base, "compensate"), "compensate")
+        for b, branch in enumerate(step.case or []):
+            then = (*base, "case", b, "then")
+            if branch.then.next is not None:
+                for j, edge in enumerate(branch.then.next.to):
+                    self.target(edge.step, (*then, "next", "to", j, "step"), "case next")
+            if branch.then.tool is not None:
+                self.tool(branch.then.tool, (*then, "tool"))
+            if branch.then.result is not None:
+                self.result(branch.then.result, (*then, "result"))
+        if step.tool is not None:
+            self.tool(step.tool, (*base, "tool"))
+        if step.result is not None:
+            self.result(step.result, (*base, "result"))
+        if step.loop is not None and step.loop.element in RESERVED_NAMES:
+            self.add(
+                "E308",
+                f"loop element '{step.loop.element}' would hide a built-in name; pick another",
+                (*base, "loop", "element"),
+            )
+        self.constant_conditions(step, base)
+
+    def tool(self, tool: Tool, path: Path) -> None:
+        model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds
+        try:
+            spec = model.model_validate(tool.spec)
+        except ValidationError as exc:
+            self.diags.extend(
+                translate_errors(
+                    exc.errors(),
+                    self.tree,
+                    self.source.name,
+                    base=(*path, "spec"),
+                    model=model,
+                    context=f"{tool.kind} tool",
+                )
+            )
+            return
+        if tool.kind == "workbook" and getattr(spec, "name", None) not in self.tasks:
+            name = getattr(spec, "name", "")
+            self.add(
+                "E306",
+                f"workbook task '{name}' does not exist{suggest(name, self.tasks)}",
+                (*path, "spec", "name"),
+            )
+        code = getattr(spec, "code", None)
+        if tool.kind == "python" and isinstance(code, str) and not is_template(code):
+            self.python_syntax(code, (*path, "spec", "code"))
+
+    def python_syntax(self, code: str, path: Path) -> None:
+        try:
+            compile(code, "<inline>", "exec")
+        except SyntaxError as exc:
+            start = _first_content_line(self.source, line_at(self.tree, path) or 1)
+            self.diags.append(
+                Diagnostic(
+                    code="E312",
+                    message=f"python syntax error in spec.code: {exc.msg} (code line {exc.lineno})",
+                    file=self.source.name,
+                    line=start + (exc.lineno or 1) - 1,
+                    step=_step_of(self.tree, path),
+                    path=path,
+                )
+            )
+
+    def result(self, result: Result, path: Path) -> None:
+        for name, key in (
+            (result.as_, "as"),
+            (result.collect.into if result.collect else None, "collect"),
+        ):
+            if name in RESERVED_NAMES:
+                self.add("E308", f"result {key} '{name}' would hide a built-in name", (*path, key))
+        ids: set[str] = set()
+        for index, sink in enumerate(result.sink):
+            sink_path = (*path, "sink", index)
+            model = SINK_SPECS[sink.kind]  # normalization rejected unknown kinds
+            try:
+                model.model_validate(sink.spec)
+            except ValidationError as exc:
+                self.diags.extend(
+                    translate_errors(
+                        exc.errors(),
+                        self.tree,
+                        self.source.name,
+                        base=(*sink_path, "spec"),
+                        model=model,
+                        context=f"{sink.kind} sink",
+                    )
+                )
+            sink_id = sink.id or f"{sink.kind}_{index}"
+            if sink_id in ids:
+                self.add(
+                    "E307", f"sink id '{sink_id}' is used twice in this step", (*sink_path, "id")
+                )
+            ids.add(sink_id)
+
+    def policy(self) -> None:
+        target = self.playbook.policy.route_edge_target
+        if target is not None:
+            self.target(target, ("policy", "on_step_fail"), "policy.on_step_fail route_edge")
+        if self.playbook.policy.rollback == "on_fail" and not any(
+            s.compensate for s in self.playbook.workflow
+        ):
+            self.add(
+                "W405",
+                "policy.rollback is on_fail but no step declares 'compensate'",
+                ("policy", "rollback"),
+                warning=True,
+            )
+
+    def constant_conditions(self, step: Step, base: Path) -> None:
+        for path, text in _strings(self.tree_at(base), base):
+            key = next((p for p in reversed(path) if isinstance(p, str)), "")
+            constant = not is_template(text) and text.strip().lower() not in _BOOLEAN_WORDS
+            if key in _CONDITION_KEYS and constant:
+                self.add(
+                    "W404",
+                    f"'{key}' is the constant text {text!r}, which is always true; "
+                    f'write it as a template: "{{{{ {text} }}}}"',
+                    path,
+                    warning=True,
+                )
+
+    def tree_at(self, path: Path) -> Any:
+        node: Any = self.tree
+        for part in path:
+            node = node[part]
+        return node
+
+    def graph_warnings(self) -> None:
+        graph = build_graph(self.playbook)
+        reachable = graph.reachable()
+        for index, name in enumerate(self.names):
+            if name not in reachable:
+                self.add(
+                    "W401",
+                    f"step '{name}' is unreachable from the entry step '{graph.entry}'",
+                    ("workflow", index, "step"),
+                    warning=True,
+                )
+        for index, step in enumerate(self.playbook.workflow):
+            if step.next is None or step.next.mode != "exclusive":
+                continue
+            for j, edge in enumerate(step.next.to[:-1]):
+                if edge.when is None:
+                    self.add(
+                        "W403",
+                        f"in exclusive mode the edge to '{edge.step}' has no 'when', so the "
+                        f"edges after it never fire",
+                        ("workflow", index, "next", "to", j + 1, "step"),
+                        warning=True,
+                    )
+                    break
+
+
+def semantic_checks(playbook: Playbook, tree: YMap, source: Source) -> list[Diagnostic]:
+    """Every check that needs the validated model."""
+    return _Checker(playbook, tree, source).run()

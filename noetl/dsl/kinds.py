@@ -1,0 +1,149 @@
+"""Typed configuration of each tool kind and sink kind.
+
+A tool's configuration lives under `tool.spec`; each kind has a model here, so unknown or
+mistyped keys are caught when the playbook is validated, not when it runs. Third-party
+kinds registered through the `noetl.tools` entry point group add their own models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+
+class SpecModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+# --- tools -------------------------------------------------------------------------------
+
+
+class PythonSpec(SpecModel):
+    """Inline `code` defining `main(context, args)`, or `module` plus `callable`."""
+
+    code: str | None = None
+    module: str | None = None
+    callable: str = "main"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> PythonSpec:
+        if (self.code is None) == (self.module is None):
+            raise ValueError("python tool needs exactly one of spec.code or spec.module")
+        return self
+
+
+HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+
+
+class HttpSpec(SpecModel):
+    url: str
+    method: HttpMethod = "GET"
+    headers: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict)
+    json_body: Any = Field(default=None, alias="json")
+    body: str | None = None
+    follow_redirects: bool = True
+
+    @field_validator("method", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _one_body(self) -> HttpSpec:
+        if self.json_body is not None and self.body is not None:
+            raise ValueError("http tool takes spec.json or spec.body, not both")
+        return self
+
+
+class PostgresSpec(SpecModel):
+    """A parameterized query; values come from `args`, never from string formatting."""
+
+    query: str
+    credential: str | None = None
+    dsn: str | None = None
+
+
+class DuckdbSpec(SpecModel):
+    query: str
+    database: str = ":memory:"
+
+
+class PlaybookSpec(SpecModel):
+    """Run another playbook (registered path or file) as a child execution."""
+
+    path: str
+    version: str | None = None
+
+
+class WorkbookSpec(SpecModel):
+    """Run the task of this playbook's `workbook:` section with this name."""
+
+    name: str
+
+
+class NoopSpec(SpecModel):
+    """Does nothing; its result is its rendered `args`."""
+
+
+TOOL_SPECS: dict[str, type[SpecModel]] = {
+    "python": PythonSpec,
+    "http": HttpSpec,
+    "postgres": PostgresSpec,
+    "duckdb": DuckdbSpec,
+    "playbook": PlaybookSpec,
+    "workbook": WorkbookSpec,
+    "noop": NoopSpec,
+}
+
+
+# --- sinks -------------------------------------------------------------------------------
+
+
+class PostgresSink(SpecModel):
+    table: str
+    mode: Literal["insert", "upsert"] = "insert"
+    key: str | list[str] | None = None
+    credential: str | None = None
+    dsn: str | None = None
+
+    @model_validator(mode="after")
+    def _upsert_key(self) -> PostgresSink:
+        if self.mode == "upsert" and not self.key:
+            raise ValueError("postgres sink with mode: upsert needs a key")
+        return self
+
+
+class DuckdbSink(SpecModel):
+    table: str
+    database: str = ":memory:"
+    mode: Literal["insert", "replace", "upsert"] = "insert"
+    key: str | list[str] | None = None
+
+
+class FileSink(SpecModel):
+    path: str
+    format: Literal["json", "jsonl", "csv"] = "json"
+
+
+class S3Sink(SpecModel):
+    bucket: str
+    key: str
+    format: Literal["json", "jsonl", "csv"] = "json"
+    endpoint_url: str | None = None
+    region: str | None = None
+    credential: str | None = None
+
+
+SINK_SPECS: dict[str, type[SpecModel]] = {
+    "postgres": PostgresSink,
+    "duckdb": DuckdbSink,
+    "file": FileSink,
+    "s3": S3Sink,
+}
+
+
+def spec_fields(model: type[SpecModel]) -> set[str]:
+    """The keys a spec accepts (by alias)."""
+    return {f.alias or name for name, f in model.model_fields.items()}

@@ -1,0 +1,220 @@
+"""Turn pydantic validation errors into diagnostics a person can act on."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic_core import ErrorDetails
+
+from noetl.dsl.diagnostics import Diagnostic, Path
+from noetl.dsl.model import Playbook
+from noetl.dsl.source import YMap, YSeq, line_at
+
+_CONTEXT_NAMES = {
+    "tool": "tool",
+    "loop": "loop",
+    "result": "result",
+    "collect": "collect",
+    "retry": "retry",
+    "policy": "policy",
+    "metadata": "metadata",
+    "next": "next",
+    "then": "case action",
+    "spec": "spec",
+}
+
+
+def suggest(word: str, choices: Iterable[str]) -> str:
+    """`; did you mean 'x'?` when a close match exists."""
+    match = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
+def clean_path(tree: Any, loc: Sequence[str | int]) -> Path:
+    """The part of a pydantic location that names real keys and indexes of the tree."""
+    node = tree
+    out: list[str | int] = []
+    for part in loc:
+        in_map = isinstance(node, dict) and isinstance(part, str) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if in_map or in_list:
+            node = node[part]
+            out.append(part)
+        elif isinstance(node, dict) and isinstance(part, str) and not _is_tag(part):
+            out.append(part)  # a missing or extra key: keep it, the walk ends here
+            node = None
+    return tuple(out)
+
+
+def _is_tag(part: str) -> bool:
+    """pydantic's union / validator tags such as `str`, `list[any]`, `function-before[...]`."""
+    return any(c in part for c in "[]-") or part in {"str", "int", "float", "bool", "dict"}
+
+
+def describe(path: Path) -> str:
+    """What kind of block a path points into: `step`, `tool`, `next edge`, ..."""
+    if not path:
+        return "root"
+    if len(path) == 2 and path[0] == "workflow":
+        return "step"
+    if len(path) == 2 and path[0] == "workbook":
+        return "workbook task"
+    last_name = next((p for p in reversed(path) if isinstance(p, str)), "")
+    if isinstance(path[-1], int):
+        return {"to": "next edge", "sink": "sink", "case": "case branch"}.get(last_name, last_name)
+    if last_name == "spec" and len(path) >= 2 and path[-2] == "tool":
+        return "tool spec"
+    if last_name == "spec" and len(path) >= 2 and isinstance(path[-2], int):
+        return "sink spec" if "sink" in path else "step spec"
+    return _CONTEXT_NAMES.get(last_name, last_name)
+
+
+def step_name(tree: Any, path: Path) -> str | None:
+    if len(path) >= 2 and path[0] in ("workflow", "workbook") and isinstance(path[1], int):
+        items = tree.get(path[0]) if isinstance(tree, dict) else None
+        if isinstance(items, list) and 0 <= path[1] < len(items):
+            item = items[path[1]]
+            if isinstance(item, dict):
+                name = item.get("step") if path[0] == "workflow" else item.get("name")
+                if isinstance(name, str):
+                    return name if path[0] == "workflow" else f"workbook:{name}"
+    return None
+
+
+def allowed_keys(model: type[BaseModel], path: Path) -> set[str]:
+    """The keys the model accepts at `path` (empty when unknown)."""
+    current: Any = model
+    for part in path:
+        current = _descend(current, part)
+        if current is None:
+            return set()
+    current = _unwrap(current)
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return {f.alias or name for name, f in current.model_fields.items()}
+    return set()
+
+
+def _unwrap(tp: Any) -> Any:
+    while True:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated:
+            tp = typing.get_args(tp)[0]
+        elif origin in (typing.Union, types.UnionType):
+            options = [a for a in typing.get_args(tp) if a is not type(None)]
+            models = [a for a in options if _unwrap(a) is not None and _container(a)]
+            tp = models[0] if models else options[0]
+        else:
+            return tp
+
+
+def _container(tp: Any) -> bool:
+    tp = _unwrap(tp)
+    origin = typing.get_origin(tp)
+    return origin in (list, dict) or (isinstance(tp, type) and issubclass(tp, BaseModel))
+
+
+def _descend(tp: Any, part: str | int) -> Any:
+    tp = _unwrap(tp)
+    origin = typing.get_origin(tp)
+    if isinstance(part, int):
+        return typing.get_args(tp)[0] if origin is list else None
+    if origin is dict:
+        return typing.get_args(tp)[1]
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        for name, info in tp.model_fields.items():
+            if part in (name, info.alias):
+                return info.annotation
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _type_name(value: Any) -> str:
+    if isinstance(value, YMap | dict):
+        return "a mapping"
+    if isinstance(value, YSeq | list):
+        return "a list"
+    if value is None:
+        return "nothing (null)"
+    return f"{type(value).__name__} {_short(value)}"
+
+
+def _message(
+    err: ErrorDetails, path: Path, model: type[BaseModel], context: str | None
+) -> tuple[str, str]:
+    kind = err["type"]
+    key = str(path[-1]) if path and isinstance(path[-1], str) else None
+    where = describe(path[:-1]) if key else describe(path)
+    if context and (len(path) <= 1):
+        where = context
+    subject = f"'{key}'" if key else where
+    text = err["msg"]
+    if kind == "extra_forbidden" and key:
+        hint = suggest(key, allowed_keys(model, path[:-1]))
+        return "E100", f"unknown {where} key '{key}'{hint}"
+    if kind == "missing" and key:
+        return "E101", f"{where} is missing required key '{key}'"
+    if kind == "string_pattern_mismatch":
+        return "E103", (
+            f"{subject} must be a name of letters, digits and underscores that does not "
+            f"start with a digit; got {_short(err['input'])}"
+        )
+    if kind == "too_short" and key == "workflow":
+        return "E102", "'workflow' must list at least one step"
+    if kind.startswith("value_error") or kind == "assertion_error":
+        return "E102", f"{subject}: {text.removeprefix('Value error, ')}"
+    got = _type_name(err.get("input"))
+    return "E102", f"{subject} {text.replace('Input should be', 'must be')}; got {got}"
+
+
+def translate_errors(
+    errors: Iterable[ErrorDetails],
+    tree: Any,
+    file: str,
+    *,
+    base: Path = (),
+    model: type[BaseModel] | None = None,
+    context: str | None = None,
+) -> list[Diagnostic]:
+    """Diagnostics for pydantic errors; `base` prefixes locations of a nested model."""
+    root_model: type[BaseModel] = model or Playbook
+    grouped: dict[Path, list[ErrorDetails]] = {}
+    for err in errors:
+        path = clean_path(tree, (*base, *err["loc"]))
+        grouped.setdefault(path, []).append(err)
+    out = []
+    for path, errs in grouped.items():
+        rel = path[len(base) :]
+        if len(errs) > 1 and all(e["type"] not in ("extra_forbidden", "missing") for e in errs):
+            code, message = _union_message(errs, path)
+        else:
+            code, message = _message(errs[0], rel, root_model, context)
+        out.append(
+            Diagnostic(
+                code=code,
+                message=message,
+                file=file,
+                line=line_at(tree, path),
+                step=step_name(tree, path),
+                path=path,
+            )
+        )
+    return out
+
+
+def _union_message(errs: list[ErrorDetails], path: Path) -> tuple[str, str]:
+    key = str(path[-1]) if path and isinstance(path[-1], str) else describe(path)
+    expected = []
+    for err in errs:
+        text = err["msg"].replace("Input should be ", "").replace("Value error, ", "")
+        if text not in expected:
+            expected.append(text)
+    return "E102", f"'{key}' must be {' or '.join(expected)}; got {_type_name(errs[0]['input'])}"

@@ -1,0 +1,272 @@
+"""The DSL v2 playbook model (canonical form).
+
+Shorthand forms are accepted through before-validators (see `noetl.dsl.normalize`), and the
+JSON Schema (`noetl schema`) describes what an author may write. Models are frozen: a
+validated playbook never changes.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    StringConstraints,
+    model_validator,
+)
+
+from noetl.dsl.normalize import (
+    desugar_loop,
+    desugar_next,
+    desugar_retry,
+    desugar_sinks,
+    desugar_step,
+    desugar_tool,
+)
+
+NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+StepName = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=128)]
+Identifier = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=128)]
+# A condition: a template such as "{{ ok('a') }}", or a literal boolean.
+Condition = str | bool
+
+
+class Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class RetryPolicy(Model):
+    """Seed 001's retry block. Delays are in seconds."""
+
+    max_attempts: PositiveInt = 3
+    initial_delay: Annotated[float, Field(ge=0)] = 1.0
+    backoff_multiplier: Annotated[float, Field(ge=1)] = 2.0
+    max_delay: Annotated[float, Field(ge=0)] = 60.0
+    jitter: bool = True
+    backoff: Literal["exponential", "linear", "fixed"] = "exponential"
+    retry_when: Condition | None = None
+    stop_when: Condition | None = None
+
+
+Retry = Annotated[
+    RetryPolicy,
+    BeforeValidator(desugar_retry, json_schema_input_type=bool | PositiveInt | RetryPolicy),
+]
+
+
+class Tool(Model):
+    """What a step runs: `kind` names the tool, `spec` configures it, `args` are its inputs."""
+
+    kind: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    args: dict[str, Any] = Field(default_factory=dict)
+    timeout_ms: PositiveInt | None = None
+    retry: Retry | None = None
+
+
+ToolField = Annotated[Tool, BeforeValidator(desugar_tool, json_schema_input_type=str | Tool)]
+
+
+class Loop(Model):
+    collection: str | list[Any]
+    element: Identifier = "item"
+    mode: Literal["sequential", "parallel"] = "sequential"
+    max_concurrency: PositiveInt | None = None
+    key: str | None = None
+    until: Condition | None = None
+    item_timeout_ms: PositiveInt | None = None
+    total_timeout_ms: PositiveInt | None = None
+    min_success_ratio: Annotated[float, Field(ge=0, le=1)] | None = None
+
+
+LoopField = Annotated[Loop, BeforeValidator(desugar_loop, json_schema_input_type=Loop)]
+
+
+class Collect(Model):
+    into: Identifier
+    mode: Literal["list", "map"] = "list"
+    key: str | None = None
+
+    @model_validator(mode="after")
+    def _map_needs_key(self) -> Collect:
+        if self.mode == "map" and not self.key:
+            raise ValueError("collect with mode: map needs a key template")
+        return self
+
+
+class Sink(Model):
+    """One sink write. Authored as a one-key map: `{postgres: {table: t, mode: upsert}}`."""
+
+    kind: str
+    spec: dict[str, Any] = Field(default_factory=dict)
+    id: Identifier | None = None
+    async_: bool = Field(default=False, alias="async")
+    timeout_ms: PositiveInt | None = None
+    retry: Retry | None = None
+    args: dict[str, Any] | None = None
+
+
+SinkList = Annotated[
+    list[Sink],
+    BeforeValidator(
+        desugar_sinks, json_schema_input_type=list[dict[str, dict[str, Any]]] | list[Sink]
+    ),
+]
+
+
+class Result(Model):
+    """The result pipeline: `this` -> pick -> out -> as / collect / sink."""
+
+    pick: Any = None
+    as_: Identifier | None = Field(default=None, alias="as")
+    collect: Collect | None = None
+    sink: SinkList = Field(default_factory=list)
+
+
+class NextEdge(Model):
+    step: StepName
+    when: Condition | None = None
+
+
+class NextSpec(Model):
+    mode: Literal["inclusive", "exclusive"] = "inclusive"
+    to: list[NextEdge] = Field(min_length=1)
+
+
+Next = Annotated[
+    NextSpec,
+    BeforeValidator(
+        desugar_next,
+        json_schema_input_type=StepName | list[StepName | NextEdge] | NextSpec,
+    ),
+]
+
+
+class CaseThen(Model):
+    """Actions of a matched `case` branch (seed 004)."""
+
+    tool: ToolField | None = None
+    set: dict[str, Any] | None = None
+    result: Result | None = None
+    sink: SinkList | None = None
+    retry: Retry | None = None
+    fail: str | bool | None = None
+    skip: bool | None = None
+    next: Next | None = None
+
+
+class CaseBranch(Model):
+    when: Condition
+    then: CaseThen
+    priority: int | None = None
+
+
+class StepSpec(Model):
+    """Step-level options for `case` evaluation (seed 004)."""
+
+    case_mode: Literal["exclusive", "inclusive"] = "exclusive"
+    eval_mode: Literal["on_entry", "on_event"] = "on_entry"
+    next_policy: Literal["end_step", "break_chain", "defer"] = "end_step"
+    branch_order: Literal["source", "priority"] = "source"
+
+
+class Step(Model):
+    step: StepName
+    desc: str | None = None
+    when: Condition | None = None
+    bind: dict[str, Any] = Field(default_factory=dict)
+    loop: LoopField | None = None
+    tool: ToolField | None = None
+    result: Result | None = None
+    retry: Retry | None = None
+    next: Next | None = None
+    compensate: StepName | None = None
+    case: list[CaseBranch] | None = None
+    spec: StepSpec | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _desugar(cls, data: Any) -> Any:
+        return desugar_step(data)
+
+    @property
+    def edges(self) -> list[NextEdge]:
+        return list(self.next.to) if self.next else []
+
+
+class WorkbookTask(Model):
+    """A named, reusable task: called with `tool: {kind: workbook, name: <name>}`."""
+
+    name: Identifier
+    desc: str | None = None
+    tool: ToolField
+    result: Result | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _desugar(cls, data: Any) -> Any:
+        return desugar_step(data)
+
+
+OnStepFail = Annotated[str, StringConstraints(pattern=r"^(halt|continue|route_edge:.+)$")]
+
+
+class Policy(Model):
+    """Failure policies (seed 000 section 8.8)."""
+
+    on_step_fail: OnStepFail = "halt"
+    on_sink_fail: Literal["retry", "fail_step", "async_ignore"] = "retry"
+    on_when_error: Literal["treat_as_false", "fail_step"] = "treat_as_false"
+    rollback: Literal["none", "on_fail"] = "none"
+
+    @property
+    def route_edge_target(self) -> str | None:
+        if self.on_step_fail.startswith("route_edge:"):
+            return self.on_step_fail.split(":", 1)[1]
+        return None
+
+
+class Metadata(Model):
+    name: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    path: str | None = None
+    version: str | int | float | None = None
+    description: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+
+
+class Playbook(Model):
+    """A whole playbook document."""
+
+    api_version: Literal["noetl.io/v2"] | None = Field(default=None, alias="apiVersion")
+    kind: Literal["Playbook"] | None = None
+    metadata: Metadata
+    workload: dict[str, Any] = Field(default_factory=dict)
+    workbook: list[WorkbookTask] = Field(default_factory=list)
+    policy: Policy = Field(default_factory=Policy)
+    workflow: list[Step] = Field(min_length=1)
+
+    @property
+    def entry(self) -> str:
+        """The step named `start` if there is one, else the first step."""
+        names = [s.step for s in self.workflow]
+        return "start" if "start" in names else names[0]
+
+    def step(self, name: str) -> Step:
+        for item in self.workflow:
+            if item.step == name:
+                return item
+        raise KeyError(name)
+
+    def task(self, name: str) -> WorkbookTask:
+        for item in self.workbook:
+            if item.name == name:
+                return item
+        raise KeyError(name)
+
+
+ROOT_KEYS = frozenset((f.alias or n) for n, f in Playbook.model_fields.items())
+STEP_KEYS = frozenset(Step.model_fields)

@@ -1,0 +1,489 @@
+"""Normalization: shorthand and legacy forms rewritten into canonical DSL v2.
+
+Two kinds of rewriting happen here:
+
+* shorthand, always on and silent: `next: b`, `retry: 3`, `tool: noop`, tool configuration
+  written directly under `tool` (moved into `tool.spec`), `result` inside `tool`, a sink as
+  a one-key map `{postgres: {...}}`, the loop aliases `in`/`iterator`/`spec.mode`.
+* legacy (seed section 7.10), behind a flag that defaults on, each with a deprecation
+  warning: `iter`/`iterator`/`over`/`coll` -> `loop`, `save` -> `result.sink`.
+
+The `desugar_*` functions are also the models' before-validators, so a playbook built from
+JSON (the API) accepts the same shorthand. They keep line numbers: a new map made from a
+node carries that node's line, so errors found later still point at the right place.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable
+from typing import Any
+
+from noetl.dsl.diagnostics import Diagnostic, Path, Severity
+from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS, spec_fields
+from noetl.dsl.source import YMap, YSeq, line_at
+
+LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
+TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})
+SINK_COMMON_KEYS = frozenset({"id", "async", "timeout_ms", "retry", "args"})
+
+
+class ShapeError(ValueError):
+    """A value has a shape no form of the language accepts."""
+
+    def __init__(self, message: str, path: Path = (), code: str = "E200") -> None:
+        super().__init__(message)
+        self.message = message
+        self.path = path
+        self.code = code
+
+
+def _line(node: Any) -> int:
+    return int(getattr(node, "line", 0))
+
+
+def _new_map(like: Any, items: dict[str, Any] | None = None) -> YMap:
+    """A YMap positioned where `like` is; key lines copied when `like` has them."""
+    out = YMap(line=_line(like))
+    for key, value in (items or {}).items():
+        out[key] = value
+        if isinstance(like, YMap) and key in like.key_lines:
+            out.key_lines[key] = like.key_lines[key]
+    return out
+
+
+def _new_seq(like: Any, items: list[Any], lines: list[int] | None = None) -> YSeq:
+    out = YSeq(items, line=_line(like))
+    if lines is not None:
+        out.item_lines = lines
+    elif isinstance(like, YSeq):
+        out.item_lines = list(like.item_lines)
+    return out
+
+
+def _rename(node: dict[str, Any], old: str, new: str) -> YMap:
+    """Copy of a map with one key renamed, keeping order and line numbers."""
+    out = _new_map(node)
+    for key, value in node.items():
+        target = new if key == old else key
+        out[target] = value
+        if isinstance(node, YMap):
+            out.key_lines[target] = node.key_line(key)
+    return out
+
+
+# --- next --------------------------------------------------------------------------------
+
+
+def _edge(value: Any, index: int, line: int) -> Any:
+    if isinstance(value, str):
+        edge = YMap(line=line)
+        edge["step"] = value
+        edge.key_lines["step"] = line
+        return edge
+    if isinstance(value, dict):
+        return value
+    raise ShapeError(
+        f"next[{index}] must be a step name or a {{step, when}} map, got {type(value).__name__}",
+        (index,),
+    )
+
+
+def _edges(value: Any, base: Path) -> YSeq:
+    if isinstance(value, str | dict):
+        value = _new_seq(value, [value], [_line(value)])
+    if not isinstance(value, list):
+        raise ShapeError("next edges must be a list of steps or {step, when} maps", base)
+    seq = value if isinstance(value, YSeq) else YSeq(value)
+    items = []
+    for index, item in enumerate(seq):
+        try:
+            items.append(_edge(item, index, seq.item_line(index)))
+        except ShapeError as exc:
+            raise ShapeError(exc.message, base + exc.path) from None
+    return _new_seq(seq, items)
+
+
+def desugar_next(value: Any) -> Any:
+    """`next` in any form -> `{mode, to: [{step, when}, ...]}`."""
+    if value is None or (isinstance(value, dict) and "to" in value and "arcs" not in value):
+        if value is not None:
+            out = _new_map(value, dict(value))
+            out["to"] = _edges(value["to"], ("to",))
+            out.setdefault("mode", "inclusive")
+            return out
+        return None
+    if isinstance(value, str | list):
+        out = _new_map(value)
+        out["mode"] = "inclusive"
+        out["to"] = _edges(value, ())
+        return out
+    if isinstance(value, dict):
+        if "arcs" in value:
+            spec = value.get("spec") or {}
+            if not isinstance(spec, dict) or set(spec) - {"mode"}:
+                raise ShapeError("next.spec takes only 'mode'", ("spec",))
+            rest = {k: v for k, v in value.items() if k not in ("spec", "arcs")}
+            out = _new_map(value, rest)
+            out["mode"] = spec.get("mode", "inclusive")
+            out["to"] = _edges(value["arcs"], ("arcs",))
+            return out
+        if "step" in value:
+            out = _new_map(value)
+            out["mode"] = "inclusive"
+            out["to"] = _edges([value], ())
+            return out
+        raise ShapeError("a next block needs 'to' (a list of edges) or 'arcs'")
+    raise ShapeError(
+        f"next must be a step name, a list of edges or a {{mode, to}} block, "
+        f"got {type(value).__name__}"
+    )
+
+
+# --- retry -------------------------------------------------------------------------------
+
+
+def desugar_retry(value: Any) -> Any:
+    """`retry: true | false | N | {...}` -> a retry block."""
+    if value is None or isinstance(value, dict):
+        return value
+    if value is True:
+        return YMap()
+    if value is False:
+        return {"max_attempts": 1}
+    if isinstance(value, int):
+        return {"max_attempts": value}
+    raise ShapeError(f"retry must be true, false, a number of attempts or a block, got {value!r}")
+
+
+# --- loop --------------------------------------------------------------------------------
+
+
+def desugar_loop(value: Any) -> Any:
+    """Accept the upstream loop aliases `in`, `iterator` and `spec: {mode, max_in_flight}`."""
+    if not isinstance(value, dict):
+        if value is None:
+            return None
+        raise ShapeError(
+            f"loop must be a block like {{collection, element}}, got {type(value).__name__}"
+        )
+    out: dict[str, Any] = value
+    for alias, canonical in (("in", "collection"), ("iterator", "element")):
+        if alias in out:
+            if canonical in out:
+                raise ShapeError(f"loop has both '{alias}' and '{canonical}'", (alias,))
+            out = _rename(out, alias, canonical)
+    spec = out.get("spec")
+    if isinstance(spec, dict):
+        merged = _new_map(out, {k: v for k, v in out.items() if k != "spec"})
+        for key, target in (
+            ("mode", "mode"),
+            ("max_in_flight", "max_concurrency"),
+            ("max_concurrency", "max_concurrency"),
+        ):
+            if key in spec:
+                if target in merged:
+                    raise ShapeError(f"loop has both '{target}' and 'spec.{key}'", ("spec", key))
+                merged[target] = spec[key]
+        unknown = set(spec) - {"mode", "max_in_flight", "max_concurrency"}
+        if unknown:
+            raise ShapeError(f"unknown loop.spec key '{sorted(unknown)[0]}'", ("spec",))
+        out = merged
+    return out
+
+
+# --- tools and sinks ---------------------------------------------------------------------
+
+
+def desugar_tool(value: Any) -> Any:
+    """`tool: kind` or configuration written under `tool` -> `{kind, spec, args, ...}`."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        out = YMap(line=_line(value))
+        out["kind"] = value
+        return out
+    if not isinstance(value, dict):
+        raise ShapeError(f"tool must be a block with a 'kind', got {type(value).__name__}")
+    kind = value.get("kind")
+    if not isinstance(kind, str):
+        return value  # the model reports the missing or mistyped kind
+    model = TOOL_SPECS.get(kind)
+    if model is None:
+        raise ShapeError(_unknown("tool", kind, TOOL_SPECS), ("kind",), "E304")
+    movable = spec_fields(model)
+    shorthand = [k for k in value if k not in TOOL_KEYS and k in movable]
+    return _move_into_spec(value, shorthand) if shorthand else value
+
+
+def _move_into_spec(value: dict[str, Any], shorthand: list[str]) -> Any:
+    spec = value.get("spec")
+    if spec is None:
+        spec = YMap(line=_line(value))
+    if not isinstance(spec, dict):
+        return value  # the model reports the wrong type of spec
+    new_spec = _new_map(spec, dict(spec))
+    out = _new_map(value, {k: v for k, v in value.items() if k not in shorthand})
+    for key in shorthand:
+        if key in new_spec:
+            raise ShapeError(f"'{key}' is given both under tool and under tool.spec", (key,))
+        new_spec[key] = value[key]
+        if isinstance(value, YMap):
+            new_spec.key_lines[key] = value.key_line(key)
+    out["spec"] = new_spec
+    if isinstance(value, YMap):
+        out.key_lines.setdefault("spec", value.key_line(shorthand[0]))
+    return out
+
+
+def _unknown(what: str, kind: str, known: dict[str, Any]) -> str:
+    match = difflib.get_close_matches(kind, sorted(known), n=1, cutoff=0.6)
+    hint = f"; did you mean '{match[0]}'?" if match else ""
+    return f"unknown {what} kind '{kind}'{hint} (known: {', '.join(sorted(known))})"
+
+
+def _sink(value: Any, index: int) -> Any:
+    if not isinstance(value, dict):
+        raise ShapeError(
+            f"sink[{index}] must be a one-key map like {{postgres: {{table: t}}}}", (index,)
+        )
+    if "kind" in value:
+        kind = value["kind"]
+        if isinstance(kind, str) and kind not in SINK_SPECS:
+            raise ShapeError(_unknown("sink", kind, SINK_SPECS), (index, "kind"), "E305")
+        return value
+    if len(value) != 1:
+        raise ShapeError(
+            f"sink[{index}] must name exactly one sink kind, like {{file: {{path: out.json}}}}; "
+            f"got keys {', '.join(map(repr, value))}",
+            (index,),
+        )
+    ((kind, config),) = value.items()
+    if kind not in SINK_SPECS:
+        raise ShapeError(_unknown("sink", kind, SINK_SPECS), (index, kind), "E305")
+    if config is None:
+        config = YMap(line=_line(value))
+    if not isinstance(config, dict):
+        raise ShapeError(f"sink '{kind}' configuration must be a map", (index, kind))
+    out = _new_map(config)
+    out["kind"] = kind
+    out.key_lines["kind"] = value.key_line(kind) if isinstance(value, YMap) else _line(value)
+    spec = _new_map(config)
+    for key, item in config.items():
+        target = out if key in SINK_COMMON_KEYS else spec
+        target[key] = item
+        if isinstance(config, YMap):
+            target.key_lines[key] = config.key_line(key)
+    out["spec"] = spec
+    return out
+
+
+def desugar_sinks(value: Any) -> Any:
+    """`sink: {...}` or `sink: [{postgres: {...}}, ...]` -> a list of `{kind, spec, ...}`."""
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        value = _new_seq(value, [value], [_line(value)])
+    if not isinstance(value, list):
+        raise ShapeError(f"sink must be a list of sinks, got {type(value).__name__}")
+    return _new_seq(value, [_sink(item, i) for i, item in enumerate(value)])
+
+
+def lift_tool_result(step: Any) -> Any:
+    """Move `tool.result` up to the step (seed 003 shows both places)."""
+    if not isinstance(step, dict):
+        return step
+    tool = step.get("tool")
+    if not isinstance(tool, dict) or "result" not in tool:
+        return step
+    if "result" in step:
+        raise ShapeError("result is given both on the step and inside tool; keep one", ("result",))
+    new_tool = _new_map(tool, {k: v for k, v in tool.items() if k != "result"})
+    out = _new_map(step, dict(step))
+    out["tool"] = new_tool
+    out["result"] = tool["result"]
+    if isinstance(tool, YMap):
+        out.key_lines["result"] = tool.key_line("result")
+    return out
+
+
+# --- the document pass -------------------------------------------------------------------
+
+
+def _legacy_warning(
+    file: str, step: YMap, key: str, *, target: str, path: Path, name: str | None
+) -> Diagnostic:
+    return Diagnostic(
+        code="W201",
+        message=f"'{key}' is a legacy form, normalized to '{target}'; "
+        f"run `noetl codemod` to rewrite it",
+        file=file,
+        line=step.key_line(key),
+        step=name,
+        path=path,
+        severity=Severity.WARNING,
+    )
+
+
+def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnostic]) -> YMap:
+    name = step.get("step") if isinstance(step.get("step"), str) else None
+    for key in (*LEGACY_LOOP_KEYS, "save"):
+        if key not in step:
+            continue
+        target = "result.sink" if key == "save" else "loop"
+        if not allow:
+            diags.append(
+                Diagnostic(
+                    code="E202",
+                    message=f"'{key}' is a legacy form and legacy forms are off; "
+                    f"use '{target}' (or run `noetl codemod`)",
+                    file=file,
+                    line=step.key_line(key),
+                    step=name,
+                    path=(*path, key),
+                )
+            )
+            step = _new_map(step, {k: v for k, v in step.items() if k != key})
+            continue
+        diags.append(_legacy_warning(file, step, key, target=target, path=(*path, key), name=name))
+        if key == "save":
+            step = _legacy_save(step)
+        elif "loop" in step:
+            raise ShapeError(f"both 'loop' and legacy '{key}' are given; keep 'loop'", (key,))
+        else:
+            value = step[key]
+            if isinstance(value, str | list):
+                value = _new_map(step, {"collection": value})
+            step = _rename(step, key, "loop")
+            step["loop"] = value
+    return step
+
+
+def _legacy_save(step: YMap) -> YMap:
+    saved = step["save"]
+    result = step.get("result")
+    if result is None:
+        result = YMap(line=step.key_line("save"))
+    if not isinstance(result, dict):
+        return step
+    result = _new_map(result, dict(result))
+    existing = result.get("sink")
+    sinks = desugar_sinks(existing) if existing is not None else YSeq(line=_line(saved))
+    added = desugar_sinks(saved)
+    result["sink"] = _new_seq(sinks, [*sinks, *added], [*sinks.item_lines, *added.item_lines])
+    out = _new_map(step, {k: v for k, v in step.items() if k != "save"})
+    out["result"] = result
+    out.key_lines.setdefault("result", step.key_line("save"))
+    return out
+
+
+StepFn = Callable[[Any], Any]
+_FIELD_DESUGAR: tuple[tuple[str, StepFn], ...] = (
+    ("tool", desugar_tool),
+    ("next", desugar_next),
+    ("retry", desugar_retry),
+    ("loop", desugar_loop),
+)
+
+
+def desugar_step(step: Any) -> Any:
+    """All shorthand of one step (or workbook task) rewritten; legacy forms untouched."""
+    if not isinstance(step, dict):
+        return step
+    tool = step.get("tool")
+    if tool == "iterator" or (isinstance(tool, dict) and tool.get("kind") == "iterator"):
+        raise ShapeError(
+            "tool: iterator is not part of DSL v2; iterate with the step's 'loop:' block "
+            "(loop: {collection: ..., element: ...})",
+            ("tool",),
+            "E203",
+        )
+    out = _new_map(step, dict(step))
+    for key, fn in _FIELD_DESUGAR:
+        if key in out:
+            try:
+                out[key] = fn(out[key])
+            except ShapeError as exc:
+                raise ShapeError(exc.message, (key, *exc.path), exc.code) from None
+    out = lift_tool_result(out)
+    tool = out.get("tool")
+    if isinstance(tool, dict) and "retry" in tool:
+        new_tool = _new_map(tool, dict(tool))
+        new_tool["retry"] = desugar_retry(tool["retry"])
+        out["tool"] = new_tool
+    result = out.get("result")
+    if isinstance(result, dict) and "sink" in result:
+        new_result = _new_map(result, dict(result))
+        try:
+            new_result["sink"] = desugar_sinks(result["sink"])
+        except ShapeError as exc:
+            raise ShapeError(exc.message, ("result", "sink", *exc.path), exc.code) from None
+        out["result"] = new_result
+    return out
+
+
+def normalize_document(
+    tree: Any, file: str, *, allow_legacy: bool = True
+) -> tuple[Any, list[Diagnostic]]:
+    """Normalize every step and workbook task; return the new tree and diagnostics."""
+    diags: list[Diagnostic] = []
+    if not isinstance(tree, YMap):
+        return tree, diags
+    out = _new_map(tree, dict(tree))
+    for section, with_legacy in (("workflow", True), ("workbook", False)):
+        items = tree.get(section)
+        if not isinstance(items, YSeq):
+            continue
+        new_items = [
+            _normalize_item(
+                item,
+                file=file,
+                path=(section, index),
+                line=items.item_line(index),
+                allow_legacy=allow_legacy,
+                with_legacy=with_legacy,
+                diags=diags,
+            )
+            for index, item in enumerate(items)
+        ]
+        out[section] = _new_seq(items, new_items)
+    return out, diags
+
+
+def _normalize_item(
+    item: Any,
+    *,
+    file: str,
+    path: Path,
+    line: int,
+    allow_legacy: bool,
+    with_legacy: bool,
+    diags: list[Diagnostic],
+) -> Any:
+    """Normalize one step; a key that cannot be normalized is reported and dropped, so the
+    model still checks the rest of the step without repeating the same complaint."""
+    name = item.get("step") if isinstance(item, dict) else None
+    for _ in range(len(item) + 1 if isinstance(item, dict) else 1):
+        try:
+            if with_legacy and isinstance(item, YMap):
+                item = _legacy(item, file, path, allow_legacy, diags)
+            return desugar_step(item)
+        except ShapeError as exc:
+            diags.append(
+                Diagnostic(
+                    code=exc.code,
+                    message=exc.message,
+                    file=file,
+                    line=_path_line(item, exc.path) or line,
+                    step=name if isinstance(name, str) else None,
+                    path=path + exc.path,
+                )
+            )
+            if not (exc.path and isinstance(item, dict) and exc.path[0] in item):
+                return item
+            item = _new_map(item, {k: v for k, v in item.items() if k != exc.path[0]})
+    return item
+
+
+def _path_line(node: Any, path: Path) -> int | None:
+    return line_at(node, path) if path else None

@@ -1,0 +1,226 @@
+"""Reading playbook files into plain Python data that remembers its line numbers.
+
+The YAML is read with ruamel.yaml's round-trip loader (for positions), then copied into
+`YMap` / `YSeq` (dict and list subclasses with line numbers) holding plain scalars. Every
+later pass works on that tree, so any error can point at the line it came from.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path as FsPath
+from typing import Any
+
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.scalarbool import ScalarBoolean
+
+from noetl.dsl.diagnostics import Diagnostic, Path
+
+MAX_PLAYBOOK_BYTES = 4 * 1024 * 1024
+MAX_NODES = 200_000
+
+
+class YMap(dict[str, Any]):
+    """A mapping from the document, with the line of the map and of each key (1-based)."""
+
+    def __init__(self, *args: Any, line: int = 0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.line = line
+        self.key_lines: dict[str, int] = {}
+
+    def key_line(self, key: str) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class YSeq(list[Any]):
+    """A sequence from the document, with the line of the list and of each item (1-based)."""
+
+    def __init__(self, items: Iterable[Any] = (), *, line: int = 0) -> None:
+        super().__init__(items)
+        self.line = line
+        self.item_lines: list[int] = []
+
+    def item_line(self, index: int) -> int:
+        if 0 <= index < len(self.item_lines):
+            return self.item_lines[index]
+        return self.line
+
+
+@dataclass(frozen=True)
+class Source:
+    """A loaded document: its display name, text and positioned tree."""
+
+    name: str
+    text: str
+    tree: Any
+
+
+class SourceError(Exception):
+    """The file could not be read as a playbook document."""
+
+    def __init__(self, diagnostic: Diagnostic) -> None:
+        super().__init__(diagnostic.format())
+        self.diagnostic = diagnostic
+
+
+def _fail(name: str, code: str, message: str, line: int | None = None) -> SourceError:
+    return SourceError(Diagnostic(code=code, message=message, file=name, line=line))
+
+
+def read_source(path: str | FsPath) -> Source:
+    """Read a playbook file; raise SourceError with one clear diagnostic if it cannot be."""
+    name = str(path)
+    fs_path = FsPath(path)
+    try:
+        size = fs_path.stat().st_size
+    except FileNotFoundError:
+        raise _fail(name, "E001", "file not found") from None
+    except OSError as exc:
+        raise _fail(name, "E001", f"cannot read file: {exc.strerror}") from None
+    if fs_path.is_dir():
+        raise _fail(name, "E001", "is a directory, not a playbook file")
+    if size > MAX_PLAYBOOK_BYTES:
+        raise _fail(
+            name,
+            "E002",
+            f"file is {size / 1_000_000:.1f} MB; a playbook may be at most "
+            f"{MAX_PLAYBOOK_BYTES // (1024 * 1024)} MB (move data into the workload or a file)",
+        )
+    raw = fs_path.read_bytes()
+    return parse_source(raw, name)
+
+
+def parse_source(raw: bytes | str, name: str = "<playbook>") -> Source:
+    """Parse playbook text (bytes or str) into a positioned tree."""
+    if isinstance(raw, bytes):
+        if len(raw) > MAX_PLAYBOOK_BYTES:
+            raise _fail(name, "E002", f"playbook is larger than {MAX_PLAYBOOK_BYTES} bytes")
+        if b"\x00" in raw:
+            raise _fail(name, "E003", "is a binary file, not YAML text")
+        try:
+            text = raw.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise _fail(
+                name, "E003", f"is not UTF-8 text (bad byte at offset {exc.start})"
+            ) from None
+    else:
+        text = raw
+    if not text.strip() or all(
+        not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()
+    ):
+        raise _fail(name, "E004", "is empty; a playbook needs at least metadata and workflow")
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    try:
+        documents = list(yaml.load_all(text))
+    except MarkedYAMLError as exc:
+        raise _yaml_error(name, exc) from None
+    except YAMLError as exc:  # pragma: no cover - ruamel marks nearly everything
+        raise _fail(name, "E005", f"is not valid YAML: {exc}") from None
+    if len(documents) > 1:
+        raise _fail(name, "E006", "holds several YAML documents; put one playbook per file")
+    counter = [0]
+    tree = _convert(documents[0], name, counter, line=1)
+    return Source(name=name, text=text, tree=tree)
+
+
+def _yaml_error(name: str, exc: MarkedYAMLError) -> SourceError:
+    mark = exc.problem_mark or exc.context_mark
+    line = mark.line + 1 if mark is not None else None
+    problem = exc.problem or "syntax error"
+    if "duplicate key" in problem:
+        key = problem.split('"')[1] if '"' in problem else "?"
+        first = exc.context_mark.line + 1 if exc.context_mark is not None else None
+        where = f" (the mapping starts on line {first})" if first else ""
+        return _fail(name, "E007", f"duplicate key '{key}'{where}", line)
+    context = f" {exc.context}" if exc.context else ""
+    return _fail(name, "E005", f"is not valid YAML:{context} {problem}".rstrip(), line)
+
+
+def _convert(node: Any, name: str, counter: list[int], line: int) -> Any:
+    counter[0] += 1
+    if counter[0] > MAX_NODES:
+        raise _fail(name, "E008", f"has more than {MAX_NODES} YAML nodes (alias expansion?)", line)
+    if isinstance(node, CommentedMap):
+        out = YMap(line=node.lc.line + 1)
+        for key, value in node.items():
+            if not isinstance(key, str):
+                raise _fail(
+                    name,
+                    "E009",
+                    f"mapping keys must be strings, got {type(key).__name__} {key!r}",
+                    _key_line(node, key, out.line),
+                )
+            key_line = _key_line(node, key, out.line)
+            out.key_lines[key] = key_line
+            out[key] = _convert(value, name, counter, key_line)
+        return out
+    if isinstance(node, CommentedSeq):
+        seq = YSeq(line=node.lc.line + 1)
+        for index, value in enumerate(node):
+            try:
+                item_line = node.lc.item(index)[0] + 1
+            except (KeyError, TypeError, IndexError):
+                item_line = seq.line
+            seq.item_lines.append(item_line)
+            seq.append(_convert(value, name, counter, item_line))
+        return seq
+    if isinstance(node, TaggedScalar):
+        raise _fail(name, "E010", f"YAML tag {node.tag.value!r} is not supported", line)
+    return _plain_scalar(node)
+
+
+def _key_line(node: CommentedMap, key: Any, default: int) -> int:
+    try:
+        return int(node.lc.key(key)[0]) + 1
+    except (KeyError, TypeError):
+        return default
+
+
+def _plain_scalar(value: Any) -> Any:
+    """Turn ruamel's scalar subclasses into plain Python values."""
+    if value is None:
+        return None
+    if isinstance(value, ScalarBoolean):
+        return bool(value)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, _dt.datetime | _dt.date):
+        return value.isoformat()
+    return value
+
+
+def line_at(tree: Any, path: Path) -> int | None:
+    """The line of the deepest node on `path` that the tree knows a position for.
+
+    Path parts that do not match the tree (pydantic union tags, for instance) are skipped.
+    """
+    node = tree
+    line: int | None = getattr(tree, "line", None) or None
+    for part in path:
+        if isinstance(node, YMap) and isinstance(part, str) and part in node:
+            line = node.key_line(part)
+            node = node[part]
+        elif isinstance(node, YSeq) and isinstance(part, int) and 0 <= part < len(node):
+            line = node.item_line(part)
+            node = node[part]
+    return line
+
+
+def to_plain(value: Any) -> Any:
+    """Deep copy of a positioned tree into plain dicts and lists."""
+    if isinstance(value, dict):
+        return {k: to_plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [to_plain(v) for v in value]
+    return value

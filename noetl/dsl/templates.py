@@ -1,0 +1,91 @@
+"""Template syntax: the sandboxed Jinja2 environment and static checks of templates.
+
+Rendering with time and size limits lives in the engine; this module only parses, so a
+playbook's templates are checked when it is validated, before anything runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from jinja2 import TemplateSyntaxError, nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+HELPERS = ("done", "ok", "fail", "running", "loop_done", "all_done", "any_done")
+LIST_HELPERS = frozenset({"all_done", "any_done"})
+
+
+def make_environment() -> ImmutableSandboxedEnvironment:
+    """The one Jinja2 environment configuration every template is parsed and rendered with."""
+    return ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
+
+
+_ENV = make_environment()
+
+
+def is_template(value: Any) -> bool:
+    return isinstance(value, str) and ("{{" in value or "{%" in value or "{#" in value)
+
+
+@dataclass(frozen=True, slots=True)
+class TemplateProblem:
+    message: str
+    lineno: int  # 1-based line inside the template text
+
+
+def check_syntax(text: str) -> TemplateProblem | None:
+    """Parse a template; return the syntax problem, if any."""
+    try:
+        _ENV.parse(text)
+    except TemplateSyntaxError as exc:
+        return TemplateProblem(message=exc.message or "syntax error", lineno=exc.lineno or 1)
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class StepReference:
+    """A step named in a template: `done('x')`, `all_done(['a','b'])`, `step.x.status`."""
+
+    name: str
+    via: str
+    lineno: int
+
+
+def step_references(text: str) -> list[StepReference]:
+    """The step names a (syntactically valid) template refers to by constant."""
+    try:
+        tree = _ENV.parse(text)
+    except TemplateSyntaxError:
+        return []
+    return list(_walk(tree))
+
+
+def _walk(tree: nodes.Node) -> Iterator[StepReference]:
+    for call in tree.find_all(nodes.Call):
+        target = call.node
+        if not isinstance(target, nodes.Name) or target.name not in HELPERS:
+            continue
+        for arg in call.args[:1]:
+            yield from _constant_names(arg, f"{target.name}()", call.lineno)
+    for attr in tree.find_all(nodes.Getattr):
+        if isinstance(attr.node, nodes.Name) and attr.node.name == "step":
+            yield StepReference(attr.attr, "step.<name>", attr.lineno)
+    for item in tree.find_all(nodes.Getitem):
+        if (
+            isinstance(item.node, nodes.Name)
+            and item.node.name == "step"
+            and isinstance(item.arg, nodes.Const)
+            and isinstance(item.arg.value, str)
+        ):
+            yield StepReference(item.arg.value, "step[...]", item.lineno)
+
+
+def _constant_names(arg: nodes.Node, via: str, lineno: int) -> Iterator[StepReference]:
+    if isinstance(arg, nodes.Const) and isinstance(arg.value, str):
+        yield StepReference(arg.value, via, lineno)
+    elif isinstance(arg, nodes.List | nodes.Tuple):
+        for item in arg.items:
+            if isinstance(item, nodes.Const) and isinstance(item.value, str):
+                yield StepReference(item.value, via, lineno)

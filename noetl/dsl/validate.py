@@ -1,0 +1,113 @@
+"""Load and validate a playbook, collecting every problem with its file, line, step and key.
+
+Passes, in order: read the file (`source`), normalize shorthand and legacy forms
+(`normalize`), check structure and types (the pydantic model, errors translated by
+`messages`), then semantic checks that need the whole document (`checks`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path as FsPath
+from typing import Any
+
+from pydantic import ValidationError
+
+from noetl.dsl.checks import semantic_checks, template_checks
+from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
+from noetl.dsl.messages import translate_errors
+from noetl.dsl.model import Playbook
+from noetl.dsl.normalize import normalize_document
+from noetl.dsl.source import Source, SourceError, YMap, parse_source, read_source
+from noetl.errors import PlaybookError
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What loading a playbook gave: the model (when valid) and every diagnostic."""
+
+    file: str
+    playbook: Playbook | None
+    diagnostics: list[Diagnostic] = field(default_factory=list)
+    source: Source | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.playbook is not None and not has_errors(self.diagnostics)
+
+    @property
+    def errors(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.ERROR]
+
+    @property
+    def warnings(self) -> list[Diagnostic]:
+        return [d for d in self.diagnostics if d.severity is Severity.WARNING]
+
+    def require(self) -> Playbook:
+        """The playbook, or PlaybookError listing the errors."""
+        if self.playbook is None or not self.ok:
+            raise PlaybookError(self.errors)
+        return self.playbook
+
+
+def load_playbook(path: str | FsPath, *, allow_legacy: bool = True) -> LoadResult:
+    """Read and validate a playbook file."""
+    try:
+        source = read_source(path)
+    except SourceError as exc:
+        return LoadResult(file=str(path), playbook=None, diagnostics=[exc.diagnostic])
+    return _validate(source, allow_legacy=allow_legacy)
+
+
+def load_playbook_text(
+    text: str | bytes, name: str = "<playbook>", *, allow_legacy: bool = True
+) -> LoadResult:
+    """Validate playbook text (from the API, a test or stdin)."""
+    try:
+        source = parse_source(text, name)
+    except SourceError as exc:
+        return LoadResult(file=name, playbook=None, diagnostics=[exc.diagnostic])
+    return _validate(source, allow_legacy=allow_legacy)
+
+
+def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
+    file = source.name
+    if not isinstance(source.tree, YMap):
+        got = "nothing" if source.tree is None else type(source.tree).__name__
+        diag = Diagnostic(
+            code="E011",
+            message=f"a playbook must be a mapping with metadata and workflow; got {got}",
+            file=file,
+            line=getattr(source.tree, "line", 1) or 1,
+        )
+        return LoadResult(file=file, playbook=None, diagnostics=[diag], source=source)
+    tree, diags = normalize_document(source.tree, file, allow_legacy=allow_legacy)
+    diags.extend(template_checks(tree, source))
+    playbook: Playbook | None = None
+    try:
+        playbook = Playbook.model_validate(tree)
+    except ValidationError as exc:
+        diags.extend(translate_errors(exc.errors(), tree, file))
+        if not has_errors(diags):  # pragma: no cover - every pydantic error is reported
+            raise
+    if playbook is not None:
+        diags.extend(semantic_checks(playbook, tree, source))
+    diags = _dedupe(diags)
+    diags.sort(key=lambda d: (d.line or 0, d.severity is Severity.WARNING, d.code))
+    return LoadResult(
+        file=file,
+        playbook=playbook if not has_errors(diags) else None,
+        diagnostics=diags,
+        source=source,
+    )
+
+
+def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for diag in diags:
+        key = (diag.code, diag.line, diag.message)
+        if key not in seen:
+            seen.add(key)
+            out.append(diag)
+    return out
