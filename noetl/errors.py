@@ -3,6 +3,8 @@
     NoetlError
     ├── PlaybookError          a playbook failed to load or validate (carries diagnostics)
     ├── ConfigError            a bad setting at start-up
+    ├── store errors (noetl.store.base): ConcurrencyError, NotFoundError,
+    │   StoreUnavailableError (retryable when the database is only busy)
     ├── RetryableError         transient: a retry may succeed
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget
     ├── FatalError             permanent: retrying cannot help

@@ -1,0 +1,264 @@
+"""The embedded Store: one SQLite file (stdlib sqlite3), WAL mode, numbered migrations.
+
+One connection guarded by a lock: the embedded runtime writes from one thread, and WAL
+lets other processes (`noetl status`, a second `noetl run`) read while it writes. Writers
+in other processes wait up to 5 s for the lock (`busy_timeout`); every commit takes the
+write lock up front (`BEGIN IMMEDIATE`) so the read of `last_seq` and the append cannot
+interleave with another writer.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._rows import (
+    EXECUTION_COLUMNS,
+    PreparedAppend,
+    check_page,
+    event_from_row,
+    loads,
+    prepare,
+    record_from_row,
+    record_to_row,
+)
+from noetl.store.base import (
+    Append,
+    ConcurrencyError,
+    ExecutionRecord,
+    NotFoundError,
+    StoreUnavailableError,
+)
+from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
+
+BUSY_TIMEOUT_MS = 5000
+
+_COLUMNS = ", ".join(EXECUTION_COLUMNS)
+_INSERT_EXECUTION = (
+    f"INSERT INTO execution ({_COLUMNS}) "
+    f"VALUES ({', '.join(':' + column for column in EXECUTION_COLUMNS)})"
+)
+_SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
+_INSERT_EVENT = (
+    "INSERT INTO event_log (execution_id, seq, type, ts, step, payload) VALUES (?, ?, ?, ?, ?, ?)"
+)
+_UPDATE_EXECUTION = """
+UPDATE execution SET
+    last_seq = :last_seq,
+    updated_at = :now,
+    status = COALESCE(:status, status),
+    finished_at = CASE WHEN :status IS NULL THEN finished_at ELSE :finished_at END,
+    context = COALESCE(:context, context)
+WHERE execution_id = :execution_id
+"""
+_UPSERT_STEP = """
+INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (?, ?, ?, ?)
+ON CONFLICT (execution_id, step) DO UPDATE SET
+    status = excluded.status, updated_at = excluded.updated_at
+"""
+_SELECT_EVENTS = (
+    "SELECT seq, type, ts, step, payload FROM event_log "
+    "WHERE execution_id = ? AND seq > ? ORDER BY seq LIMIT ?"
+)
+
+
+def _record(row: tuple[Any, ...]) -> ExecutionRecord:
+    return record_from_row(dict(zip(EXECUTION_COLUMNS, row, strict=True)))
+
+
+class SqliteStore:
+    """Store in one SQLite file; the file and its directory are created when missing."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self._lock = threading.Lock()
+        self._conn = self._connect()
+
+    def __repr__(self) -> str:
+        return f"SqliteStore({str(self.path)!r})"
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreUnavailableError(
+                f"SQLite database {self.path} cannot be created: its directory "
+                f"{self.path.parent} cannot be made ({exc.strerror or exc}); choose a "
+                "database path inside a writable directory"
+            ) from exc
+        try:
+            conn = sqlite3.connect(
+                self.path,
+                timeout=BUSY_TIMEOUT_MS / 1000,
+                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
+                check_same_thread=False,
+            )
+        except sqlite3.Error as exc:
+            raise self._unavailable(exc) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+            migrate_sqlite(conn)
+        except SchemaTooNewError as exc:
+            conn.close()
+            raise StoreUnavailableError(f"SQLite database {self.path}: {exc}") from exc
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._unavailable(exc) from exc
+        return conn
+
+    def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailableError:
+        """Name the file and say what to do, instead of a bare sqlite3 error."""
+        text = str(exc)
+        lowered = text.lower()
+        retryable = False
+        if "locked" in lowered or "busy" in lowered:
+            hint = (
+                f"another process held its lock for more than {BUSY_TIMEOUT_MS // 1000} s; "
+                "stop other noetl processes using this file, or retry"
+            )
+            retryable = True
+        elif "not a database" in lowered or "malformed" in lowered:
+            hint = "it is not a usable NoETL database; move the file away or choose another path"
+        elif "full" in lowered:
+            hint = "the disk is full; free some space"
+        elif "readonly" in lowered or "read-only" in lowered:
+            hint = "make the file and its directory writable for this user, or choose another path"
+        else:
+            hint = (
+                "check that the path is a file (not a directory) in an existing directory that "
+                "this user can write to, or choose another database path"
+            )
+        return StoreUnavailableError(
+            f"SQLite database {self.path} is unavailable ({text}): {hint}", retryable=retryable
+        )
+
+    @contextmanager
+    def _use(self) -> Iterator[sqlite3.Connection]:
+        """The connection, under the lock, with operational errors made readable."""
+        with self._lock:
+            try:
+                yield self._conn
+            except sqlite3.OperationalError as exc:
+                raise self._unavailable(exc) from exc
+            except sqlite3.DatabaseError as exc:
+                # Exactly DatabaseError is "file is not a database" and kin; its subclasses
+                # (IntegrityError, ProgrammingError...) are bugs and stay as they are.
+                if type(exc) is not sqlite3.DatabaseError:
+                    raise
+                raise self._unavailable(exc) from exc
+
+    def create_execution(self, record: ExecutionRecord) -> None:
+        """Insert a new execution row; ConcurrencyError if the id exists."""
+        row = record_to_row(record)
+        with self._use() as conn:
+            try:
+                conn.execute(_INSERT_EXECUTION, row)
+            except sqlite3.IntegrityError as exc:
+                if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
+                    raise
+                raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
+
+    def commit(self, appends: Sequence[Append]) -> None:
+        """Apply every append in one transaction (see `Store.commit`)."""
+        prepared = [prepare(append) for append in appends]
+        if not prepared:
+            return
+        with self._use() as conn:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                for item in prepared:
+                    self._write(conn, item)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+
+    @staticmethod
+    def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
+        row = conn.execute(_SELECT_LAST_SEQ, (item.execution_id,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"execution {item.execution_id} not found")
+        if row[0] != item.expected_seq:
+            raise ConcurrencyError(
+                f"execution {item.execution_id}: expected last seq {item.expected_seq}, "
+                f"store has {row[0]}"
+            )
+        if item.events:
+            conn.executemany(_INSERT_EVENT, item.events)
+        conn.execute(
+            _UPDATE_EXECUTION,
+            {
+                "last_seq": item.last_seq,
+                "now": item.now,
+                "status": None if item.status is None else item.status.value,
+                "finished_at": item.now if item.finished else None,
+                "context": item.context,
+                "execution_id": item.execution_id,
+            },
+        )
+        if item.steps:
+            conn.executemany(_UPSERT_STEP, item.steps)
+
+    def load_events(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """Events in sequence order after `after_seq`, at most `limit`."""
+        check_page(limit)
+        with self._use() as conn:
+            rows = conn.execute(
+                _SELECT_EVENTS, (execution_id, after_seq, -1 if limit is None else limit)
+            ).fetchall()
+            # Only an empty answer needs the extra lookup that tells "none" from "no such".
+            if not rows and not self._exists(conn, execution_id):
+                raise NotFoundError(f"execution {execution_id} not found")
+        return [event_from_row(execution_id, row) for row in rows]
+
+    @staticmethod
+    def _exists(conn: sqlite3.Connection, execution_id: str) -> bool:
+        return conn.execute(_SELECT_LAST_SEQ, (execution_id,)).fetchone() is not None
+
+    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        with self._use() as conn:
+            row = conn.execute(
+                f"SELECT {_COLUMNS} FROM execution WHERE execution_id = ?", (execution_id,)
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def list_executions(
+        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
+    ) -> list[ExecutionRecord]:
+        """Newest first (created_at, then insertion order); optionally one status."""
+        check_page(limit, offset)
+        where = "" if status is None else "WHERE status = ?"
+        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
+        with self._use() as conn:
+            rows = conn.execute(
+                f"SELECT {_COLUMNS} FROM execution {where} "
+                "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                (*params, limit, offset),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        with self._use() as conn:
+            rows = conn.execute(
+                "SELECT step, status FROM step_state WHERE execution_id = ? ORDER BY rowid",
+                (execution_id,),
+            ).fetchall()
+            if not rows and not self._exists(conn, execution_id):
+                raise NotFoundError(f"execution {execution_id} not found")
+        return {step: loads(status) for step, status in rows}
+
+    def close(self) -> None:
+        """Close the connection; the store cannot be used afterwards."""
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,328 @@
+"""SqliteStore against a real file: schema from migrations, errors people will meet, volume."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import noetl.store.sqlite as sqlite_module
+from noetl.engine.types import Event
+from noetl.store import Append, ExecutionRecord, SqliteStore, StoreUnavailableError
+from noetl.store.migrate import Migration, discover, migrate_sqlite, split_statements
+
+# (name, declared type, not null, primary-key position) as PRAGMA table_info reports them.
+EXPECTED_COLUMNS = {
+    "schema_migrations": [
+        ("version", "INTEGER", 0, 1),
+        ("applied_at", "REAL", 1, 0),
+    ],
+    "execution": [
+        ("execution_id", "TEXT", 0, 1),
+        ("playbook_name", "TEXT", 1, 0),
+        ("playbook_path", "TEXT", 0, 0),
+        ("playbook_text", "TEXT", 1, 0),
+        ("workload", "TEXT", 1, 0),
+        ("status", "TEXT", 1, 0),
+        ("context", "TEXT", 1, 0),
+        ("parent_execution_id", "TEXT", 0, 0),
+        ("last_seq", "INTEGER", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+        ("finished_at", "REAL", 0, 0),
+    ],
+    "event_log": [
+        ("execution_id", "TEXT", 1, 1),
+        ("seq", "INTEGER", 1, 2),
+        ("type", "TEXT", 1, 0),
+        ("ts", "REAL", 1, 0),
+        ("step", "TEXT", 0, 0),
+        ("payload", "TEXT", 1, 0),
+    ],
+    "step_state": [
+        ("execution_id", "TEXT", 1, 1),
+        ("step", "TEXT", 1, 2),
+        ("status", "TEXT", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
+}
+EXPECTED_INDEXES = {
+    ("execution_status_idx", "execution", ("status",)),
+    ("execution_created_at_idx", "execution", ("created_at",)),
+    ("event_log_type_idx", "event_log", ("execution_id", "type")),
+}
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "data" / "noetl.db"
+
+
+@pytest.fixture
+def store(db_path: Path) -> Iterator[SqliteStore]:
+    adapter = SqliteStore(db_path)
+    yield adapter
+    adapter.close()
+
+
+def raw(path: Path) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def record(execution_id: str = "e1") -> ExecutionRecord:
+    return ExecutionRecord(execution_id, "demo", None, "name: demo\n", {}, created_at=1.0)
+
+
+def migration_rows(path: Path) -> list[tuple[int, float]]:
+    conn = raw(path)
+    try:
+        return list(conn.execute("SELECT version, applied_at FROM schema_migrations"))
+    finally:
+        conn.close()
+
+
+# -- schema --------------------------------------------------------------------------------
+
+
+def test_migrations_create_the_documented_schema(store: SqliteStore, db_path: Path) -> None:
+    conn = raw(db_path)
+    try:
+        tables = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        columns = {
+            table: [
+                (name, type_, notnull, pk)
+                for _, name, type_, notnull, _, pk in conn.execute(f"PRAGMA table_info({table})")
+            ]
+            for table in tables
+        }
+        indexes = {
+            (name, table, tuple(row[2] for row in conn.execute(f"PRAGMA index_info({name})")))
+            for name, table in conn.execute(
+                "SELECT name, tbl_name FROM sqlite_master "
+                "WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex_%'"
+            )
+        }
+        journal_mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+    finally:
+        conn.close()
+
+    assert columns == EXPECTED_COLUMNS
+    assert indexes == EXPECTED_INDEXES
+    assert journal_mode == "wal"
+
+
+def test_connection_settings(store: SqliteStore) -> None:
+    conn = store._conn
+    settings = {
+        name: conn.execute(f"PRAGMA {name}").fetchone()[0]
+        for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+    }
+
+    # synchronous: 1 is NORMAL
+    assert settings == {
+        "journal_mode": "wal",
+        "synchronous": 1,
+        "busy_timeout": 5000,
+        "foreign_keys": 1,
+    }
+
+
+def test_schema_constraints_hold(store: SqliteStore, db_path: Path) -> None:
+    store.create_execution(record("e1"))
+    conn = raw(db_path)
+    conn.execute("PRAGMA foreign_keys = ON")
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("UPDATE execution SET status = 'done' WHERE execution_id = 'e1'")
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute("INSERT INTO event_log VALUES ('nope', 1, 't', 1.0, NULL, '{}')")
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute("INSERT INTO event_log VALUES ('e1', 1, 't', 1.0, NULL, '{}')")
+            conn.execute("INSERT INTO event_log VALUES ('e1', 1, 't', 2.0, NULL, '{}')")
+    finally:
+        conn.close()
+
+
+def test_packaged_migrations() -> None:
+    migrations = discover("sqlite")
+
+    def head(statement: str) -> str:
+        code = " ".join(line for line in statement.splitlines() if not line.startswith("--"))
+        return " ".join(code.split()[:3])
+
+    assert [(m.version, m.name) for m in migrations] == [(1, "init")]
+    assert [head(s) for s in split_statements(migrations[0].sql)] == [
+        "CREATE TABLE execution",
+        "CREATE INDEX execution_status_idx",
+        "CREATE INDEX execution_created_at_idx",
+        "CREATE TABLE event_log",
+        "CREATE INDEX event_log_type_idx",
+        "CREATE TABLE step_state",
+    ]
+
+
+def test_split_statements_keeps_semicolons_inside_literals() -> None:
+    sql = "INSERT INTO t VALUES ('a;b');\n-- a comment; with a semicolon\nSELECT 1;\n"
+
+    assert split_statements(sql) == [
+        "INSERT INTO t VALUES ('a;b');",
+        "-- a comment; with a semicolon\nSELECT 1;",
+    ]
+
+
+# -- migrations over time ------------------------------------------------------------------
+
+
+def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
+    first = SqliteStore(db_path)
+    first.create_execution(record("e1"))
+    first.close()
+    applied = migration_rows(db_path)
+
+    second = SqliteStore(db_path)
+    try:
+        assert migration_rows(db_path) == applied
+        assert [version for version, _ in applied] == [1]
+        assert second.get_execution("e1") == record("e1")
+        assert migrate_sqlite(second._conn) == []
+    finally:
+        second.close()
+
+
+def test_pending_migrations_apply_in_order_once(store: SqliteStore, db_path: Path) -> None:
+    later = [
+        Migration(3, "third", "ALTER TABLE extra ADD COLUMN y TEXT;"),
+        Migration(2, "second", "CREATE TABLE extra (x INTEGER);"),
+    ]
+    conn = raw(db_path)
+    try:
+        migrations = [*discover("sqlite"), *sorted(later, key=lambda m: m.version)]
+        assert migrate_sqlite(conn, migrations, clock=lambda: 42.0) == [2, 3]
+        assert migrate_sqlite(conn, migrations) == []
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(extra)")]
+    finally:
+        conn.close()
+
+    assert columns == ["x", "y"]
+    assert [row for row in migration_rows(db_path) if row[0] > 1] == [(2, 42.0), (3, 42.0)]
+
+
+def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: Path) -> None:
+    broken = Migration(2, "broken", "CREATE TABLE half (x);\nCREATE TABLE execution (x);")
+    conn = raw(db_path)
+    try:
+        with pytest.raises(sqlite3.OperationalError, match="already exists"):
+            migrate_sqlite(conn, [*discover("sqlite"), broken])
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert not conn.in_transaction
+    finally:
+        conn.close()
+
+    assert "half" not in tables
+    assert [version for version, _ in migration_rows(db_path)] == [1]
+
+
+def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
+    SqliteStore(db_path).close()
+    conn = raw(db_path)
+    conn.execute("INSERT INTO schema_migrations VALUES (999, 1.0)")
+    conn.close()
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        SqliteStore(db_path)
+
+    assert str(db_path) in str(caught.value)
+    assert "schema version 999 is newer than this build knows (1)" in str(caught.value)
+
+
+# -- errors a user will meet ---------------------------------------------------------------
+
+
+def test_parent_that_is_a_file_gives_a_readable_error(tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    path = blocker / "sub" / "noetl.db"
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        SqliteStore(path)
+
+    message = str(caught.value)
+    assert str(path) in message
+    assert "writable directory" in message
+    assert caught.value.retryable is False
+
+
+def test_path_that_is_a_directory_gives_a_readable_error(tmp_path: Path) -> None:
+    path = tmp_path / "a-directory.db"
+    path.mkdir()
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        SqliteStore(path)
+
+    message = str(caught.value)
+    assert message.startswith(f"SQLite database {path} is unavailable (unable to open")
+    assert "choose another database path" in message
+    assert isinstance(caught.value.__cause__, sqlite3.OperationalError)
+
+
+def test_a_file_that_is_not_a_database_gives_a_readable_error(tmp_path: Path) -> None:
+    path = tmp_path / "garbage.db"
+    path.write_bytes(b"this is not sqlite" * 100)
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        SqliteStore(path)
+
+    assert str(path) in str(caught.value)
+    assert "not a usable NoETL database" in str(caught.value)
+
+
+def test_a_locked_database_gives_a_retryable_error(
+    db_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sqlite_module, "BUSY_TIMEOUT_MS", 50)
+    adapter = SqliteStore(db_path)
+    adapter.create_execution(record("e1"))
+    holder = raw(db_path)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StoreUnavailableError) as caught:
+            adapter.commit([Append("e1", 0, [Event(1, "t", "e1", 1.0)], now=1.0)])
+        holder.execute("ROLLBACK")
+
+        assert str(db_path) in str(caught.value)
+        assert "locked" in str(caught.value)
+        assert caught.value.retryable is True
+        # the store recovers once the lock is gone
+        adapter.commit([Append("e1", 0, [Event(1, "t", "e1", 1.0)], now=1.0)])
+        assert [event.seq for event in adapter.load_events("e1")] == [1]
+    finally:
+        holder.close()
+        adapter.close()
+
+
+# -- volume --------------------------------------------------------------------------------
+
+
+def test_ten_thousand_events_in_one_commit(store: SqliteStore) -> None:
+    store.create_execution(record("e1"))
+    events = [
+        Event(seq, "step.finished", "e1", float(seq), f"s{seq % 7}", {"i": seq, "v": "x" * 20})
+        for seq in range(1, 10_001)
+    ]
+
+    store.commit([Append("e1", 0, events, steps={"s0": {"n": 1}}, now=2.0)])
+
+    loaded = store.load_events("e1")
+    assert len(loaded) == 10_000
+    assert loaded[0] == events[0]
+    assert loaded[-1] == events[-1]
+    execution = store.get_execution("e1")
+    assert execution is not None
+    assert execution.last_seq == 10_000
