@@ -1,0 +1,235 @@
+"""The child side of the `python` tool: a loop that runs user code sent over a pipe.
+
+The fork server (see `python_pool`) imports this module before it forks children, so it
+imports only the standard library and nothing of NoETL beyond its package markers.
+
+Protocol over two one-way pipes, one call at a time, pickled by `Connection.send`:
+
+    child  -> parent   READY                                  once, when the loop starts
+    parent -> child    (code, module, callable, args, context)
+    child  -> parent   (True, result_json, stdout)
+                       (False, error, error_type, retryable, stdout)
+"""
+
+from __future__ import annotations
+
+import builtins
+import importlib
+import inspect
+import io
+import json
+import os
+import signal
+import traceback
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from multiprocessing.connection import Connection
+from typing import Any
+
+READY = "ready"
+INLINE_FILENAME = "<inline code>"
+STDOUT_LIMIT = 64 * 1024  # bytes of UTF-8 kept from what user code prints
+TRUNCATED_MARKER = "\n[output truncated at 64 KiB]\n"
+CACHE_SIZE = 256  # compiled inline sources (and module callables) kept per child
+MAX_FRAMES = 3  # user-code frames kept in an error message
+
+_RETRYABLE_NAMES = frozenset({"RetryableError", "TimeoutError", "ConnectionError"})
+# OSErrors that a retry cannot fix: the file system will not change by itself.
+_PERMANENT_OS_ERRORS = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+)
+
+Reply = tuple[Any, ...]
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether a failure raised by user code may succeed when the task is retried.
+
+    Retryable: an exception that says so (`retryable = True`, as NoETL's `RetryableError`
+    does), any class in its MRO named `RetryableError`, `TimeoutError` or `ConnectionError`
+    (matched by name, so users can define their own), and other `OSError`s except the
+    file-system ones listed in `_PERMANENT_OS_ERRORS`.
+    """
+    if getattr(exc, "retryable", None) is True:
+        return True
+    if any(cls.__name__ in _RETRYABLE_NAMES for cls in type(exc).__mro__):
+        return True
+    return isinstance(exc, OSError) and not isinstance(exc, _PERMANENT_OS_ERRORS)
+
+
+class _SpecError(Exception):
+    """The spec cannot be turned into a callable (not an error of the user's code)."""
+
+
+class _Capture(io.TextIOBase):
+    """A text stream keeping only the first `STDOUT_LIMIT` characters written to it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._parts: list[str] = []
+        self._size = 0
+        self._truncated = False
+
+    encoding = "utf-8"  # some libraries read sys.stdout.encoding
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        room = STDOUT_LIMIT - self._size
+        if room > 0:
+            part = text[:room]
+            self._parts.append(part)
+            self._size += len(part)
+        if len(text) > room:
+            self._truncated = True
+        return len(text)
+
+    def getvalue(self) -> str:
+        if not self._parts:
+            return ""
+        text = "".join(self._parts)
+        data = text.encode("utf-8", "replace")
+        if self._truncated or len(data) > STDOUT_LIMIT:
+            data = data[: STDOUT_LIMIT - len(TRUNCATED_MARKER)]
+            text = data.decode("utf-8", "ignore") + TRUNCATED_MARKER
+        return text
+
+
+def _arity(func: Callable[..., Any]) -> int:
+    """How many of (context, args) to pass: 2, 1 (args only) or 0."""
+    try:
+        parameters = inspect.signature(func).parameters.values()
+    except (TypeError, ValueError):  # some builtins have no signature
+        return 2
+    positional = 0
+    for param in parameters:
+        if param.kind is inspect.Parameter.VAR_POSITIONAL:
+            return 2
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return min(positional, 2)
+
+
+def _describe(exc: BaseException) -> str:
+    try:
+        message = str(exc)
+    except Exception:  # a broken __str__ must not hide the error itself
+        message = "<unprintable>"
+    name = type(exc).__name__
+    return f"{name}: {message}" if message else name
+
+
+def _short_path(filename: str) -> str:
+    try:
+        relative = os.path.relpath(filename)
+    except ValueError:
+        return filename
+    return filename if relative.startswith("..") else relative
+
+
+def _format_error(exc: BaseException, source: str | None) -> str:
+    """`Type: message` plus the last few frames of user code, one line each."""
+    lines = [_describe(exc)]
+    frames = [
+        frame
+        for frame in traceback.extract_tb(exc.__traceback__)
+        if frame.filename != __file__ and not frame.filename.startswith("<frozen ")
+    ]
+    code_lines = source.splitlines() if source is not None else []
+    for frame in frames[-MAX_FRAMES:]:
+        if frame.filename == INLINE_FILENAME:
+            where = "inline code"
+            lineno = frame.lineno or 0
+            text = code_lines[lineno - 1].strip() if 0 < lineno <= len(code_lines) else ""
+        else:
+            where = _short_path(frame.filename)
+            text = (frame.line or "").strip()
+        lines.append(f"  {where}, line {frame.lineno}, in {frame.name}")
+        if text:
+            lines.append(f"    {text}")
+    return "\n".join(lines)
+
+
+class Runner:
+    """Resolves specs to callables (cached) and runs one call."""
+
+    def __init__(self) -> None:
+        self._cache: OrderedDict[object, tuple[Callable[..., Any], int]] = OrderedDict()
+
+    def _remember(self, key: object, func: Callable[..., Any]) -> tuple[Callable[..., Any], int]:
+        entry = (func, _arity(func))
+        self._cache[key] = entry
+        if len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return entry
+
+    def _resolve(
+        self, code: str | None, module: str | None, name: str
+    ) -> tuple[Callable[..., Any], int]:
+        key: object = (code, name) if code is not None else (module, name, None)
+        entry = self._cache.get(key)
+        if entry is not None:
+            self._cache.move_to_end(key)
+            return entry
+        if code is not None:
+            namespace: dict[str, Any] = {"__name__": "__noetl_inline__", "__builtins__": builtins}
+            exec(compile(code, INLINE_FILENAME, "exec"), namespace)
+            func = namespace.get(name)
+            where = "inline code"
+        elif module is not None:
+            func = getattr(importlib.import_module(module), name, None)
+            where = f"module {module!r}"
+        else:
+            raise _SpecError("python tool needs spec.code or spec.module")
+        if not callable(func):
+            raise _SpecError(f"{where} does not define a callable {name!r}")
+        return self._remember(key, func)
+
+    def run(self, request: Reply) -> Reply:
+        """Run one request; never raises (a user's `sys.exit` included)."""
+        code, module, name, args, context = request
+        capture = _Capture()
+        try:
+            with redirect_stdout(capture), redirect_stderr(capture):
+                func, arity = self._resolve(code, module, name)
+                result = func(context, args) if arity == 2 else func(args) if arity else func()
+                if inspect.iscoroutine(result):
+                    import asyncio  # noqa: PLC0415 - only async users pay for it
+
+                    result = asyncio.run(result)
+        except _SpecError as exc:
+            return (False, str(exc), "FatalError", False, capture.getvalue())
+        except SystemExit as exc:
+            call = "sys.exit()" if exc.code is None else f"sys.exit({exc.code!r})"
+            return (False, f"user code called {call}", "SystemExit", False, capture.getvalue())
+        except BaseException as exc:  # user code may raise anything; report it all
+            error = _format_error(exc, code)
+            return (False, error, type(exc).__name__, is_retryable(exc), capture.getvalue())
+        try:
+            text = json.dumps(result, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            error = f"result of {name}() is not JSON-serializable: {exc}"
+            return (False, error, type(exc).__name__, False, capture.getvalue())
+        return (True, text, capture.getvalue())
+
+
+def serve(reader: Connection, writer: Connection) -> None:
+    """The child's main loop: answer calls until the parent closes its end."""
+    # Ctrl-C reaches the whole process group; the parent decides when children stop.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    runner = Runner()
+    writer.send(READY)
+    while True:
+        try:
+            request = reader.recv()
+        except (EOFError, OSError):  # the parent is gone or closed the pool
+            return
+        writer.send(runner.run(request))

@@ -1,0 +1,388 @@
+"""A pool of child Python processes that run the `python` tool's user code.
+
+User code runs outside the worker so that whatever it does (raise, loop forever, call
+`sys.exit`, crash the interpreter, leak memory) costs one task, never the worker. Each
+child comes from the "forkserver" start method (the worker has threads, so forking it is
+unsafe) and serves calls over a pair of `multiprocessing.Pipe`s, one at a time, for its
+whole life; a child that crashes or runs past its timeout is killed and replaced. POSIX
+only (forkserver, `select.poll`).
+
+How user code is called (the `spec` of a python task, see `noetl.dsl.kinds.PythonSpec`):
+
+- `code`: Python source defining the callable (default `main`). It is compiled and its
+  top level executed once per child, then cached by source, so module-level setup is
+  shared by the calls that child serves.
+- `module` + `callable`: `importlib.import_module(module)`, then `getattr(callable)`.
+
+The callable is called as `main(context, args)`; if it takes one positional parameter as
+`main(args)`, if it takes none as `main()`. An `async def` is run with `asyncio.run`. Its
+return value must be JSON-serializable (strict JSON: no NaN or Infinity); it crosses the
+pipe as JSON text. What it prints to stdout or stderr comes back in `Outcome.stdout`
+(the first 64 KiB).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import multiprocessing
+import select
+import signal
+import threading
+import time
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from types import TracebackType
+from typing import Any
+
+from noetl.engine.types import Outcome, Task
+from noetl.worker._pychild import READY, Reply, serve
+
+__all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
+
+DEFAULT_TIMEOUT_MS = 30_000
+START_TIMEOUT_S = 60.0  # a fresh interpreter importing this package; not the task's budget
+CLOSE_GRACE_S = 10.0
+
+
+class _Failure(Exception):
+    """The call did not produce a reply; the child must be replaced."""
+
+    def __init__(self, message: str, error_type: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+        self.retryable = retryable
+
+
+def _exit_message(code: int | None) -> str:
+    if code is None:
+        return "python process exited (exit code unknown)"
+    if code < 0:
+        try:
+            return f"python process exited with code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"python process exited with code {code}"
+
+
+class _Child:
+    """One running child process and the parent's end of its pipe."""
+
+    __slots__ = ("exitcode", "poller", "process", "reader", "ready", "stopped", "writer")
+
+    def __init__(self, ctx: ForkServerContext) -> None:
+        # Two one-way pipes: measurably quicker than one duplex socket pair.
+        child_reader, writer = ctx.Pipe(duplex=False)
+        reader, child_writer = ctx.Pipe(duplex=False)
+        self.process: BaseProcess = ctx.Process(
+            target=serve, args=(child_reader, child_writer), name="noetl-python", daemon=False
+        )
+        try:
+            self.process.start()
+        finally:
+            # Our copies of the child's ends must go, or a dead child never reads as EOF.
+            child_reader.close()
+            child_writer.close()
+        self.reader: Connection = reader
+        self.writer: Connection = writer
+        self.poller = select.poll()
+        self.poller.register(reader.fileno(), select.POLLIN)
+        self.ready = False
+        self.stopped = False
+        self.exitcode: int | None = None
+
+    @classmethod
+    def try_start(cls, ctx: ForkServerContext) -> _Child | None:
+        """A started child, or None (out of processes): the next call tries again."""
+        try:
+            return cls(ctx)
+        except OSError:
+            return None
+
+    def wait_ready(self) -> None:
+        """Block until the child's loop runs, so start-up never eats a task's budget."""
+        if not self._wait(START_TIMEOUT_S):
+            message = f"python process did not start within {START_TIMEOUT_S:g} s"
+            raise _Failure(message, "ProcessError", retryable=True)
+        if self.reader.recv() != READY:
+            raise _Failure("python process sent an unexpected greeting", "ProcessError")
+        self.ready = True
+
+    def call(self, request: Reply, timeout_s: float) -> Reply | None:
+        """Send one request and wait for the reply; None when the time is up."""
+        self.writer.send(request)
+        if not self._wait(timeout_s):
+            return None
+        reply: Reply = self.reader.recv()
+        return reply
+
+    def died_while_idle(self) -> bool:
+        """An idle child has nothing to say: a readable pipe means EOF (one cheap syscall)."""
+        return self.ready and bool(self.poller.poll(0))
+
+    def _wait(self, timeout_s: float) -> bool:
+        """Whether the reply (or EOF) is there within the time; quicker than `conn.poll`."""
+        return bool(self.poller.poll(max(math.ceil(timeout_s * 1000), 0)))
+
+    def kill(self) -> None:
+        """Kill the process now; whoever waits on its pipe sees EOF."""
+        if not self.stopped and self.process.exitcode is None:
+            self.process.kill()
+
+    def stop(self, *, kill: bool = False) -> int | None:
+        """Reap the process and release its resources (once); return the exit code.
+
+        Without `kill` a healthy child gets half a second to leave its loop on EOF.
+        """
+        if not self.stopped:
+            self.stopped = True
+            self.writer.close()  # a healthy child reads EOF and leaves its loop
+            self.reader.close()
+            if not kill:
+                self.process.join(0.5)
+            if self.process.exitcode is None:
+                self.process.kill()
+            self.process.join()
+            self.exitcode = self.process.exitcode
+            self.process.close()
+        return self.exitcode
+
+
+class PythonPool:
+    """A fixed number of child interpreters; `run` is safe to call from many threads.
+
+    Each child serves one call at a time. Idle children wait in a free list (a slot holds
+    None while its child could not be started; the next call that takes it starts one).
+    """
+
+    def __init__(self, processes: int = 2, *, default_timeout_ms: int = DEFAULT_TIMEOUT_MS):
+        if processes < 1:
+            raise ValueError("a python pool needs at least one process")
+        self._ctx = _context()
+        self._default_timeout_ms = default_timeout_ms
+        self._cond = threading.Condition()
+        self._busy: set[_Child] = set()
+        self._leased = 0
+        self._closed = False
+        self._free: list[_Child | None] = []
+        try:
+            for _ in range(processes):
+                self._free.append(_Child(self._ctx))
+        except BaseException:
+            for child in self._free:
+                if child is not None:
+                    child.stop(kill=True)
+            raise
+        # Children are not daemonic (user code may start processes of its own), so they
+        # must be stopped before multiprocessing's own exit hook waits for them.
+        atexit.register(self.close)
+
+    def __enter__(self) -> PythonPool:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the current children (for diagnostics and tests)."""
+        with self._cond:
+            children = [c for c in (*self._free, *self._busy) if c is not None]
+        return [c.process.pid for c in children if not c.stopped and c.process.pid is not None]
+
+    def run(self, task: Task) -> Outcome:
+        """Run a python task in a child process; never raises for anything user code does."""
+        started = time.perf_counter()
+        request = _request(task)
+        if isinstance(request, str):
+            return _failed(task, started, request, "FatalError")
+        timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
+        try:
+            reply = self._run_leased(request, max(timeout_ms, 0))
+        except _Failure as failure:
+            return _failed(
+                task, started, failure.message, failure.error_type, retryable=failure.retryable
+            )
+        return _outcome(task, started, reply)
+
+    def close(self) -> None:
+        """Stop every child (killing those still running a task) and reap them all."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            idle = [c for c in self._free if c is not None]
+            self._free = []
+            busy = list(self._busy)
+            self._cond.notify_all()
+        atexit.unregister(self.close)
+        for child in busy:
+            child.kill()  # its caller reads EOF, then reaps it in _release
+        for child in idle:
+            child.stop()
+        deadline = time.monotonic() + CLOSE_GRACE_S
+        with self._cond:
+            while self._leased and (remaining := deadline - time.monotonic()) > 0:
+                self._cond.wait(remaining)
+
+    # --- internals ------------------------------------------------------------------
+
+    def _run_leased(self, request: Reply, timeout_ms: int) -> Reply:
+        child = self._acquire()
+        healthy = False
+        try:
+            if child is not None and child.died_while_idle():
+                # killed from outside (say, the OOM killer): not this task's fault
+                self._forget(child)
+                child = None
+            if child is None:
+                child = self._start()
+            reply = self._call(child, request, timeout_ms)
+            healthy = True
+            return reply
+        finally:
+            self._release(child, healthy)
+
+    def _acquire(self) -> _Child | None:
+        """Take a free slot (waiting for one); raises `_Failure` once the pool is closed."""
+        with self._cond:
+            while not self._free and not self._closed:
+                self._cond.wait()
+            if self._closed:
+                raise _Failure("python pool is closed", "CancelError", retryable=True)
+            child = self._free.pop()  # the most recently used child: its caches are warm
+            self._leased += 1
+            if child is not None:
+                self._busy.add(child)
+            return child
+
+    def _forget(self, child: _Child) -> None:
+        child.stop(kill=True)
+        with self._cond:
+            self._busy.discard(child)
+
+    def _start(self) -> _Child:
+        try:
+            child = _Child(self._ctx)
+        except OSError as exc:
+            message = f"could not start a python process: {exc}"
+            raise _Failure(message, "ProcessError", retryable=True) from None
+        with self._cond:
+            if not self._closed:
+                self._busy.add(child)
+                return child
+        child.stop(kill=True)
+        raise _Failure("python pool is closed", "CancelError", retryable=True)
+
+    def _call(self, child: _Child, request: Reply, timeout_ms: int) -> Reply:
+        """One round trip; raises `_Failure` when the child is dead or must be replaced."""
+        try:
+            if not child.ready:
+                child.wait_ready()
+            reply = child.call(request, timeout_ms / 1000)
+        except (EOFError, OSError):
+            code = child.stop()
+            if self._closed:
+                message = "python pool was closed while the task ran"
+                raise _Failure(message, "CancelError", retryable=True) from None
+            raise _Failure(_exit_message(code), "ProcessError") from None
+        if reply is None:
+            raise _Failure(f"timed out after {timeout_ms} ms", "TimeoutError", retryable=True)
+        return reply
+
+    def _release(self, used: _Child | None, healthy: bool) -> None:
+        """Give the slot back: the same child if healthy, else a fresh one."""
+        if used is not None and not healthy:
+            used.stop(kill=True)
+        slot = used if healthy else None
+        if slot is None and not self._closed:
+            slot = _Child.try_start(self._ctx)  # in the background; ready by the next call
+        with self._cond:
+            if not self._closed:
+                self._free.append(slot)
+                self._finish_lease(used)
+                return
+        if slot is not None:
+            slot.stop()
+        with self._cond:
+            self._finish_lease(used)
+
+    def _finish_lease(self, used: _Child | None) -> None:
+        # called with the lock held
+        if used is not None:
+            self._busy.discard(used)
+        self._leased -= 1
+        self._cond.notify_all()
+
+
+def _context() -> ForkServerContext:
+    """The "forkserver" context: children start from a fresh interpreter, never by forking
+    this (threaded) process, and in milliseconds rather than an interpreter start each.
+
+    The fork server imports the main module (which "spawn" would import again in every
+    child) and the child loop once. The preload list is process-wide; NoETL is the only
+    user of the fork server in its processes.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__", "noetl.worker._pychild"])
+    return ctx
+
+
+def _request(task: Task) -> Reply | str:
+    """The message for the child, or why the spec cannot be run."""
+    spec = task.spec
+    code, module = spec.get("code"), spec.get("module")
+    name = spec.get("callable") or "main"
+    if (code is None) == (module is None):
+        return "python tool needs exactly one of spec.code or spec.module"
+    if not isinstance(code or module, str) or not isinstance(name, str):
+        return "python tool spec.code, spec.module and spec.callable must be strings"
+    return (code, module, name, task.args, task.context)
+
+
+def _elapsed_ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000
+
+
+def _failed(
+    task: Task, started: float, error: str, error_type: str, *, retryable: bool = False
+) -> Outcome:
+    return Outcome(
+        task_id=task.task_id,
+        ok=False,
+        error=error,
+        error_type=error_type,
+        retryable=retryable,
+        duration_ms=_elapsed_ms(started),
+    )
+
+
+def _outcome(task: Task, started: float, reply: Reply) -> Outcome:
+    if reply[0]:
+        _, text, stdout = reply
+        this: Any = json.loads(text)
+        return Outcome(
+            task_id=task.task_id,
+            ok=True,
+            this=this,
+            stdout=stdout,
+            duration_ms=_elapsed_ms(started),
+        )
+    _, error, error_type, retryable, stdout = reply
+    return Outcome(
+        task_id=task.task_id,
+        ok=False,
+        error=error,
+        error_type=error_type,
+        retryable=retryable,
+        stdout=stdout,
+        duration_ms=_elapsed_ms(started),
+    )

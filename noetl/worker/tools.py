@@ -1,0 +1,117 @@
+"""Tools: what a worker runs for a task, looked up by the task's `kind`.
+
+A tool turns a `Task` into an `Outcome` and reports failures in it rather than raising;
+`ToolRegistry.run` still turns a stray exception into a failed outcome, so one buggy tool
+cannot take the worker loop down.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Protocol
+
+from noetl.engine.types import Outcome, Task
+from noetl.worker.python_pool import PythonPool
+
+__all__ = [
+    "NoopTool",
+    "PythonTool",
+    "Tool",
+    "ToolRegistry",
+    "UnknownTool",
+    "default_registry",
+]
+
+
+class Tool(Protocol):
+    """Runs the tasks of one kind."""
+
+    kind: str
+
+    def run(self, task: Task) -> Outcome:
+        """Run the task; report every failure in the outcome."""
+        ...
+
+
+class NoopTool:
+    """Does nothing; its result is the task's rendered `args`."""
+
+    kind: str = "noop"
+
+    def run(self, task: Task) -> Outcome:
+        return Outcome(task_id=task.task_id, ok=True, this=task.args)
+
+
+class PythonTool:
+    """User Python code, run in a child process of the pool (see `python_pool`)."""
+
+    kind: str = "python"
+
+    def __init__(self, pool: PythonPool) -> None:
+        self._pool = pool
+
+    def run(self, task: Task) -> Outcome:
+        return self._pool.run(task)
+
+
+class UnknownTool:
+    """Stands in for a kind nothing is registered for: every task fails, fatally."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def run(self, task: Task) -> Outcome:
+        return Outcome(
+            task_id=task.task_id,
+            ok=False,
+            error=f"no tool registered for kind {self.kind!r}",
+            error_type="FatalError",
+        )
+
+
+class ToolRegistry:
+    """Tools by kind."""
+
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool, *, replace: bool = False) -> None:
+        """Add a tool; a second tool for the same kind needs `replace=True`."""
+        if tool.kind in self._tools and not replace:
+            raise ValueError(f"a tool for kind {tool.kind!r} is already registered")
+        self._tools[tool.kind] = tool
+
+    def get(self, kind: str) -> Tool:
+        """The tool for `kind`; for an unknown kind one whose tasks fail (`UnknownTool`)."""
+        tool = self._tools.get(kind)
+        return UnknownTool(kind) if tool is None else tool
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._tools
+
+    def kinds(self) -> list[str]:
+        """The registered kinds, sorted."""
+        return sorted(self._tools)
+
+    def run(self, task: Task) -> Outcome:
+        """Run a task with the tool of its kind; never raises."""
+        started = time.perf_counter()
+        try:
+            return self.get(task.kind).run(task)
+        except Exception as exc:  # a tool bug must cost one task, not the worker
+            return Outcome(
+                task_id=task.task_id,
+                ok=False,
+                error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                retryable=getattr(exc, "retryable", False) is True,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+
+
+def default_registry(python_pool: PythonPool) -> ToolRegistry:
+    """The built-in tools available to the embedded runtime."""
+    return ToolRegistry([NoopTool(), PythonTool(python_pool)])

@@ -1,0 +1,1 @@
+"""Helpers shared by tests (importable as `tests.helpers` from the repository root)."""
