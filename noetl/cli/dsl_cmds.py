@@ -12,6 +12,7 @@ from noetl.dsl.codemod import rewrite_file
 from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.schema import playbook_json_schema
 from noetl.dsl.validate import LoadResult, load_playbook
+from noetl.errors import PlaybookError
 
 legacy_option = click.option(
     "--legacy/--no-legacy",
@@ -24,8 +25,24 @@ legacy_option = click.option(
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
+PLAYBOOK_SUFFIXES = (".yaml", ".yml")
+
+
+def _expand(files: tuple[Path, ...]) -> list[Path]:
+    """Files as given; a directory stands for the playbooks under it (sorted)."""
+    out: list[Path] = []
+    for path in files:
+        found = (
+            sorted(p for p in path.rglob("*") if p.suffix in PLAYBOOK_SUFFIXES and p.is_file())
+            if path.is_dir()
+            else []
+        )
+        out.extend(found or [path])  # an empty directory is reported as not a playbook
+    return out
+
+
 def _check(files: tuple[Path, ...], allow_legacy: bool, *, warnings: bool) -> list[LoadResult]:
-    return [load_playbook(f, allow_legacy=allow_legacy) for f in files]
+    return [load_playbook(f, allow_legacy=allow_legacy) for f in _expand(files)]
 
 
 def _report(results: list[LoadResult], *, warnings: bool, as_json: bool) -> int:
@@ -87,6 +104,8 @@ def lint_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool, strict:
     results = _check(files, allow_legacy, warnings=True)
     code = _report(results, warnings=True, as_json=as_json)
     if strict and any(r.warnings for r in results):
+        if not as_json:
+            click.echo("failed: --strict treats warnings as errors", err=True)
         code = 1
     sys.exit(code)
 
@@ -104,20 +123,33 @@ def schema_cmd() -> None:
 def codemod_cmd(files: tuple[Path, ...], write: bool, check: bool) -> None:
     """Rewrite legacy forms into canonical DSL v2, keeping comments.
 
-    Without --write the new text is printed.
+    Without --write the new text is printed. Notes (one per rewrite, and what must be
+    rewritten by hand) go to stderr. Exit 1 if a file cannot be parsed, or with --check
+    if a file would change.
     """
-    changed = 0
+    changed = failed = 0
     for path in files:
-        result = rewrite_file(path)
-        if result.changed:
-            changed += 1
+        try:
+            result = rewrite_file(path)
+        except PlaybookError as exc:
+            # one unreadable file must not stop the others from being rewritten
+            failed += 1
+            click.echo(str(exc), err=True)
+            continue
+        changed += result.changed
         for note in result.notes:
             click.echo(f"{path}: {note}", err=True)
         if write:
             if result.changed:
-                path.write_text(result.text, encoding="utf-8")
-        elif not check:
+                path.write_text(result.text, encoding="utf-8", newline="")
+                click.echo(f"{path}: rewritten", err=True)
+        elif check:
+            if result.changed:
+                click.echo(f"{path}: would be rewritten", err=True)
+        else:
             click.echo(result.text, nl=False)
     if check and changed:
-        click.echo(f"{changed} file(s) would change", err=True)
+        verb = "were rewritten" if write else "would change"
+        click.echo(f"{changed} file(s) {verb}", err=True)
+    if failed or (check and changed):
         sys.exit(1)
