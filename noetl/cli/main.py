@@ -12,6 +12,7 @@ import click
 
 from noetl import __version__
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
+from noetl.cli.run_cmd import run_cmd
 from noetl.errors import NoetlError, PlaybookError
 
 EXIT_FAILED = 1
@@ -28,6 +29,7 @@ cli.add_command(validate_cmd)
 cli.add_command(lint_cmd)
 cli.add_command(schema_cmd)
 cli.add_command(codemod_cmd)
+cli.add_command(run_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,0 +1,65 @@
+"""Parsing what users pass on the command line: `--set key=value` and workload files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+from ruamel.yaml import YAML
+from ruamel.yaml.error import YAMLError
+
+
+def parse_value(text: str) -> Any:
+    """A `--set` value: YAML scalars and flow collections (`3`, `true`, `[1, 2]`), else text."""
+    try:
+        value = YAML(typ="safe", pure=True).load(text)
+    except YAMLError:
+        return text
+    return text if value is None and text.strip() not in ("null", "~") else value
+
+
+def apply_sets(workload: dict[str, Any], sets: tuple[str, ...]) -> dict[str, Any]:
+    """Apply `a.b=value` assignments to a copy of the workload."""
+    out = dict(workload)
+    for item in sets:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected key=value, got {item!r}", param_hint="--set")
+        parts = key.strip().split(".")
+        node = out
+        for part in parts[:-1]:
+            child = node.get(part)
+            child = dict(child) if isinstance(child, dict) else {}
+            node[part] = child
+            node = child
+        node[parts[-1]] = parse_value(raw)
+    return out
+
+
+def read_workload(path: Path) -> dict[str, Any]:
+    """A workload file: a JSON (or YAML) object."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise click.BadParameter(f"{path}: {exc.strerror}", param_hint="--workload") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        if path.suffix.lower() == ".json":
+            raise click.BadParameter(
+                f"{path}:{exc.lineno}: invalid JSON: {exc.msg}", param_hint="--workload"
+            ) from None
+        try:
+            data = YAML(typ="safe", pure=True).load(text)
+        except YAMLError as yexc:
+            raise click.BadParameter(
+                f"{path}: invalid YAML: {yexc}", param_hint="--workload"
+            ) from None
+    if not isinstance(data, dict):
+        raise click.BadParameter(
+            f"{path}: a workload must be an object, got {type(data).__name__}",
+            param_hint="--workload",
+        )
+    return data

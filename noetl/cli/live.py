@@ -1,0 +1,91 @@
+"""The live terminal view of `noetl run`: steps, their state, loop progress, elapsed time."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from noetl.engine import ExecutionState, StepStatus
+from noetl.runtime.embedded import RunResult
+
+_STYLE = {
+    StepStatus.PENDING: "dim",
+    StepStatus.PARKED: "yellow",
+    StepStatus.RUNNING: "cyan",
+    StepStatus.OK: "green",
+    StepStatus.FAILED: "red",
+    StepStatus.SKIPPED: "dim",
+    StepStatus.CANCELED: "magenta",
+}
+
+
+def _table(state: ExecutionState, started: float) -> Group:
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("step")
+    table.add_column("state")
+    table.add_column("progress", width=34)
+    for name, run in state.steps.items():
+        progress: Any = ""
+        if run.is_loop and run.total:
+            failed = f" ({run.failed} failed)" if run.failed else ""
+            label = Text(f" {run.completed}/{run.total}{failed}")
+            progress = Text.assemble(*_bar_text(run.completed, run.total), label)
+        table.add_row(name, Text(run.status.value, style=_STYLE[run.status]), progress)
+    elapsed = time.monotonic() - started
+    header = Text(
+        f"execution {state.execution_id}  {state.status.value}  {elapsed:6.1f}s", style="bold"
+    )
+    return Group(header, table)
+
+
+def _bar_text(done: int, total: int, width: int = 20) -> tuple[Text, ...]:
+    filled = int(width * done / total) if total else width
+    return (Text("█" * filled, style="green"), Text("░" * (width - filled), style="dim"))
+
+
+class LiveView:
+    """Refreshes a table in place while an execution runs (only on a terminal)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.started = time.monotonic()
+        self.live = Live(console=console, refresh_per_second=8, transient=False)
+
+    def __enter__(self) -> LiveView:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.live.__exit__(None, None, None)
+
+    def update(self, states: dict[str, ExecutionState]) -> None:
+        for state in states.values():
+            self.live.update(_table(state, self.started))
+
+
+def print_summary(console: Console, result: RunResult) -> None:
+    """The final summary: status, duration, step counts, failures and saved values."""
+    style = "green" if result.status.value == "ok" else "red"
+    counts: dict[str, int] = {}
+    for step in result.steps.values():
+        counts[step["status"]] = counts.get(step["status"], 0) + 1
+    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    console.print(
+        Text(
+            f"execution {result.execution_id} finished: {result.status.value}",
+            style=f"bold {style}",
+        ),
+        Text(f" in {result.duration_s:.2f}s ({parts})"),
+    )
+    for name, step in result.steps.items():
+        if step.get("error"):
+            console.print(Text(f"  {name}: {step['error']}", style="red"))
+    if result.error:
+        console.print(Text(f"  {result.error}", style="red"))
+    if result.context:
+        console.print(Text("saved: " + ", ".join(sorted(result.context)), style="dim"))

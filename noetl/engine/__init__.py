@@ -1,0 +1,32 @@
+"""The pure engine: events in, new events and commands out. No I/O."""
+
+from noetl.engine.engine import Engine
+from noetl.engine.state import ExecutionState, StepRun, apply, fold
+from noetl.engine.types import (
+    CancelTasks,
+    Decision,
+    EnqueueTask,
+    Event,
+    EventType,
+    ExecutionStatus,
+    Outcome,
+    StepStatus,
+    Task,
+)
+
+__all__ = [
+    "CancelTasks",
+    "Decision",
+    "Engine",
+    "EnqueueTask",
+    "Event",
+    "EventType",
+    "ExecutionState",
+    "ExecutionStatus",
+    "Outcome",
+    "StepRun",
+    "StepStatus",
+    "Task",
+    "apply",
+    "fold",
+]

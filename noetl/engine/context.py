@@ -1,0 +1,119 @@
+"""The names a template sees, and the helpers `done ok fail running loop_done all_done any_done`.
+
+In scope: `workload`, `execution_id`, values saved with `result.as` / `collect`, the step's
+`bind` values, the loop element and `_loop` {index, item}, the read-only `step` namespace,
+the helpers, and (in result templates) `this` and `out`. `_loop.key` is the item's rendered
+`loop.key`, or its index when the loop has no `key`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from noetl.dsl.model import Step
+from noetl.engine.state import ExecutionState, StepNamespace
+from noetl.engine.types import StepStatus
+
+
+def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
+    """The status helpers, bound to one execution's state."""
+    steps = state.steps
+
+    def _status(name: str) -> StepStatus:
+        run = steps.get(name)
+        if run is None:
+            raise KeyError(f"no step named '{name}'")
+        return run.status
+
+    def done(name: str) -> bool:
+        return _status(name).done
+
+    def ok(name: str) -> bool:
+        return _status(name) is StepStatus.OK
+
+    def fail(name: str) -> bool:
+        return _status(name) is StepStatus.FAILED
+
+    def running(name: str) -> bool:
+        return _status(name) is StepStatus.RUNNING
+
+    def loop_done(name: str) -> bool:
+        # A loop is drained when its step is done; a step without a loop counts as drained
+        # when it is done too, so the helper is safe to use on either.
+        return done(name)
+
+    def all_done(names: Iterable[str]) -> bool:
+        return all(done(n) for n in names)
+
+    def any_done(names: Iterable[str]) -> bool:
+        return any(done(n) for n in names)
+
+    return {
+        "done": done,
+        "ok": ok,
+        "fail": fail,
+        "running": running,
+        "loop_done": loop_done,
+        "all_done": all_done,
+        "any_done": any_done,
+    }
+
+
+class TemplateContext:
+    """Builds the mapping a template is rendered against, for one step (and loop item)."""
+
+    __slots__ = ("bind", "index", "item", "key", "state", "step")
+
+    def __init__(
+        self,
+        state: ExecutionState,
+        step: Step,
+        bind: dict[str, Any],
+        index: int | None = None,
+        item: Any = None,
+        *,
+        key: Any = None,
+    ) -> None:
+        self.state = state
+        self.step = step
+        self.bind = bind
+        self.index = index
+        self.item = item
+        self.key = key
+
+    def _loop_names(self) -> dict[str, Any]:
+        if self.index is None or self.step.loop is None:
+            return {}
+        key = self.index if self.key is None else self.key
+        return {
+            self.step.loop.element: self.item,
+            "_loop": {"index": self.index, "item": self.item, "key": key},
+        }
+
+    def build(self, **extra: Any) -> dict[str, Any]:
+        state = self.state
+        ctx: dict[str, Any] = dict(state.context)
+        ctx.update(helpers(state))
+        ctx["workload"] = state.workload
+        ctx["execution_id"] = state.execution_id
+        ctx["step"] = StepNamespace(state.steps)
+        ctx.update(self.bind)
+        ctx.update(self._loop_names())
+        ctx.update(extra)
+        return ctx
+
+    def tool_view(self) -> dict[str, Any]:
+        """The `context` a tool receives: ids, the workload, bind values and the loop item.
+
+        Saved results are passed to tools through `args` templates, so a task's size does
+        not grow with the execution's history.
+        """
+        view: dict[str, Any] = {
+            "execution_id": self.state.execution_id,
+            "step": self.step.step,
+            "workload": self.state.workload,
+        }
+        view.update(self.bind)
+        view.update(self._loop_names())
+        return view

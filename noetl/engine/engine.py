@@ -1,0 +1,562 @@
+"""The engine: a pure, deterministic state machine over an execution's event log.
+
+`Engine.start` and `Engine.decide` take the state, an input and `now`, and return a
+`Decision`: the events to append (in order; the state has already been advanced by them)
+and the commands for the runtime (enqueue a task, cancel tasks). No I/O, no clock, no
+randomness: the same inputs always give the same events. Mistakes in a playbook found at
+run time (a bad template, a missing key) become failed steps, never exceptions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any
+
+from noetl.dsl.graph import Graph
+from noetl.dsl.model import Condition, Loop, Step, Tool
+from noetl.engine.context import TemplateContext
+from noetl.engine.render import Renderer
+from noetl.engine.state import ExecutionState, apply
+from noetl.engine.types import (
+    CancelTasks,
+    Command,
+    Decision,
+    EnqueueTask,
+    Event,
+    EventType,
+    ExecutionStatus,
+    StepStatus,
+    Task,
+)
+from noetl.errors import TemplateError
+
+
+class _Turn:
+    """The events and commands of one decision, and the calls still to make."""
+
+    __slots__ = ("calls", "commands", "events", "now")
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.events: list[Event] = []
+        self.commands: list[Command] = []
+        self.calls: deque[tuple[str, str]] = deque()
+
+
+class Engine:
+    """Decides what happens next in executions of one playbook graph."""
+
+    def __init__(self, graph: Graph, renderer: Renderer | None = None) -> None:
+        self.graph = graph
+        self.playbook = graph.playbook
+        self.renderer = renderer or Renderer()
+        self.order = graph.order
+
+    # --- inputs --------------------------------------------------------------------------
+
+    def new_state(self, execution_id: str) -> ExecutionState:
+        return ExecutionState.new(execution_id, self.order)
+
+    def start(self, state: ExecutionState, workload: dict[str, Any], now: float) -> Decision:
+        """Begin an execution: record the workload and call the entry step."""
+        turn = _Turn(now)
+        self._emit(state, turn, EventType.WORKFLOW_STARTED, None, {"workload": workload})
+        turn.calls.append((self.graph.entry, "execution"))
+        return self._settle(state, turn)
+
+    def decide(self, state: ExecutionState, event: Event, now: float) -> Decision:
+        """React to an input event (a task outcome or a cancel request)."""
+        turn = _Turn(now)
+        if state.terminal:
+            return Decision([], [])  # late input after the end: discarded
+        if event.type == EventType.TOOL_PROCESSED:
+            self._on_outcome(state, turn, event)
+        elif event.type == EventType.CANCEL_REQUESTED:
+            self._emit(state, turn, EventType.CANCEL_REQUESTED, None, dict(event.payload))
+            self._finish_workflow(state, turn, ExecutionStatus.CANCELED, "canceled")
+            return Decision(turn.events, turn.commands)
+        else:
+            raise ValueError(f"the engine does not take {event.type!r} as an input")
+        return self._settle(state, turn)
+
+    # --- the loop of one decision --------------------------------------------------------
+
+    def _settle(self, state: ExecutionState, turn: _Turn) -> Decision:
+        """Make pending calls, re-evaluate parked gates, and finish when quiescent."""
+        while not state.terminal:
+            while turn.calls and not state.terminal:
+                target, by = turn.calls.popleft()
+                self._call(state, turn, target, by)
+            if state.terminal or not self._wake_parked(state, turn):
+                break
+        if not state.terminal and self._quiescent(state, turn):
+            for name in self.order:
+                if state.steps[name].status is StepStatus.PARKED:
+                    self._emit(state, turn, EventType.STEP_SKIPPED, name, {"reason": "gate false"})
+            status = ExecutionStatus.FAIL if state.unhandled_failure else ExecutionStatus.OK
+            self._finish_workflow(state, turn, status, None)
+        return Decision(turn.events, turn.commands)
+
+    def _quiescent(self, state: ExecutionState, turn: _Turn) -> bool:
+        if state.tasks or turn.calls:
+            return False
+        return not any(run.status is StepStatus.RUNNING for run in state.steps.values())
+
+    def _wake_parked(self, state: ExecutionState, turn: _Turn) -> bool:
+        """Re-evaluate parked steps in workflow order; True if one was dispatched or failed."""
+        woke = False
+        for name in self.order:
+            if state.terminal:
+                break
+            if state.steps[name].status is StepStatus.PARKED:
+                gate = self._gate(state, turn, name)
+                if gate is True:
+                    self._dispatch(state, turn, name)
+                if gate is not False:  # dispatched, or failed by `on_when_error: fail_step`
+                    woke = True
+        return woke
+
+    # --- calls and gates -----------------------------------------------------------------
+
+    def _call(self, state: ExecutionState, turn: _Turn, name: str, by: str) -> None:
+        run = state.steps[name]
+        ignored = run.status not in (StepStatus.PENDING, StepStatus.PARKED)
+        payload: dict[str, Any] = {"by": by}
+        if ignored:
+            payload["ignored"] = run.status.value
+        self._emit(state, turn, EventType.STEP_CALLED, name, payload)
+        if ignored or run.status is StepStatus.PARKED:
+            return  # already running or done: at most once; parked: woken by re-evaluation
+        gate = self._gate(state, turn, name)
+        if gate is True:
+            self._dispatch(state, turn, name)
+        elif gate is False:
+            self._emit(state, turn, EventType.STEP_PARKED, name, {})
+
+    def _gate(self, state: ExecutionState, turn: _Turn, name: str) -> bool | None:
+        """Evaluate `when`: True to run, False to park, None if the step already failed."""
+        step = self.graph.nodes[name].step
+        if step.when is None:
+            return True
+        try:
+            return self.renderer.truthy(step.when, self._ctx(state, step).build())
+        except TemplateError as exc:
+            if self.playbook.policy.on_when_error == "fail_step":
+                self._emit(state, turn, EventType.STEP_STARTED, name, {})
+                self._finish_step(state, turn, name, ok=False, error=f"when: {exc}")
+                return None
+            return False
+
+    # --- dispatch ------------------------------------------------------------------------
+
+    def _dispatch(self, state: ExecutionState, turn: _Turn, name: str) -> None:
+        step = self.graph.nodes[name].step
+        try:
+            bind = (
+                self.renderer.render(step.bind, self._ctx(state, step).build()) if step.bind else {}
+            )
+        except TemplateError as exc:
+            self._emit(state, turn, EventType.STEP_STARTED, name, {})
+            self._finish_step(state, turn, name, ok=False, error=f"bind: {exc}")
+            return
+        if step.loop is not None:
+            self._start_loop(state, turn, step, step.loop, bind)
+            return
+        if step.tool is None:
+            self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
+            self._finish_step(state, turn, name, ok=True, this=None)
+            return
+        try:
+            task = self._task(state, step, step.tool, bind)
+        except TemplateError as exc:
+            self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
+            self._finish_step(state, turn, name, ok=False, error=f"tool: {exc}")
+            return
+        self._emit(
+            state, turn, EventType.STEP_STARTED, name, {"bind": bind, "task": task.to_dict()}
+        )
+        turn.commands.append(EnqueueTask(task))
+
+    def _start_loop(
+        self, state: ExecutionState, turn: _Turn, step: Step, loop: Loop, bind: dict[str, Any]
+    ) -> None:
+        name = step.step
+        self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
+        try:
+            items = self.renderer.render(loop.collection, self._ctx(state, step, bind).build())
+        except TemplateError as exc:
+            self._finish_step(state, turn, name, ok=False, error=f"loop.collection: {exc}")
+            return
+        if isinstance(items, dict):
+            items = [{"key": k, "value": v} for k, v in items.items()]
+        if not isinstance(items, list | tuple):
+            got = type(items).__name__
+            self._finish_step(
+                state, turn, name, ok=False, error=f"loop.collection must be a list, got {got}"
+            )
+            return
+        self._emit(
+            state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
+        )
+        self._advance_loop(state, turn, step)
+
+    def _advance_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
+        """Dispatch items while the window has room; finish the loop when it has drained."""
+        run = state.steps[step.step]
+        loop = step.loop
+        assert loop is not None
+        window = 1 if loop.mode == "sequential" else (loop.max_concurrency or len(run.items))
+        while (
+            run.status is StepStatus.RUNNING
+            and not run.stopped
+            and run.next_index < len(run.items)
+            and run.in_flight < window
+        ):
+            self._start_item(state, turn, step, run.next_index)
+        drained = run.stopped or run.next_index >= len(run.items)
+        if run.status is StepStatus.RUNNING and run.in_flight == 0 and drained:
+            self._finish_loop(state, turn, step)
+
+    def _start_item(self, state: ExecutionState, turn: _Turn, step: Step, index: int) -> None:
+        """Start one loop item: its task, or its output at once (no tool, or an error)."""
+        run = state.steps[step.step]
+        item = run.items[index]
+        started: dict[str, Any] = {"index": index}
+        error = None
+        task = None
+        try:
+            key = self._loop_key(state, step, run.bind, index, item)
+        except TemplateError as exc:
+            key, error = None, f"loop.key: {exc}"
+        if key is not None:
+            started["key"] = key
+        if error is None and step.tool is not None:
+            try:
+                task = self._task(state, step, step.tool, run.bind, index=index, item=item, key=key)
+            except TemplateError as exc:
+                error = f"tool: {exc}"
+        if task is not None:
+            started["task"] = task.to_dict()
+        self._emit(state, turn, EventType.LOOP_ITERATION_STARTED, step.step, started)
+        if task is not None:
+            turn.commands.append(EnqueueTask(task))
+        elif error is not None:
+            self._record_item(state, turn, step, index, ok=False, this=None, error=error)
+        else:  # a loop without a tool: each output is the item itself
+            self._record_item(state, turn, step, index, ok=True, this=item, error=None)
+
+    def _loop_key(
+        self, state: ExecutionState, step: Step, bind: dict[str, Any], index: int, item: Any
+    ) -> Any:
+        """The item's rendered `loop.key` (None without one)."""
+        if step.loop is None or step.loop.key is None:
+            return None
+        ctx = self._ctx(state, step, bind, index=index, item=item)
+        return self.renderer.render(step.loop.key, ctx.build())
+
+    def _task(
+        self,
+        state: ExecutionState,
+        step: Step,
+        tool: Tool,
+        bind: dict[str, Any],
+        *,
+        index: int | None = None,
+        item: Any = None,
+        key: Any = None,
+    ) -> Task:
+        ctx = self._ctx(state, step, bind, index=index, item=item, key=key)
+        kind, spec, args = tool.kind, tool.spec, tool.args
+        if kind == "workbook":
+            task_def = self.playbook.task(str(spec["name"]))
+            kind, spec = task_def.tool.kind, task_def.tool.spec
+            args = {**task_def.tool.args, **args}
+        rendered_args = self.renderer.render(args, ctx.build()) if args else {}
+        suffix = f".{index}" if index is not None else ""
+        item_key = index if key is None else key
+        task_key = f"{state.execution_id}:{step.step}" + (
+            f":{item_key}" if index is not None else ""
+        )
+        timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
+        return Task(
+            task_id=f"{state.execution_id}.{step.step}{suffix}.1",
+            execution_id=state.execution_id,
+            step=step.step,
+            kind=kind,
+            spec=spec,
+            args=rendered_args,
+            context=ctx.tool_view(),
+            key=task_key,
+            index=index,
+            attempt=1,
+            timeout_ms=timeout,
+        )
+
+    # --- outcomes ------------------------------------------------------------------------
+
+    def _on_outcome(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
+        task_id = event.payload.get("task_id")
+        entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
+        if entry is None:
+            return  # a late or duplicate result: discarded
+        name, index = entry
+        payload = dict(event.payload)
+        self._emit(state, turn, EventType.TOOL_PROCESSED, name, payload)
+        ok = bool(payload.get("ok"))
+        step = self.graph.nodes[name].step
+        error = None if ok else str(payload.get("error") or "tool failed")
+        if index is None:
+            self._finish_step(state, turn, name, ok=ok, this=payload.get("this"), error=error)
+        else:
+            self._record_item(
+                state, turn, step, index, ok=ok, this=payload.get("this"), error=error
+            )
+            self._advance_loop(state, turn, step)
+
+    def _outputs(
+        self, state: ExecutionState, step: Step, this: Any, index: int | None, item: Any
+    ) -> tuple[Any, str | None]:
+        """`out` (`result.pick` over `this`) and the `collect.key` of a map collect.
+
+        A TemplateError names the key that failed.
+        """
+        ctx = self._ctx(state, step, state.steps[step.step].bind, index=index, item=item)
+        out = this
+        if step.result is not None and step.result.pick is not None:
+            try:
+                out = self.renderer.render(step.result.pick, ctx.build(this=this))
+            except TemplateError as exc:
+                raise TemplateError(f"result.pick: {exc}") from None
+        collect = step.result.collect if step.result else None
+        if collect is None or collect.mode != "map":
+            return out, None
+        try:
+            key = self.renderer.render(collect.key, ctx.build(this=this, out=out))
+        except TemplateError as exc:
+            raise TemplateError(f"result.collect.key: {exc}") from None
+        return out, str(key)
+
+    def _record_item(
+        self,
+        state: ExecutionState,
+        turn: _Turn,
+        step: Step,
+        index: int,
+        *,
+        ok: bool,
+        this: Any,
+        error: str | None,
+    ) -> None:
+        run = state.steps[step.step]
+        assert step.loop is not None
+        item = run.items[index]
+        out = collect_key = None
+        if ok:
+            try:
+                out, collect_key = self._outputs(state, step, this, index, item)
+            except TemplateError as exc:
+                ok, error = False, str(exc)
+        payload: dict[str, Any] = {"index": index, "ok": ok}
+        if ok:
+            payload["out"] = out
+            if collect_key is not None:
+                payload["collect_key"] = collect_key
+        else:
+            payload["error"] = error
+        if step.loop.until is not None and not run.stopped:
+            try:
+                ctx = self._ctx(state, step, run.bind, index=index, item=item)
+                if self.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
+                    payload["stop"] = True
+            except TemplateError as exc:
+                payload["stop"] = True
+                payload["until_error"] = str(exc)
+        self._emit(state, turn, EventType.LOOP_ITERATION_FINISHED, step.step, payload)
+
+    def _finish_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
+        run = state.steps[step.step]
+        assert step.loop is not None
+        ratio = step.loop.min_success_ratio
+        if run.completed == 0:
+            ok = True
+        elif ratio is None:
+            ok = run.failed == 0
+        else:
+            ok = run.succeeded / run.completed >= ratio
+        outs = [run.outs.get(i) for i in range(run.next_index)]
+        self._emit(
+            state,
+            turn,
+            EventType.LOOP_FINISHED,
+            step.step,
+            {
+                "total": run.total,
+                "succeeded": run.succeeded,
+                "failed": run.failed,
+                "stopped": run.stopped,
+            },
+        )
+        error = None
+        if not ok:
+            error = f"{run.failed} of {run.completed} loop items failed"
+        successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
+        self._finish_step(
+            state,
+            turn,
+            step.step,
+            ok=ok,
+            result=outs,
+            collected=[(run.collect_keys.get(i), run.outs[i]) for i in successes],
+            error=error,
+            picked=True,
+        )
+
+    # --- finishing and routing -----------------------------------------------------------
+
+    def _finish_step(
+        self,
+        state: ExecutionState,
+        turn: _Turn,
+        name: str,
+        *,
+        ok: bool,
+        this: Any = None,
+        error: str | None = None,
+        result: Any = None,
+        collected: list[tuple[str | None, Any]] | None = None,
+        picked: bool = False,
+    ) -> None:
+        step = self.graph.nodes[name].step
+        payload: dict[str, Any] = {}
+        if ok and not picked:
+            try:
+                result, collect_key = self._outputs(state, step, this, None, None)
+                collected = [(collect_key, result)]
+            except TemplateError as exc:
+                ok, error = False, str(exc)
+        if ok and step.result is not None and step.result.sink:
+            ok, error = False, "result.sink: sinks are not available in this runtime yet"
+        if ok:
+            payload["result"] = result
+            updates = self._collect(state, step, collected or [])
+            if updates:
+                payload["context"] = updates
+            if step.result is not None and step.result.as_:
+                payload["saved_as"] = step.result.as_
+        elif picked:
+            payload["result"] = result
+        payload["status"] = "ok" if ok else "failed"
+        if error is not None:
+            payload["error"] = error
+        self._emit(state, turn, EventType.STEP_FINISHED, name, payload)
+        self._route(state, turn, step, ok)
+
+    def _collect(
+        self, state: ExecutionState, step: Step, collected: list[tuple[str | None, Any]]
+    ) -> dict[str, Any]:
+        """The new value of `collect.into`: outputs (with their map keys) in item order."""
+        collect = step.result.collect if step.result else None
+        if collect is None:
+            return {}
+        if collect.mode == "list":
+            current = state.context.get(collect.into)
+            base = list(current) if isinstance(current, list) else []
+            return {collect.into: base + [out for _, out in collected]}
+        current = state.context.get(collect.into)
+        mapping = dict(current) if isinstance(current, dict) else {}
+        for key, out in collected:
+            mapping[str(key)] = out
+        return {collect.into: mapping}
+
+    def _route(self, state: ExecutionState, turn: _Turn, step: Step, ok: bool) -> None:
+        taken: list[str] = []
+        evaluated: list[dict[str, Any]] = []
+        mode = step.next.mode if step.next else "inclusive"
+        ctx = self._ctx(state, step).build() if step.edges else {}
+        for edge in step.edges:
+            fires, note = self._edge_fires(edge.when, ok, ctx)
+            evaluated.append({"to": edge.step, "fired": fires, **note})
+            if fires:
+                taken.append(edge.step)
+                if mode == "exclusive":
+                    break
+        payload: dict[str, Any] = {"mode": mode, "taken": taken}
+        if evaluated:
+            payload["edges"] = evaluated
+        policy_target = None
+        if not ok and not taken:
+            action = self.playbook.policy.on_step_fail
+            payload["on_step_fail"] = action
+            if action == "halt":
+                payload["unhandled_failure"] = True
+            elif action.startswith("route_edge:"):
+                policy_target = action.split(":", 1)[1]
+        if taken or not ok or step.next is not None:
+            self._emit(state, turn, EventType.NEXT_EVALUATED, step.step, payload)
+        if not ok and not taken and self.playbook.policy.on_step_fail == "halt":
+            self._finish_workflow(state, turn, ExecutionStatus.FAIL, f"step '{step.step}' failed")
+            return
+        for target in taken:
+            turn.calls.append((target, step.step))
+        if policy_target is not None:
+            turn.calls.append((policy_target, step.step))
+
+    def _edge_fires(
+        self, when: Condition | None, ok: bool, ctx: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """An edge without `when` fires only on success; with `when`, when it is true."""
+        if when is None:
+            return ok, {}
+        try:
+            return self.renderer.truthy(when, ctx), {}
+        except TemplateError as exc:
+            return False, {"error": str(exc)}
+
+    def _finish_workflow(
+        self, state: ExecutionState, turn: _Turn, status: ExecutionStatus, error: str | None
+    ) -> None:
+        in_flight = sorted(state.tasks)
+        if in_flight:
+            self._emit(state, turn, EventType.TASK_CANCELED, None, {"task_ids": in_flight})
+            turn.commands.append(CancelTasks(tuple(in_flight)))
+        payload: dict[str, Any] = {"status": status.value}
+        if error:
+            payload["error"] = error
+        self._emit(state, turn, EventType.WORKFLOW_FINISHED, None, payload)
+        turn.calls.clear()
+
+    # --- helpers -------------------------------------------------------------------------
+
+    def _ctx(
+        self,
+        state: ExecutionState,
+        step: Step,
+        bind: dict[str, Any] | None = None,
+        *,
+        index: int | None = None,
+        item: Any = None,
+        key: Any = None,
+    ) -> TemplateContext:
+        if key is None and index is not None:
+            key = state.steps[step.step].keys.get(index)
+        return TemplateContext(state, step, bind or {}, index, item, key=key)
+
+    def _emit(
+        self,
+        state: ExecutionState,
+        turn: _Turn,
+        event_type: EventType,
+        step: str | None,
+        payload: dict[str, Any],
+    ) -> Event:
+        event = Event(
+            seq=state.seq + 1,
+            type=event_type.value,
+            execution_id=state.execution_id,
+            ts=turn.now,
+            step=step,
+            payload=payload,
+        )
+        apply(state, event)
+        turn.events.append(event)
+        return event

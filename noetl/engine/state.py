@@ -1,0 +1,266 @@
+"""Execution state: a fold of the event log.
+
+`apply(state, event)` is the only way state changes, and it never computes anything that
+needs the playbook or a template: every derived value travels inside the events, so the
+same log always folds to the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.engine.types import Event, EventType, ExecutionStatus, StepStatus
+
+
+@dataclass(slots=True)
+class StepRun:
+    """The run of one step (a step runs at most once per execution)."""
+
+    status: StepStatus = StepStatus.PENDING
+    calls: int = 0
+    error: str | None = None
+    result: Any = None
+    bind: dict[str, Any] = field(default_factory=dict)
+    is_loop: bool = False
+    items: list[Any] = field(default_factory=list)
+    total: int | None = None
+    next_index: int = 0
+    completed: int = 0
+    succeeded: int = 0
+    failed: int = 0
+    in_flight: int = 0
+    stopped: bool = False
+    outs: dict[int, Any] = field(default_factory=dict)
+    item_ok: dict[int, bool] = field(default_factory=dict)
+    keys: dict[int, Any] = field(default_factory=dict)  # rendered `loop.key` per item
+    collect_keys: dict[int, str] = field(default_factory=dict)  # `collect.key` per item
+    started_at: float | None = None
+    finished_at: float | None = None
+    taken: list[str] = field(default_factory=list)
+
+    def status_view(self) -> dict[str, Any]:
+        """`step.<id>.status`: running, done, ok, error and loop counters."""
+        done = self.status.done
+        return {
+            "running": self.status is StepStatus.RUNNING,
+            "done": done,
+            "ok": (self.status is StepStatus.OK) if done else None,
+            "error": self.error,
+            "total": self.total,
+            "completed": self.completed,
+            "succeeded": self.succeeded,
+            "failed": self.failed,
+        }
+
+    def summary(self) -> dict[str, Any]:
+        """What `noetl run --json` and the step_state projection show for the step."""
+        out: dict[str, Any] = {"status": self.status.value}
+        if self.is_loop:
+            out.update(
+                total=self.total,
+                completed=self.completed,
+                succeeded=self.succeeded,
+                failed=self.failed,
+            )
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+
+@dataclass(slots=True)
+class ExecutionState:
+    """Everything the engine knows about one execution."""
+
+    execution_id: str
+    steps: dict[str, StepRun]
+    status: ExecutionStatus = ExecutionStatus.RUNNING
+    workload: dict[str, Any] = field(default_factory=dict)
+    context: dict[str, Any] = field(default_factory=dict)
+    seq: int = 0
+    tasks: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    unhandled_failure: bool = False
+    started_at: float | None = None
+    finished_at: float | None = None
+    error: str | None = None
+
+    @classmethod
+    def new(cls, execution_id: str, step_names: Iterable[str]) -> ExecutionState:
+        return cls(execution_id=execution_id, steps={name: StepRun() for name in step_names})
+
+    @property
+    def terminal(self) -> bool:
+        return self.status.terminal
+
+    def step_summaries(self) -> dict[str, dict[str, Any]]:
+        return {name: run.summary() for name, run in self.steps.items()}
+
+
+class StepNamespace(Mapping[str, Any]):
+    """The read-only `step` name in templates: `step.<id>.status` and `step.<id>.result`."""
+
+    __slots__ = ("_steps",)
+
+    def __init__(self, steps: Mapping[str, StepRun]) -> None:
+        self._steps = steps
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        run = self._steps[name]
+        return {"status": run.status_view(), "result": run.result}
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._steps)
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
+def apply(state: ExecutionState, event: Event) -> None:
+    """Fold one event into the state (in place)."""
+    if event.seq != state.seq + 1:
+        raise ValueError(
+            f"event seq {event.seq} does not follow {state.seq} in execution {state.execution_id}"
+        )
+    state.seq = event.seq
+    handler = _HANDLERS.get(event.type)
+    if handler is not None:
+        handler(state, event)
+
+
+def fold(state: ExecutionState, events: Iterable[Event]) -> ExecutionState:
+    for event in events:
+        apply(state, event)
+    return state
+
+
+def _run(state: ExecutionState, event: Event) -> StepRun:
+    assert event.step is not None, f"{event.type} without a step"
+    return state.steps[event.step]
+
+
+def _workflow_started(state: ExecutionState, event: Event) -> None:
+    state.status = ExecutionStatus.RUNNING
+    state.workload = event.payload.get("workload", {})
+    state.started_at = event.ts
+
+
+def _step_called(state: ExecutionState, event: Event) -> None:
+    _run(state, event).calls += 1
+
+
+def _step_parked(state: ExecutionState, event: Event) -> None:
+    _run(state, event).status = StepStatus.PARKED
+
+
+def _step_started(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    run.status = StepStatus.RUNNING
+    run.started_at = event.ts
+    run.bind = event.payload.get("bind", {})
+    task = event.payload.get("task")
+    if task is not None:
+        state.tasks[task["task_id"]] = (event.step or "", None)
+        run.in_flight += 1
+
+
+def _loop_started(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    run.is_loop = True
+    run.items = list(event.payload.get("items", []))
+    run.total = len(run.items)
+
+
+def _iteration_started(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    index = int(event.payload["index"])
+    if "key" in event.payload:
+        run.keys[index] = event.payload["key"]
+    task = event.payload.get("task")
+    if task is not None:  # no task: the item finished inline (no tool, or a render error)
+        state.tasks[task["task_id"]] = (event.step or "", index)
+        run.in_flight += 1
+    run.next_index = max(run.next_index, index + 1)
+
+
+def _tool_processed(state: ExecutionState, event: Event) -> None:
+    task_id = event.payload["task_id"]
+    if state.tasks.pop(task_id, None) is not None:
+        _run(state, event).in_flight -= 1
+
+
+def _iteration_finished(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    index = int(event.payload["index"])
+    ok = bool(event.payload["ok"])
+    run.completed += 1
+    run.item_ok[index] = ok
+    if ok:
+        run.succeeded += 1
+        run.outs[index] = event.payload.get("out")
+        if "collect_key" in event.payload:
+            run.collect_keys[index] = event.payload["collect_key"]
+    else:
+        run.failed += 1
+    if event.payload.get("stop"):
+        run.stopped = True
+
+
+def _step_finished(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    payload = event.payload
+    run.status = StepStatus.OK if payload["status"] == "ok" else StepStatus.FAILED
+    run.error = payload.get("error")
+    run.result = payload.get("result")
+    run.finished_at = event.ts
+    run.items = []  # the collection is not needed any more; keep memory flat
+    saved_as = payload.get("saved_as")
+    if saved_as:
+        state.context[saved_as] = run.result
+    state.context.update(payload.get("context", {}))
+
+
+def _next_evaluated(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    run.taken = list(event.payload.get("taken", []))
+    if event.payload.get("unhandled_failure"):
+        state.unhandled_failure = True
+
+
+def _step_skipped(state: ExecutionState, event: Event) -> None:
+    _run(state, event).status = StepStatus.SKIPPED
+
+
+def _task_canceled(state: ExecutionState, event: Event) -> None:
+    for task_id in event.payload.get("task_ids", []):
+        entry = state.tasks.pop(task_id, None)
+        if entry is not None:
+            state.steps[entry[0]].in_flight -= 1
+
+
+def _workflow_finished(state: ExecutionState, event: Event) -> None:
+    state.status = ExecutionStatus(event.payload["status"])
+    state.finished_at = event.ts
+    state.error = event.payload.get("error")
+    for run in state.steps.values():
+        if run.status is StepStatus.RUNNING:
+            run.status = StepStatus.CANCELED
+        elif run.status in (StepStatus.PARKED, StepStatus.PENDING):
+            run.status = StepStatus.SKIPPED
+
+
+_HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
+    EventType.WORKFLOW_STARTED: _workflow_started,
+    EventType.STEP_CALLED: _step_called,
+    EventType.STEP_PARKED: _step_parked,
+    EventType.STEP_STARTED: _step_started,
+    EventType.LOOP_STARTED: _loop_started,
+    EventType.LOOP_ITERATION_STARTED: _iteration_started,
+    EventType.TOOL_PROCESSED: _tool_processed,
+    EventType.LOOP_ITERATION_FINISHED: _iteration_finished,
+    EventType.STEP_FINISHED: _step_finished,
+    EventType.NEXT_EVALUATED: _next_evaluated,
+    EventType.STEP_SKIPPED: _step_skipped,
+    EventType.TASK_CANCELED: _task_canceled,
+    EventType.WORKFLOW_FINISHED: _workflow_finished,
+}

@@ -1,0 +1,189 @@
+"""Values that cross the engine's boundary: events, tasks, commands, outcomes.
+
+Everything here is plain data (JSON-safe payloads), so events can be stored, replayed and
+compared byte for byte, and tasks can be sent to another process or machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class EventType(StrEnum):
+    """Event types (dotted names). Inputs come from outside; the engine emits the rest."""
+
+    # inputs
+    WORKFLOW_STARTED = "workflow.started"
+    TOOL_PROCESSED = "tool.processed"
+    CANCEL_REQUESTED = "workflow.cancel_requested"
+    # emitted by the engine
+    WORKFLOW_FINISHED = "workflow.finished"
+    STEP_CALLED = "step.called"
+    STEP_PARKED = "step.parked"
+    STEP_STARTED = "step.started"
+    STEP_FINISHED = "step.finished"
+    STEP_SKIPPED = "step.skipped"
+    LOOP_STARTED = "loop.started"
+    LOOP_ITERATION_STARTED = "loop.iteration.started"
+    LOOP_ITERATION_FINISHED = "loop.iteration.finished"
+    LOOP_FINISHED = "loop.finished"
+    NEXT_EVALUATED = "next.evaluated"
+    TASK_CANCELED = "task.canceled"
+
+
+class ExecutionStatus(StrEnum):
+    RUNNING = "running"
+    OK = "ok"
+    FAIL = "fail"
+    CANCELED = "canceled"
+
+    @property
+    def terminal(self) -> bool:
+        return self is not ExecutionStatus.RUNNING
+
+
+class StepStatus(StrEnum):
+    PENDING = "pending"  # never called
+    PARKED = "parked"  # called, gate false
+    RUNNING = "running"
+    OK = "ok"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # still parked or never called when the execution finished
+    CANCELED = "canceled"
+
+    @property
+    def done(self) -> bool:
+        return self in (StepStatus.OK, StepStatus.FAILED, StepStatus.SKIPPED, StepStatus.CANCELED)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One entry of an execution's append-only log. `seq` is gapless per execution."""
+
+    seq: int
+    type: str
+    execution_id: str
+    ts: float
+    step: str | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "type": self.type,
+            "execution_id": self.execution_id,
+            "ts": self.ts,
+            "step": self.step,
+            "payload": self.payload,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Event:
+        return cls(
+            seq=int(data["seq"]),
+            type=str(data["type"]),
+            execution_id=str(data["execution_id"]),
+            ts=float(data["ts"]),
+            step=data.get("step"),
+            payload=dict(data.get("payload") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """A unit of work for a worker: one tool call (one loop item, one attempt).
+
+    `key` is the idempotency key `{execution_id}:{step}[:{index}]`; `task_id` is unique per
+    dispatch and is what a result must quote to be accepted.
+    """
+
+    task_id: str
+    execution_id: str
+    step: str
+    kind: str
+    spec: dict[str, Any]
+    args: dict[str, Any]
+    context: dict[str, Any]
+    key: str
+    index: int | None = None
+    attempt: int = 1
+    timeout_ms: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "task_id": self.task_id,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "kind": self.kind,
+            "spec": self.spec,
+            "args": self.args,
+            "context": self.context,
+            "key": self.key,
+            "index": self.index,
+            "attempt": self.attempt,
+            "timeout_ms": self.timeout_ms,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Task:
+        return cls(
+            task_id=data["task_id"],
+            execution_id=data["execution_id"],
+            step=data["step"],
+            kind=data["kind"],
+            spec=dict(data.get("spec") or {}),
+            args=dict(data.get("args") or {}),
+            context=dict(data.get("context") or {}),
+            key=data["key"],
+            index=data.get("index"),
+            attempt=int(data.get("attempt", 1)),
+            timeout_ms=data.get("timeout_ms"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a worker reports for a task."""
+
+    task_id: str
+    ok: bool
+    this: Any = None
+    error: str | None = None
+    error_type: str | None = None
+    retryable: bool = False
+    stdout: str = ""
+    duration_ms: float = 0.0
+
+    def to_payload(self) -> dict[str, Any]:
+        payload: dict[str, Any] = {"task_id": self.task_id, "ok": self.ok, "this": self.this}
+        if not self.ok:
+            payload["error"] = self.error
+            payload["error_type"] = self.error_type
+            payload["retryable"] = self.retryable
+        if self.stdout:
+            payload["stdout"] = self.stdout
+        payload["duration_ms"] = round(self.duration_ms, 3)
+        return payload
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueTask:
+    task: Task
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTasks:
+    task_ids: tuple[str, ...]
+
+
+Command = EnqueueTask | CancelTasks
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What the engine decided for one input: events to append (in order) and commands."""
+
+    events: list[Event]
+    commands: list[Command]

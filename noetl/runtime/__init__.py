@@ -1,0 +1,1 @@
+"""Application layer: runtimes that drive the engine against a store and workers."""

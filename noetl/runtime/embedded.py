@@ -1,0 +1,313 @@
+"""The embedded runtime: the engine, a store and an in-process worker pool in one process.
+
+One orchestrator thread (the caller's) owns every execution's state. Worker threads run
+tools and hand outcomes back through a queue; the orchestrator drains every outcome that
+is ready, lets the engine decide on each, and writes all resulting events and projection
+changes in ONE store transaction before dispatching the new tasks. So the database never
+holds a task whose dispatch event is missing, and per-step cost does not grow with the log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import secrets
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from noetl.dsl.graph import Graph, build_graph
+from noetl.dsl.model import Playbook
+from noetl.engine import (
+    CancelTasks,
+    Decision,
+    Engine,
+    EnqueueTask,
+    Event,
+    EventType,
+    ExecutionState,
+    ExecutionStatus,
+    Outcome,
+    Task,
+)
+from noetl.store.base import Append, ExecutionRecord, Store
+from noetl.worker.tools import ToolRegistry
+
+Clock = Callable[[], float]
+
+
+def new_execution_id(now: float) -> str:
+    """A time-ordered numeric id (milliseconds, then 6 random digits)."""
+    return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
+
+
+@dataclass
+class RunResult:
+    """The outcome of an execution, as `noetl run --json` prints it."""
+
+    execution_id: str
+    status: ExecutionStatus
+    steps: dict[str, dict[str, Any]]
+    context: dict[str, Any]
+    started_at: float
+    finished_at: float
+    error: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "execution_id": self.execution_id,
+            "status": self.status.value,
+            "steps": self.steps,
+            "context": self.context,
+            "duration_s": round(self.duration_s, 6),
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+@dataclass
+class _Execution:
+    engine: Engine
+    state: ExecutionState
+    started_at: float
+    canceled_tasks: set[str] = field(default_factory=set)
+
+
+class EmbeddedRuntime:
+    """Runs executions to completion in this process."""
+
+    def __init__(
+        self,
+        store: Store,
+        tools: ToolRegistry,
+        *,
+        workers: int = 2,
+        clock: Clock = time.time,
+    ) -> None:
+        self.store = store
+        self.tools = tools
+        self.clock = clock
+        self._workers = max(1, workers)
+        self._pool = ThreadPoolExecutor(
+            max_workers=self._workers, thread_name_prefix="noetl-worker"
+        )
+        self._outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._executions: dict[str, _Execution] = {}
+        self._graphs: dict[int, Graph] = {}
+        self._cancel_requests: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    # --- public --------------------------------------------------------------------------
+
+    def start(
+        self,
+        playbook: Playbook,
+        *,
+        workload: dict[str, Any] | None = None,
+        source_text: str = "",
+        path: str | None = None,
+        parent_execution_id: str | None = None,
+    ) -> str:
+        """Create an execution and dispatch its first tasks; returns its id."""
+        now = self.clock()
+        execution_id = new_execution_id(now)
+        merged = merge_workload(playbook.workload, workload or {})
+        engine = Engine(self._graph(playbook))
+        state = engine.new_state(execution_id)
+        self.store.create_execution(
+            ExecutionRecord(
+                execution_id=execution_id,
+                playbook_name=playbook.metadata.name,
+                playbook_path=path or playbook.metadata.path,
+                playbook_text=source_text,
+                workload=merged,
+                created_at=now,
+                updated_at=now,
+                parent_execution_id=parent_execution_id,
+            )
+        )
+        execution = _Execution(engine=engine, state=state, started_at=now)
+        self._executions[execution_id] = execution
+        decision = engine.start(state, merged, now)
+        self._commit([(execution, 0, decision)], now)
+        return execution_id
+
+    def cancel(self, execution_id: str) -> None:
+        """Ask for an execution to be canceled (thread-safe; takes effect at the next turn)."""
+        self._cancel_requests.put(execution_id)
+
+    def wait(
+        self,
+        execution_ids: Iterable[str],
+        *,
+        on_progress: Callable[[dict[str, ExecutionState]], None] | None = None,
+        progress_interval: float = 0.1,
+    ) -> list[RunResult]:
+        """Drive executions until all are finished; returns their results in order."""
+        ids = list(execution_ids)
+        pending = {i for i in ids if not self._executions[i].state.terminal}
+        last_progress = 0.0
+        while pending:
+            self._turn(timeout=progress_interval)
+            pending = {i for i in pending if not self._executions[i].state.terminal}
+            if on_progress is not None and time.monotonic() - last_progress >= progress_interval:
+                last_progress = time.monotonic()
+                on_progress({i: self._executions[i].state for i in ids})
+        if on_progress is not None:
+            on_progress({i: self._executions[i].state for i in ids})
+        return [self.result(i) for i in ids]
+
+    def run(
+        self,
+        playbook: Playbook,
+        *,
+        workload: dict[str, Any] | None = None,
+        source_text: str = "",
+        path: str | None = None,
+        on_progress: Callable[[dict[str, ExecutionState]], None] | None = None,
+    ) -> RunResult:
+        """Start one execution and wait for it."""
+        execution_id = self.start(playbook, workload=workload, source_text=source_text, path=path)
+        return self.wait([execution_id], on_progress=on_progress)[0]
+
+    def result(self, execution_id: str) -> RunResult:
+        execution = self._executions[execution_id]
+        state = execution.state
+        return RunResult(
+            execution_id=execution_id,
+            status=state.status,
+            steps=state.step_summaries(),
+            context=dict(state.context),
+            started_at=execution.started_at,
+            finished_at=state.finished_at or self.clock(),
+            error=state.error,
+        )
+
+    def state(self, execution_id: str) -> ExecutionState:
+        return self._executions[execution_id].state
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> EmbeddedRuntime:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- the orchestrator turn -----------------------------------------------------------
+
+    def _turn(self, timeout: float) -> None:
+        """Wait for outcomes, decide on every one that is ready, commit once, dispatch."""
+        batch: list[tuple[Task, Outcome]] = []
+        with contextlib.suppress(queue.Empty):
+            batch.append(self._outcomes.get(timeout=timeout))
+        while True:
+            try:
+                batch.append(self._outcomes.get_nowait())
+            except queue.Empty:
+                break
+        now = self.clock()
+        decisions: list[tuple[_Execution, int, Decision]] = []
+        while True:
+            try:
+                execution_id = self._cancel_requests.get_nowait()
+            except queue.Empty:
+                break
+            execution = self._executions.get(execution_id)
+            if execution is not None and not execution.state.terminal:
+                before = execution.state.seq
+                event = Event(
+                    0, EventType.CANCEL_REQUESTED, execution_id, now, None, {"by": "user"}
+                )
+                decisions.append(
+                    (execution, before, execution.engine.decide(execution.state, event, now))
+                )
+        for task, outcome in batch:
+            execution = self._executions.get(task.execution_id)
+            if execution is None:
+                continue
+            before = execution.state.seq
+            event = Event(
+                0, EventType.TOOL_PROCESSED, task.execution_id, now, task.step, outcome.to_payload()
+            )
+            decision = execution.engine.decide(execution.state, event, now)
+            if decision.events:
+                decisions.append((execution, before, decision))
+        if decisions:
+            self._commit(decisions, now)
+
+    def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
+        appends: list[Append] = []
+        grouped: dict[str, tuple[_Execution, int, list[Event]]] = {}
+        for execution, before, decision in decisions:
+            entry = grouped.get(execution.state.execution_id)
+            if entry is None:
+                grouped[execution.state.execution_id] = (execution, before, list(decision.events))
+            else:
+                entry[2].extend(decision.events)
+        for execution_id, (execution, before, events) in grouped.items():
+            state = execution.state
+            touched = {e.step for e in events if e.step is not None}
+            finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
+            if finished:
+                touched = set(state.steps)
+            context_changed = finished or any(e.type == EventType.STEP_FINISHED for e in events)
+            appends.append(
+                Append(
+                    execution_id=execution_id,
+                    expected_seq=before,
+                    events=events,
+                    status=state.status if finished else None,
+                    steps={name: state.steps[name].summary() for name in touched},
+                    context=dict(state.context) if context_changed else None,
+                    now=now,
+                )
+            )
+        self.store.commit(appends)
+        for execution, _, decision in decisions:
+            for command in decision.commands:
+                if isinstance(command, EnqueueTask):
+                    self._pool.submit(self._execute, command.task)
+                elif isinstance(command, CancelTasks):
+                    execution.canceled_tasks.update(command.task_ids)
+
+    def _execute(self, task: Task) -> None:
+        """Worker thread: run one task and report its outcome (never raises)."""
+        started = time.perf_counter()
+        try:
+            outcome = self.tools.get(task.kind).run(task)
+        except Exception as exc:  # a tool must not take the runtime down
+            outcome = Outcome(
+                task_id=task.task_id,
+                ok=False,
+                error=f"{type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
+        self._outcomes.put((task, outcome))
+
+    def _graph(self, playbook: Playbook) -> Graph:
+        graph = self._graphs.get(id(playbook))
+        if graph is None or graph.playbook is not playbook:
+            graph = build_graph(playbook)
+            self._graphs[id(playbook)] = graph
+        return graph
+
+
+def merge_workload(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The playbook's workload with the request's values merged over it (deep for maps)."""
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        base = merged.get(key)
+        if isinstance(base, dict) and isinstance(value, dict):
+            merged[key] = merge_workload(base, value)
+        else:
+            merged[key] = value
+    return merged
