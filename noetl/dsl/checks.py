@@ -4,29 +4,31 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
-from noetl.dsl.diagnostics import Diagnostic, Path, Severity
+from noetl.dsl.diagnostics import Diagnostic, Path, Severity, has_errors
 from noetl.dsl.graph import build_graph
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
 from noetl.dsl.messages import step_name, suggest, translate_errors
-from noetl.dsl.model import Playbook, Result, Step, Tool
+from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
 RESERVED_NAMES = frozenset(
     {"workload", "step", "execution_id", "secrets", "this", "out", "_loop", "context"}
 )
-_BLOCK_SCALAR = re.compile(r":\s*[|>][-+0-9]*\s*(#.*)?$")
+# A line that opens a block scalar: `key: |`, `key: >-`, or a list item `- |`.
+_BLOCK_SCALAR = re.compile(r"(:|^\s*-)\s*[|>][-+0-9]*\s*(#.*)?$")
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
 
 
 def _first_content_line(source: Source, key_line: int) -> int:
     """The line a scalar's text starts on: the key's line, or the next for `|` / `>`."""
-    lines = source.text.splitlines()
+    lines = source.lines
     if 0 < key_line <= len(lines) and _BLOCK_SCALAR.search(lines[key_line - 1]):
         return key_line + 1
     return key_line
@@ -94,14 +96,31 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
     return diags
 
 
+@dataclass(frozen=True)
+class _Parts:
+    """What the checks look at: the steps and tasks that validated, with their positions.
+
+    For a valid document that is all of it; when the document as a whole does not
+    validate, it is the steps, tasks and policy that validate on their own, so one typo
+    does not hide the other errors. Names always come from the whole document.
+    """
+
+    steps: list[tuple[int, Step]]
+    tasks: list[tuple[int, WorkbookTask]]
+    policy: Policy | None
+    step_names: list[tuple[int, str]]
+    task_names: list[tuple[int, str]]
+    playbook: Playbook | None = None
+
+
 class _Checker:
-    def __init__(self, playbook: Playbook, tree: YMap, source: Source) -> None:
-        self.playbook = playbook
+    def __init__(self, parts: _Parts, tree: YMap, source: Source) -> None:
+        self.parts = parts
         self.tree = tree
         self.source = source
         self.diags: list[Diagnostic] = []
-        self.names = [s.step for s in playbook.workflow]
-        self.tasks = [t.name for t in playbook.workbook]
+        self.names = [name for _, name in parts.step_names]
+        self.tasks = [name for _, name in parts.task_names]
 
     def add(self, code: str, message: str, path: Path, *, warning: bool = False) -> None:
         self.diags.append(
@@ -116,18 +135,19 @@ class _Checker:
             )
         )
 
-    def run(self) -> list[Diagnostic]:
+    def run(self, *, graph: bool) -> list[Diagnostic]:
         self.duplicates()
-        for index, step in enumerate(self.playbook.workflow):
+        for index, step in self.parts.steps:
             self.step(step, ("workflow", index))
-        for index, task in enumerate(self.playbook.workbook):
+        for index, task in self.parts.tasks:
             base: Path = ("workbook", index)
             self.tool(task.tool, (*base, "tool"))
             if task.result is not None:
                 self.result(task.result, (*base, "result"))
-        self.policy()
-        if not any(d.severity is Severity.ERROR for d in self.diags):
-            self.graph_warnings()
+        if self.parts.policy is not None:
+            self.policy(self.parts.policy)
+        if graph and self.parts.playbook is not None and not has_errors(self.diags):
+            self.graph_warnings(self.parts.playbook)
         if self.tree.get("apiVersion") is None:
             self.add(
                 "W402", "apiVersion is missing; add 'apiVersion: noetl.io/v2'", (), warning=True
@@ -136,11 +156,11 @@ class _Checker:
 
     def duplicates(self) -> None:
         for label, names, section, key in (
-            ("step", self.names, "workflow", "step"),
-            ("workbook task", self.tasks, "workbook", "name"),
+            ("step", self.parts.step_names, "workflow", "step"),
+            ("workbook task", self.parts.task_names, "workbook", "name"),
         ):
             first: dict[str, int] = {}
-            for index, name in enumerate(names):
+            for index, name in names:
                 if name in first:
                     line = line_at(self.tree, (section, first[name], key))
                     self.add(
@@ -165,15 +185,7 @@ class _Checker:
                 self.target(edge.step, (*base, "next", "to", j, "step"), "next")
         if step.compensate is not None:
             self.target(step.compensate, (*base, "compensate"), "compensate")
-        for b, branch in enumerate(step.case or []):
-            then = (*base, "case", b, "then")
-            if branch.then.next is not None:
-                for j, edge in enumerate(branch.then.next.to):
-                    self.target(edge.step, (*then, "next", "to", j, "step"), "case next")
-            if branch.then.tool is not None:
-                self.tool(branch.then.tool, (*then, "tool"))
-            if branch.then.result is not None:
-                self.result(branch.then.result, (*then, "result"))
+        self.case(step, base)
         if step.tool is not None:
             self.tool(step.tool, (*base, "tool"))
         if step.result is not None:
@@ -185,6 +197,19 @@ class _Checker:
                 (*base, "loop", "element"),
             )
         self.constant_conditions(step, base)
+
+    def case(self, step: Step, base: Path) -> None:
+        for b, branch in enumerate(step.case or []):
+            then = (*base, "case", b, "then")
+            if branch.then.next is not None:
+                for j, edge in enumerate(branch.then.next.to):
+                    self.target(edge.step, (*then, "next", "to", j, "step"), "case next")
+            if branch.then.tool is not None:
+                self.tool(branch.then.tool, (*then, "tool"))
+            if branch.then.result is not None:
+                self.result(branch.then.result, (*then, "result"))
+            if branch.then.sink:
+                self.sinks(branch.then.sink, (*then, "sink"))
 
     def tool(self, tool: Tool, path: Path) -> None:
         model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds
@@ -236,9 +261,12 @@ class _Checker:
         ):
             if name in RESERVED_NAMES:
                 self.add("E308", f"result {key} '{name}' would hide a built-in name", (*path, key))
+        self.sinks(result.sink, (*path, "sink"))
+
+    def sinks(self, sinks: list[Sink], path: Path) -> None:
         ids: set[str] = set()
-        for index, sink in enumerate(result.sink):
-            sink_path = (*path, "sink", index)
+        for index, sink in enumerate(sinks):
+            sink_path = (*path, index)
             model = SINK_SPECS[sink.kind]  # normalization rejected unknown kinds
             try:
                 model.model_validate(sink.spec)
@@ -260,12 +288,14 @@ class _Checker:
                 )
             ids.add(sink_id)
 
-    def policy(self) -> None:
-        target = self.playbook.policy.route_edge_target
+    def policy(self, policy: Policy) -> None:
+        target = policy.route_edge_target
         if target is not None:
             self.target(target, ("policy", "on_step_fail"), "policy.on_step_fail route_edge")
-        if self.playbook.policy.rollback == "on_fail" and not any(
-            s.compensate for s in self.playbook.workflow
+        if (
+            policy.rollback == "on_fail"
+            and self.parts.playbook is not None
+            and not any(s.compensate for s in self.parts.playbook.workflow)
         ):
             self.add(
                 "W405",
@@ -293,8 +323,8 @@ class _Checker:
             node = node[part]
         return node
 
-    def graph_warnings(self) -> None:
-        graph = build_graph(self.playbook)
+    def graph_warnings(self, playbook: Playbook) -> None:
+        graph = build_graph(playbook)
         reachable = graph.reachable()
         for index, name in enumerate(self.names):
             if name not in reachable:
@@ -304,7 +334,7 @@ class _Checker:
                     ("workflow", index, "step"),
                     warning=True,
                 )
-        for index, step in enumerate(self.playbook.workflow):
+        for index, step in enumerate(playbook.workflow):
             if step.next is None or step.next.mode != "exclusive":
                 continue
             for j, edge in enumerate(step.next.to[:-1]):
@@ -319,6 +349,67 @@ class _Checker:
                     break
 
 
-def semantic_checks(playbook: Playbook, tree: YMap, source: Source) -> list[Diagnostic]:
-    """Every check that needs the validated model."""
-    return _Checker(playbook, tree, source).run()
+def semantic_checks(
+    playbook: Playbook, tree: YMap, source: Source, *, graph: bool = True
+) -> list[Diagnostic]:
+    """Every check that needs the validated model; `graph` adds the graph warnings (they
+    are noise when earlier passes already dropped keys with errors)."""
+    parts = _Parts(
+        steps=list(enumerate(playbook.workflow)),
+        tasks=list(enumerate(playbook.workbook)),
+        policy=playbook.policy,
+        step_names=[(i, s.step) for i, s in enumerate(playbook.workflow)],
+        task_names=[(i, t.name) for i, t in enumerate(playbook.workbook)],
+        playbook=playbook,
+    )
+    return _Checker(parts, tree, source).run(graph=graph)
+
+
+def partial_checks(tree: YMap, source: Source) -> list[Diagnostic]:
+    """The semantic checks of the parts that validate, for a document that does not."""
+    parts = _Parts(
+        steps=_valid_items(tree.get("workflow"), Step),
+        tasks=_valid_items(tree.get("workbook"), WorkbookTask),
+        policy=_valid_or_none(tree.get("policy", {}), Policy),
+        step_names=_raw_names(tree.get("workflow"), "step"),
+        task_names=_raw_names(tree.get("workbook"), "name"),
+    )
+    return _Checker(parts, tree, source).run(graph=False)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _valid_or_none(data: Any, model: type[_M]) -> _M | None:
+    try:
+        return model.model_validate(data)
+    except ValidationError:
+        return None
+
+
+def _valid_items(items: Any, model: type[_M]) -> list[tuple[int, _M]]:
+    """Items that validate, each without the keys it has errors in (already reported)."""
+    if not isinstance(items, list):
+        return []
+    out = []
+    for index, item in enumerate(items):
+        try:
+            out.append((index, model.model_validate(item)))
+            continue
+        except ValidationError as exc:
+            bad = {e["loc"][0] for e in exc.errors() if e["loc"]}
+        if isinstance(item, dict) and bad & set(item):
+            valid = _valid_or_none({k: v for k, v in item.items() if k not in bad}, model)
+            if valid is not None:
+                out.append((index, valid))
+    return out
+
+
+def _raw_names(items: Any, key: str) -> list[tuple[int, str]]:
+    if not isinstance(items, list):
+        return []
+    return [
+        (i, item[key])
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and isinstance(item.get(key), str)
+    ]

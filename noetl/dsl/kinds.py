@@ -7,7 +7,7 @@ kinds registered through the `noetl.tools` entry point group add their own model
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -34,11 +34,13 @@ class PythonSpec(SpecModel):
 
 
 HttpMethod = Literal["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
+# The method is upper-cased before validation, so the schema accepts either case.
+_METHODS_ANY_CASE = [m for name in get_args(HttpMethod) for m in (name, name.lower())]
 
 
 class HttpSpec(SpecModel):
     url: str
-    method: HttpMethod = "GET"
+    method: HttpMethod = Field(default="GET", json_schema_extra={"enum": _METHODS_ANY_CASE})
     headers: dict[str, Any] = Field(default_factory=dict)
     params: dict[str, Any] = Field(default_factory=dict)
     json_body: Any = Field(default=None, alias="json")

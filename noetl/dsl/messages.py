@@ -12,7 +12,8 @@ from pydantic import BaseModel
 from pydantic_core import ErrorDetails
 
 from noetl.dsl.diagnostics import Diagnostic, Path
-from noetl.dsl.model import Playbook
+from noetl.dsl.kinds import TOOL_SPECS, spec_fields
+from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, Playbook
 from noetl.dsl.source import YMap, YSeq, line_at
 
 _CONTEXT_NAMES = {
@@ -38,16 +39,17 @@ def suggest(word: str, choices: Iterable[str]) -> str:
 def clean_path(tree: Any, loc: Sequence[str | int]) -> Path:
     """The part of a pydantic location that names real keys and indexes of the tree."""
     node = tree
+    off_tree = False  # past a key the document does not have: keep names, drop tags
     out: list[str | int] = []
     for part in loc:
         in_map = isinstance(node, dict) and isinstance(part, str) and part in node
         in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        if in_map or in_list:
+        if not off_tree and (in_map or in_list):
             node = node[part]
             out.append(part)
-        elif isinstance(node, dict) and isinstance(part, str) and not _is_tag(part):
-            out.append(part)  # a missing or extra key: keep it, the walk ends here
-            node = None
+        elif (off_tree or isinstance(node, dict)) and isinstance(part, str) and not _is_tag(part):
+            out.append(part)  # a missing or extra key (and what a missing key would hold)
+            off_tree = True
     return tuple(out)
 
 
@@ -137,7 +139,8 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _type_name(value: Any) -> str:
+def type_name(value: Any) -> str:
+    """How a value from the document is described in a message: `a list`, `int 5`, ..."""
     if isinstance(value, YMap | dict):
         return "a mapping"
     if isinstance(value, YSeq | list):
@@ -147,8 +150,64 @@ def _type_name(value: Any) -> str:
     return f"{type(value).__name__} {_short(value)}"
 
 
+# What pydantic's type errors expect, said the way a playbook author thinks of it.
+_EXPECTED = {
+    "model_type": "a mapping",
+    "model_attributes_type": "a mapping",
+    "dict_type": "a mapping",
+    "list_type": "a list",
+    "string_type": "a string",
+    "bool_type": "a boolean",
+    "bool_parsing": "a boolean",
+    "int_type": "an integer",
+    "int_parsing": "an integer",
+    "int_from_float": "an integer",
+    "float_type": "a number",
+    "float_parsing": "a number",
+}
+
+
+def _expected(err: ErrorDetails) -> str:
+    """`must be ...` text for a type or value error, without the subject."""
+    known = _EXPECTED.get(err["type"])
+    if known is not None:
+        return f"must be {known}"
+    ctx = err.get("ctx") or {}
+    if err["type"] == "string_too_long":
+        return f"must be at most {ctx.get('max_length')} characters long"
+    if err["type"] == "string_too_short":
+        return "must not be empty"
+    text = err["msg"]
+    if text.startswith("Input should be "):
+        return "must be " + text.removeprefix("Input should be ")
+    return text[:1].lower() + text[1:]
+
+
+def _extra_keys(tree: Any, path: Path) -> set[str]:
+    """Keys that would also be accepted where an unknown key was found.
+
+    Under `tool` these are the configuration keys of its kind (the shorthand form), so
+    `metod` under an http tool suggests `method`.
+    """
+    if not path or path[-1] != "tool":
+        return set()
+    node = tree
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return set()
+    kind = node.get("kind") if isinstance(node, dict) else None
+    model = TOOL_SPECS.get(kind) if isinstance(kind, str) else None
+    return spec_fields(model) if model is not None else set()
+
+
 def _message(
-    err: ErrorDetails, path: Path, model: type[BaseModel], context: str | None
+    err: ErrorDetails,
+    path: Path,
+    model: type[BaseModel],
+    context: str | None,
+    extra_keys: set[str],
 ) -> tuple[str, str]:
     kind = err["type"]
     key = str(path[-1]) if path and isinstance(path[-1], str) else None
@@ -156,23 +215,37 @@ def _message(
     if context and (len(path) <= 1):
         where = context
     subject = f"'{key}'" if key else where
-    text = err["msg"]
     if kind == "extra_forbidden" and key:
-        hint = suggest(key, allowed_keys(model, path[:-1]))
+        hint = suggest(key, allowed_keys(model, path[:-1]) | extra_keys)
         return "E100", f"unknown {where} key '{key}'{hint}"
     if kind == "missing" and key:
-        return "E101", f"{where} is missing required key '{key}'"
+        owner = "the playbook" if where == "root" else where
+        return "E101", f"{owner} is missing required key '{key}'"
     if kind == "string_pattern_mismatch":
+        pattern = (err.get("ctx") or {}).get("pattern")
+        if pattern == ON_STEP_FAIL_PATTERN:
+            return "E102", (
+                f"{subject} must be 'halt', 'continue' or 'route_edge:<step>'; "
+                f"got {_short(err['input'])}"
+            )
+        if pattern != NAME_PATTERN:  # pragma: no cover - every pattern is listed here
+            return "E102", f"{subject} must match {pattern}; got {_short(err['input'])}"
         return "E103", (
             f"{subject} must be a name of letters, digits and underscores that does not "
             f"start with a digit; got {_short(err['input'])}"
         )
-    if kind == "too_short" and key == "workflow":
-        return "E102", "'workflow' must list at least one step"
+    if kind == "too_short":
+        if key == "workflow":
+            return "E102", "'workflow' must list at least one step"
+        return "E102", f"{subject} must not be empty"
     if kind.startswith("value_error") or kind == "assertion_error":
-        return "E102", f"{subject}: {text.removeprefix('Value error, ')}"
-    got = _type_name(err.get("input"))
-    return "E102", f"{subject} {text.replace('Input should be', 'must be')}; got {got}"
+        text = err["msg"].removeprefix("Value error, ")
+        # Model validators name their subject themselves ("collect with mode: map ...").
+        first = text.split(" ", 1)[0]
+        if first in (key, where.split(" ", 1)[0]):
+            return "E102", text
+        return "E102", f"{subject}: {text}"
+    return "E102", f"{subject} {_expected(err)}; got {type_name(err.get('input'))}"
 
 
 def translate_errors(
@@ -196,7 +269,8 @@ def translate_errors(
         if len(errs) > 1 and all(e["type"] not in ("extra_forbidden", "missing") for e in errs):
             code, message = _union_message(errs, path)
         else:
-            code, message = _message(errs[0], rel, root_model, context)
+            extra = _extra_keys(tree, path[:-1]) if errs[0]["type"] == "extra_forbidden" else set()
+            code, message = _message(errs[0], rel, root_model, context, extra)
         out.append(
             Diagnostic(
                 code=code,
@@ -211,10 +285,10 @@ def translate_errors(
 
 
 def _union_message(errs: list[ErrorDetails], path: Path) -> tuple[str, str]:
-    key = str(path[-1]) if path and isinstance(path[-1], str) else describe(path)
-    expected = []
+    key = f"'{path[-1]}'" if path and isinstance(path[-1], str) else describe(path)
+    expected: list[str] = []
     for err in errs:
-        text = err["msg"].replace("Input should be ", "").replace("Value error, ", "")
+        text = _expected(err).removeprefix("must be ")
         if text not in expected:
             expected.append(text)
-    return "E102", f"'{key}' must be {' or '.join(expected)}; got {_type_name(errs[0]['input'])}"
+    return "E102", f"{key} must be {' or '.join(expected)}; got {type_name(errs[0]['input'])}"

@@ -212,7 +212,8 @@ class WorkbookTask(Model):
         return desugar_step(data)
 
 
-OnStepFail = Annotated[str, StringConstraints(pattern=r"^(halt|continue|route_edge:.+)$")]
+ON_STEP_FAIL_PATTERN = r"^(halt|continue|route_edge:.+)$"
+OnStepFail = Annotated[str, StringConstraints(pattern=ON_STEP_FAIL_PATTERN)]
 
 
 class Policy(Model):

@@ -16,7 +16,7 @@ node carries that node's line, so errors found later still point at the right pl
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity
@@ -26,6 +26,7 @@ from noetl.dsl.source import YMap, YSeq, line_at
 LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
 TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})
 SINK_COMMON_KEYS = frozenset({"id", "async", "timeout_ms", "retry", "args"})
+_LOOP_SPEC_KEYS = ("mode", "max_in_flight", "max_concurrency")
 
 
 class ShapeError(ValueError):
@@ -120,9 +121,17 @@ def desugar_next(value: Any) -> Any:
         return out
     if isinstance(value, dict):
         if "arcs" in value:
+            if "to" in value:
+                raise ShapeError("next has both 'to' and 'arcs'; keep one", ("arcs",))
             spec = value.get("spec") or {}
-            if not isinstance(spec, dict) or set(spec) - {"mode"}:
-                raise ShapeError("next.spec takes only 'mode'", ("spec",))
+            if not isinstance(spec, dict):
+                raise ShapeError("next.spec must be a map like {mode: exclusive}", ("spec",))
+            for key in spec:
+                if key != "mode":
+                    raise ShapeError(
+                        f"unknown next.spec key '{key}' (next.spec takes only 'mode')",
+                        ("spec", key),
+                    )
             rest = {k: v for k, v in value.items() if k not in ("spec", "arcs")}
             out = _new_map(value, rest)
             out["mode"] = spec.get("mode", "inclusive")
@@ -174,22 +183,33 @@ def desugar_loop(value: Any) -> Any:
                 raise ShapeError(f"loop has both '{alias}' and '{canonical}'", (alias,))
             out = _rename(out, alias, canonical)
     spec = out.get("spec")
-    if isinstance(spec, dict):
-        merged = _new_map(out, {k: v for k, v in out.items() if k != "spec"})
-        for key, target in (
-            ("mode", "mode"),
-            ("max_in_flight", "max_concurrency"),
-            ("max_concurrency", "max_concurrency"),
-        ):
-            if key in spec:
-                if target in merged:
-                    raise ShapeError(f"loop has both '{target}' and 'spec.{key}'", ("spec", key))
-                merged[target] = spec[key]
-        unknown = set(spec) - {"mode", "max_in_flight", "max_concurrency"}
-        if unknown:
-            raise ShapeError(f"unknown loop.spec key '{sorted(unknown)[0]}'", ("spec",))
-        out = merged
-    return out
+    if spec is None:
+        return out
+    if not isinstance(spec, dict):
+        raise ShapeError(
+            "loop.spec must be a map like {mode: parallel, max_in_flight: 4}", ("spec",)
+        )
+    return _merge_loop_spec(out, spec)
+
+
+def _merge_loop_spec(loop: dict[str, Any], spec: dict[str, Any]) -> YMap:
+    for key in spec:
+        if key not in _LOOP_SPEC_KEYS:
+            hint = _did_you_mean(key, _LOOP_SPEC_KEYS)
+            raise ShapeError(f"unknown loop.spec key '{key}'{hint}", ("spec", key))
+    merged = _new_map(loop, {k: v for k, v in loop.items() if k != "spec"})
+    for key, target in (
+        ("mode", "mode"),
+        ("max_in_flight", "max_concurrency"),
+        ("max_concurrency", "max_concurrency"),
+    ):
+        if key in spec:
+            if target in merged:
+                raise ShapeError(f"loop has both '{target}' and 'spec.{key}'", ("spec", key))
+            merged[target] = spec[key]
+            if isinstance(spec, YMap):
+                merged.key_lines[target] = spec.key_line(key)
+    return merged
 
 
 # --- tools and sinks ---------------------------------------------------------------------
@@ -200,9 +220,7 @@ def desugar_tool(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
-        out = YMap(line=_line(value))
-        out["kind"] = value
-        return out
+        value = YMap({"kind": value})
     if not isinstance(value, dict):
         raise ShapeError(f"tool must be a block with a 'kind', got {type(value).__name__}")
     kind = value.get("kind")
@@ -230,15 +248,17 @@ def _move_into_spec(value: dict[str, Any], shorthand: list[str]) -> Any:
         new_spec[key] = value[key]
         if isinstance(value, YMap):
             new_spec.key_lines[key] = value.key_line(key)
-    out["spec"] = new_spec
-    if isinstance(value, YMap):
-        out.key_lines.setdefault("spec", value.key_line(shorthand[0]))
+    out["spec"] = new_spec  # a spec made here has no line: errors about it point at the tool
     return out
 
 
+def _did_you_mean(word: str, choices: Iterable[str]) -> str:
+    match = difflib.get_close_matches(word, sorted(choices), n=1, cutoff=0.6)
+    return f"; did you mean '{match[0]}'?" if match else ""
+
+
 def _unknown(what: str, kind: str, known: dict[str, Any]) -> str:
-    match = difflib.get_close_matches(kind, sorted(known), n=1, cutoff=0.6)
-    hint = f"; did you mean '{match[0]}'?" if match else ""
+    hint = _did_you_mean(kind, known)
     return f"unknown {what} kind '{kind}'{hint} (known: {', '.join(sorted(known))})"
 
 
@@ -268,6 +288,7 @@ def _sink(value: Any, index: int) -> Any:
     out = _new_map(config)
     out["kind"] = kind
     out.key_lines["kind"] = value.key_line(kind) if isinstance(value, YMap) else _line(value)
+    out.key_lines["spec"] = out.key_lines["kind"]  # errors about the whole spec: `- postgres:`
     spec = _new_map(config)
     for key, item in config.items():
         target = out if key in SINK_COMMON_KEYS else spec
@@ -384,6 +405,21 @@ _FIELD_DESUGAR: tuple[tuple[str, StepFn], ...] = (
     ("retry", desugar_retry),
     ("loop", desugar_loop),
 )
+# The actions of a `case` branch (`then`) take the same shorthand, and a `sink` of their own.
+_THEN_DESUGAR: tuple[tuple[str, StepFn], ...] = (
+    ("tool", desugar_tool),
+    ("next", desugar_next),
+    ("retry", desugar_retry),
+    ("sink", desugar_sinks),
+)
+
+
+def _at(path: Path, fn: StepFn, value: Any) -> Any:
+    """`fn(value)`, with the path of a ShapeError made relative to the enclosing node."""
+    try:
+        return fn(value)
+    except ShapeError as exc:
+        raise ShapeError(exc.message, (*path, *exc.path), exc.code) from None
 
 
 def desugar_step(step: Any) -> Any:
@@ -398,27 +434,39 @@ def desugar_step(step: Any) -> Any:
             ("tool",),
             "E203",
         )
-    out = _new_map(step, dict(step))
-    for key, fn in _FIELD_DESUGAR:
+    out = _desugar_actions(step, _FIELD_DESUGAR)
+    case = out.get("case")
+    if isinstance(case, list):
+        branches = [_at(("case", i), _desugar_branch, b) for i, b in enumerate(case)]
+        out["case"] = _new_seq(case, branches)
+    return out
+
+
+def _desugar_actions(node: dict[str, Any], fields: tuple[tuple[str, StepFn], ...]) -> YMap:
+    out = _new_map(node, dict(node))
+    for key, fn in fields:
         if key in out:
-            try:
-                out[key] = fn(out[key])
-            except ShapeError as exc:
-                raise ShapeError(exc.message, (key, *exc.path), exc.code) from None
-    out = lift_tool_result(out)
+            out[key] = _at((key,), fn, out[key])
+    lifted: YMap = lift_tool_result(out)  # a YMap in, a YMap out
+    out = lifted
     tool = out.get("tool")
     if isinstance(tool, dict) and "retry" in tool:
         new_tool = _new_map(tool, dict(tool))
-        new_tool["retry"] = desugar_retry(tool["retry"])
+        new_tool["retry"] = _at(("tool", "retry"), desugar_retry, tool["retry"])
         out["tool"] = new_tool
     result = out.get("result")
     if isinstance(result, dict) and "sink" in result:
         new_result = _new_map(result, dict(result))
-        try:
-            new_result["sink"] = desugar_sinks(result["sink"])
-        except ShapeError as exc:
-            raise ShapeError(exc.message, ("result", "sink", *exc.path), exc.code) from None
+        new_result["sink"] = _at(("result", "sink"), desugar_sinks, result["sink"])
         out["result"] = new_result
+    return out
+
+
+def _desugar_branch(branch: Any) -> Any:
+    if not isinstance(branch, dict) or not isinstance(branch.get("then"), dict):
+        return branch  # the model reports the wrong shape
+    out = _new_map(branch, dict(branch))
+    out["then"] = _at(("then",), lambda then: _desugar_actions(then, _THEN_DESUGAR), out["then"])
     return out
 
 

@@ -10,18 +10,29 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path as FsPath
 from typing import Any
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
+from ruamel.yaml.comments import (
+    CommentedMap,
+    CommentedOrderedMap,
+    CommentedSeq,
+    CommentedSet,
+    TaggedScalar,
+)
+from ruamel.yaml.composer import Composer
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.scalarbool import ScalarBoolean
 
 from noetl.dsl.diagnostics import Diagnostic, Path
 
 MAX_PLAYBOOK_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000
+MAX_DEPTH = 64
+_STR_TAG = "tag:yaml.org,2002:str"
 
 
 class YMap(dict[str, Any]):
@@ -58,6 +69,44 @@ class Source:
     text: str
     tree: Any
 
+    @cached_property
+    def lines(self) -> list[str]:
+        """The text split into lines, computed once."""
+        return self.text.splitlines()
+
+
+class _TooDeep(Exception):
+    def __init__(self, line: int | None) -> None:
+        super().__init__(line)
+        self.line = line
+
+
+class _DepthLimitedComposer(Composer):
+    """ruamel's composer recurses once per nesting level; stop it long before Python's
+    recursion limit (a deeply nested document would otherwise take seconds to fail)."""
+
+    _depth = 0
+
+    def _enter(self) -> None:
+        self._depth += 1
+        if self._depth > MAX_DEPTH:
+            mark = getattr(self.parser.peek_event(), "start_mark", None)
+            raise _TooDeep(mark.line + 1 if mark is not None else None)
+
+    def compose_sequence_node(self, anchor: Any) -> Any:
+        self._enter()
+        try:
+            return super().compose_sequence_node(anchor)
+        finally:
+            self._depth -= 1
+
+    def compose_mapping_node(self, anchor: Any) -> Any:
+        self._enter()
+        try:
+            return super().compose_mapping_node(anchor)
+        finally:
+            self._depth -= 1
+
 
 class SourceError(Exception):
     """The file could not be read as a playbook document."""
@@ -84,48 +133,87 @@ def read_source(path: str | FsPath) -> Source:
     if fs_path.is_dir():
         raise _fail(name, "E001", "is a directory, not a playbook file")
     if size > MAX_PLAYBOOK_BYTES:
-        raise _fail(
-            name,
-            "E002",
-            f"file is {size / 1_000_000:.1f} MB; a playbook may be at most "
-            f"{MAX_PLAYBOOK_BYTES // (1024 * 1024)} MB (move data into the workload or a file)",
-        )
+        raise _too_big(name, size)
     raw = fs_path.read_bytes()
     return parse_source(raw, name)
 
 
 def parse_source(raw: bytes | str, name: str = "<playbook>") -> Source:
     """Parse playbook text (bytes or str) into a positioned tree."""
-    if isinstance(raw, bytes):
-        if len(raw) > MAX_PLAYBOOK_BYTES:
-            raise _fail(name, "E002", f"playbook is larger than {MAX_PLAYBOOK_BYTES} bytes")
-        if b"\x00" in raw:
-            raise _fail(name, "E003", "is a binary file, not YAML text")
-        try:
-            text = raw.decode("utf-8-sig")
-        except UnicodeDecodeError as exc:
-            raise _fail(
-                name, "E003", f"is not UTF-8 text (bad byte at offset {exc.start})"
-            ) from None
-    else:
-        text = raw
+    text = _decode(raw, name) if isinstance(raw, bytes) else raw
+    if len(text) > MAX_PLAYBOOK_BYTES:
+        raise _too_big(name, len(text.encode("utf-8", "surrogatepass")))
     if not text.strip() or all(
         not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()
     ):
         raise _fail(name, "E004", "is empty; a playbook needs at least metadata and workflow")
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    try:
-        documents = list(yaml.load_all(text))
-    except MarkedYAMLError as exc:
-        raise _yaml_error(name, exc) from None
-    except YAMLError as exc:  # pragma: no cover - ruamel marks nearly everything
-        raise _fail(name, "E005", f"is not valid YAML: {exc}") from None
+    documents = _load_documents(text, name)
+    # A trailing `---` (or `...`) leaves an empty document behind: not a second playbook.
+    while len(documents) > 1 and documents[-1] is None:
+        documents.pop()
     if len(documents) > 1:
         raise _fail(name, "E006", "holds several YAML documents; put one playbook per file")
     counter = [0]
     tree = _convert(documents[0], name, counter, line=1)
     return Source(name=name, text=text, tree=tree)
+
+
+def _too_big(name: str, size: int) -> SourceError:
+    return _fail(
+        name,
+        "E002",
+        f"file is {size / 1_000_000:.1f} MB; a playbook may be at most "
+        f"{MAX_PLAYBOOK_BYTES // (1024 * 1024)} MB (move data into the workload or a file)",
+    )
+
+
+def _decode(raw: bytes, name: str) -> str:
+    if len(raw) > MAX_PLAYBOOK_BYTES:
+        raise _too_big(name, len(raw))
+    if b"\x00" in raw:
+        raise _fail(name, "E003", "is a binary file, not YAML text")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        bad = raw[exc.start : exc.start + 1].hex()
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise _fail(
+            name, "E003", f"is not UTF-8 text (byte 0x{bad} on line {line})", line
+        ) from None
+
+
+def _load_documents(text: str, name: str) -> list[Any]:
+    yaml = YAML(typ="rt")
+    yaml.allow_duplicate_keys = False
+    yaml.Composer = _DepthLimitedComposer
+    try:
+        return list(yaml.load_all(text))
+    except MarkedYAMLError as exc:
+        raise _yaml_error(name, exc) from None
+    except ReaderError as exc:
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        raise _fail(
+            name,
+            "E005",
+            f"is not valid YAML: character {_codepoint(exc.character)} is not allowed "
+            f"({exc.reason})",
+            line,
+        ) from None
+    except _TooDeep as exc:
+        raise _too_deep(name, exc.line) from None
+    except RecursionError:  # pragma: no cover - the composer stops first
+        raise _too_deep(name, None) from None
+    except YAMLError as exc:  # pragma: no cover - ruamel marks nearly everything
+        raise _fail(name, "E005", f"is not valid YAML: {exc}") from None
+
+
+def _codepoint(character: Any) -> str:
+    code = character if isinstance(character, int) else ord(str(character)[:1] or "\0")
+    return f"U+{code:04X}"
+
+
+def _too_deep(name: str, line: int | None) -> SourceError:
+    return _fail(name, "E012", f"nests more than {MAX_DEPTH} levels deep", line)
 
 
 def _yaml_error(name: str, exc: MarkedYAMLError) -> SourceError:
@@ -137,14 +225,23 @@ def _yaml_error(name: str, exc: MarkedYAMLError) -> SourceError:
         first = exc.context_mark.line + 1 if exc.context_mark is not None else None
         where = f" (the mapping starts on line {first})" if first else ""
         return _fail(name, "E007", f"duplicate key '{key}'{where}", line)
-    context = f" {exc.context}" if exc.context else ""
-    return _fail(name, "E005", f"is not valid YAML:{context} {problem}".rstrip(), line)
+    problem = problem[0].upper() + problem[1:] if problem else problem
+    if exc.context:
+        started = exc.context_mark.line + 1 if exc.context_mark is not None else None
+        on_line = f" started on line {started}" if started and started != line else ""
+        problem = f"{problem} ({exc.context}{on_line})"
+    return _fail(name, "E005", f"is not valid YAML: {problem}", line)
 
 
-def _convert(node: Any, name: str, counter: list[int], line: int) -> Any:
+def _convert(node: Any, name: str, counter: list[int], line: int, depth: int = 0) -> Any:
     counter[0] += 1
     if counter[0] > MAX_NODES:
         raise _fail(name, "E008", f"has more than {MAX_NODES} YAML nodes (alias expansion?)", line)
+    if depth > MAX_DEPTH:
+        raise _too_deep(name, line)
+    tag = _explicit_tag(node)
+    if tag is not None:
+        raise _fail(name, "E010", f"YAML tag {tag!r} is not supported", line)
     if isinstance(node, CommentedMap):
         out = YMap(line=node.lc.line + 1)
         for key, value in node.items():
@@ -152,12 +249,12 @@ def _convert(node: Any, name: str, counter: list[int], line: int) -> Any:
                 raise _fail(
                     name,
                     "E009",
-                    f"mapping keys must be strings, got {type(key).__name__} {key!r}",
+                    f"mapping keys must be strings, got {_key_kind(key)}",
                     _key_line(node, key, out.line),
                 )
             key_line = _key_line(node, key, out.line)
             out.key_lines[key] = key_line
-            out[key] = _convert(value, name, counter, key_line)
+            out[key] = _convert(value, name, counter, key_line, depth + 1)
         return out
     if isinstance(node, CommentedSeq):
         seq = YSeq(line=node.lc.line + 1)
@@ -167,11 +264,38 @@ def _convert(node: Any, name: str, counter: list[int], line: int) -> Any:
             except (KeyError, TypeError, IndexError):
                 item_line = seq.line
             seq.item_lines.append(item_line)
-            seq.append(_convert(value, name, counter, item_line))
+            seq.append(_convert(value, name, counter, item_line, depth + 1))
         return seq
-    if isinstance(node, TaggedScalar):
-        raise _fail(name, "E010", f"YAML tag {node.tag.value!r} is not supported", line)
+    if isinstance(node, TaggedScalar):  # only `!!str`, see _explicit_tag
+        return str(node.value)
     return _plain_scalar(node)
+
+
+def _explicit_tag(node: Any) -> str | None:
+    """The tag of a node written with one we do not accept (anything but `!!str`)."""
+    if isinstance(node, CommentedSet):
+        return "!!set"
+    if isinstance(node, CommentedOrderedMap):
+        return "!!omap"
+    if isinstance(node, bytes):
+        return "!!binary"
+    if isinstance(node, TaggedScalar):
+        value = node.tag.value
+        return None if value == _STR_TAG else str(value)
+    if isinstance(node, CommentedMap | CommentedSeq):
+        value = getattr(getattr(node, "tag", None), "value", None)
+        return str(value) if value else None
+    return None
+
+
+def _key_kind(key: Any) -> str:
+    if key is None:
+        return "null"
+    if isinstance(key, list | tuple):
+        return "a list"
+    if isinstance(key, dict):
+        return "a mapping"
+    return f"{type(key).__name__} {key!r}"
 
 
 def _key_line(node: CommentedMap, key: Any, default: int) -> int:
@@ -208,11 +332,12 @@ def line_at(tree: Any, path: Path) -> int | None:
     node = tree
     line: int | None = getattr(tree, "line", None) or None
     for part in path:
+        # Nodes made during normalization may not know their line (0): keep the last known.
         if isinstance(node, YMap) and isinstance(part, str) and part in node:
-            line = node.key_line(part)
+            line = node.key_line(part) or line
             node = node[part]
         elif isinstance(node, YSeq) and isinstance(part, int) and 0 <= part < len(node):
-            line = node.item_line(part)
+            line = node.item_line(part) or line
             node = node[part]
     return line
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from noetl.dsl.checks import semantic_checks, template_checks
+from noetl.dsl.checks import partial_checks, semantic_checks, template_checks
 from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
-from noetl.dsl.messages import translate_errors
+from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import Playbook
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.source import Source, SourceError, YMap, parse_source, read_source
@@ -73,12 +73,12 @@ def load_playbook_text(
 def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
     file = source.name
     if not isinstance(source.tree, YMap):
-        got = "nothing" if source.tree is None else type(source.tree).__name__
+        got = "nothing" if source.tree is None else type_name(source.tree)
         diag = Diagnostic(
             code="E011",
             message=f"a playbook must be a mapping with metadata and workflow; got {got}",
             file=file,
-            line=getattr(source.tree, "line", 1) or 1,
+            line=getattr(source.tree, "line", 0) or _first_content_line(source.text),
         )
         return LoadResult(file=file, playbook=None, diagnostics=[diag], source=source)
     tree, diags = normalize_document(source.tree, file, allow_legacy=allow_legacy)
@@ -90,8 +90,9 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
         diags.extend(translate_errors(exc.errors(), tree, file))
         if not has_errors(diags):  # pragma: no cover - every pydantic error is reported
             raise
-    if playbook is not None:
-        diags.extend(semantic_checks(playbook, tree, source))
+        diags.extend(partial_checks(tree, source))
+    else:
+        diags.extend(semantic_checks(playbook, tree, source, graph=not has_errors(diags)))
     diags = _dedupe(diags)
     diags.sort(key=lambda d: (d.line or 0, d.severity is Severity.WARNING, d.code))
     return LoadResult(
@@ -100,6 +101,14 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
         diagnostics=diags,
         source=source,
     )
+
+
+def _first_content_line(text: str) -> int:
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped and not stripped.startswith(("#", "---", "%")):
+            return number
+    return 1
 
 
 def _dedupe(diags: list[Diagnostic]) -> list[Diagnostic]:
