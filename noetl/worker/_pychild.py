@@ -226,10 +226,10 @@ def serve(reader: Connection, writer: Connection) -> None:
     # Ctrl-C reaches the whole process group; the parent decides when children stop.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     runner = Runner()
-    writer.send(READY)
-    while True:
-        try:
+    try:
+        writer.send(READY)
+        while True:
             request = reader.recv()
-        except (EOFError, OSError):  # the parent is gone or closed the pool
-            return
-        writer.send(runner.run(request))
+            writer.send(runner.run(request))
+    except (EOFError, OSError):  # the parent is gone or closed the pool: exit quietly
+        return
