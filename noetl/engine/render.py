@@ -2,22 +2,28 @@
 
 * A value that is exactly one `{{ expression }}` keeps its native type (a list stays a list);
   text mixed with expressions renders as a string; dicts and lists are rendered recursively.
+  A native value must be data, because it goes into events: tuples, ranges and the lazy
+  sequences of filters such as `map` become lists, map keys become strings as JSON would
+  make them, and anything else (a function, a method) is a template error.
 * Limits: a render may take at most `time_limit_s` (checked on every call, attribute
   access, operator and `range` step inside the template) and produce at most `max_output`
-  characters; `*` and `**` are checked before they build something huge.
+  characters (checked as the output grows); `*` and `**` are checked before they build
+  something huge.
 * Errors become `TemplateError` with a short message; the engine turns them into a failed
   step, never a crash.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 import operator
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined
+from jinja2 import StrictUndefined, Undefined, nodes
 from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -48,7 +54,12 @@ class LimitedEnvironment(ImmutableSandboxedEnvironment):
     intercepted_binops = frozenset({"*", "**"})
 
     def __init__(self, budget: _Budget, max_output: int) -> None:
-        super().__init__(autoescape=False, keep_trailing_newline=True, undefined=StrictUndefined)
+        super().__init__(
+            autoescape=False,
+            keep_trailing_newline=True,
+            undefined=StrictUndefined,
+            finalize=_no_nested_undefined,
+        )
         self.budget = budget
         self.max_output = max_output
         self.globals["range"] = self._range
@@ -104,6 +115,7 @@ class Renderer:
         self.max_output = max_output
         self._expressions: dict[str, Callable[..., Any]] = {}
         self._templates: dict[str, Any] = {}
+        self._single: dict[str, str | None] = {}
 
     def render(self, value: Any, context: Mapping[str, Any]) -> Any:
         """Render a value (str, dict or list, recursively); other values pass through."""
@@ -123,17 +135,17 @@ class Renderer:
         if "{{" not in text and "{%" not in text and "{#" not in text:
             return text
         try:
-            match = _SINGLE_EXPR.match(text)
-            if match and "{{" not in match.group("expr") and "}}" not in match.group("expr"):
-                result = self._expression(match.group("expr"))(**context)
+            expr = self._single_expression(text)
+            if expr is not None:
+                result = self._expression(expr)(**context)
                 if isinstance(result, StrictUndefined):
                     str(result)  # raises UndefinedError with the name
-                return _check_size(result, self.max_output)
+                return _check_size(_to_data(result, self.max_output), self.max_output)
             template = self._templates.get(text)
             if template is None:
                 template = self.env.from_string(text)
                 self._templates[text] = template
-            return _check_size(template.render(context), self.max_output)
+            return self._render_chunks(template, context)
         except TemplateError:
             raise
         except SecurityError as exc:
@@ -144,6 +156,37 @@ class Renderer:
             raise TemplateError("template recursion is too deep") from None
         except Exception as exc:  # user expressions can raise anything (1/0, bad types)
             raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+
+    def _render_chunks(self, template: Any, context: Mapping[str, Any]) -> str:
+        """Render text, checking the output size as it grows (not once it is all built)."""
+        chunks: list[str] = []
+        size = 0
+        for chunk in template.generate(context):
+            size += len(chunk)
+            if size > self.max_output:
+                raise TemplateError(
+                    f"template output is over the limit of {self.max_output} characters"
+                )
+            chunks.append(chunk)
+        return "".join(chunks)
+
+    def _single_expression(self, text: str) -> str | None:
+        """The expression of a text that is exactly one `{{ expression }}`, else None."""
+        if text in self._single:
+            return self._single[text]
+        match = _SINGLE_EXPR.match(text)
+        expr = match.group("expr") if match else None
+        if expr is not None and ("{{" in expr or "}}" in expr):
+            # `{{ {'a': {'b': 1}} }}` (one expression) or `{{ a }} {{ b }}` (two): parse it
+            body = self.env.parse(text).body
+            parts = body[0].nodes if len(body) == 1 and isinstance(body[0], nodes.Output) else []
+            parts = [
+                p for p in parts if not (isinstance(p, nodes.TemplateData) and not p.data.strip())
+            ]
+            if len(parts) != 1 or isinstance(parts[0], nodes.TemplateData):
+                expr = None
+        self._single[text] = expr
+        return expr
 
     def _expression(self, source: str) -> Callable[..., Any]:
         compiled = self._expressions.get(source)
@@ -164,6 +207,48 @@ def to_bool(value: Any) -> bool:
     if isinstance(value, str):
         return value.strip().lower() not in _FALSE_WORDS
     return bool(value)
+
+
+def _to_data(value: Any, limit: int) -> Any:
+    """A native template value as JSON data (what an event can carry), or TemplateError."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, Mapping):
+        return {_data_key(k): _to_data(v, limit) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_to_data(v, limit) for v in value]
+    if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+        items = list(itertools.islice(value, limit + 1))  # range, generators, dict views
+        if len(items) > limit:
+            raise TemplateError(f"template value has more than {limit} items")
+        return [_to_data(v, limit) for v in items]
+    raise TemplateError(
+        f"template value is a {type(value).__name__}, not data "
+        "(a string, number, boolean, null, list or map)"
+    )
+
+
+def _no_nested_undefined(value: Any) -> Any:
+    """Jinja `finalize`: an undefined name inside a list or map printed in text is an error
+    (printing the container would show `Undefined` instead of raising)."""
+    items: list[Any] = []
+    if isinstance(value, Mapping):
+        items = [*value.keys(), *value.values()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    for item in items:
+        if isinstance(item, Undefined):
+            str(item)  # StrictUndefined: raises UndefinedError with the name
+        _no_nested_undefined(item)
+    return value
+
+
+def _data_key(key: Any) -> str:
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool | int | float):
+        return json.dumps(key)  # as JSON writes it: 1 -> "1", True -> "true"
+    raise TemplateError(f"a map key must be a string or a number, not a {type(key).__name__}")
 
 
 def _check_size(value: Any, limit: int) -> Any:

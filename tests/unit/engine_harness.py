@@ -1,0 +1,262 @@
+"""A harness for the pure engine: a playbook from YAML text and a fake in-process worker.
+
+The worker never runs a playbook's code. A test gives a Python callable per step that
+answers that step's tasks (it receives the `Task` and returns `this`, or raises to fail), or
+completes tasks by hand with an exact result or error, in any order (FIFO, LIFO or chosen).
+
+After every decision the harness checks the core contract: event `seq` is gapless, and
+folding every event emitted so far into a fresh state gives the engine's state.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from noetl.dsl import build_graph, load_playbook_text
+from noetl.engine import (
+    CancelTasks,
+    Decision,
+    Engine,
+    EnqueueTask,
+    Event,
+    EventType,
+    ExecutionState,
+    ExecutionStatus,
+    Task,
+    fold,
+)
+from noetl.engine.render import Renderer
+
+Handler = Callable[[Task], Any]
+Order = Literal["fifo", "lifo"]
+
+HEADER = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: {name}
+"""
+
+
+def playbook_text(
+    steps: str,
+    *,
+    name: str = "test",
+    policy: str = "",
+    workload: str = "",
+    workbook: str = "",
+) -> str:
+    """A whole playbook from the YAML of its `workflow` list (and optional sections)."""
+    parts = [HEADER.format(name=name)]
+    for key, body in (("workload", workload), ("workbook", workbook), ("policy", policy)):
+        if body:
+            parts.append(f"{key}:\n{textwrap.indent(textwrap.dedent(body).strip(), '  ')}\n")
+    parts.append(f"workflow:\n{textwrap.indent(textwrap.dedent(steps).strip(), '  ')}\n")
+    return "".join(parts)
+
+
+class WorkerError(Exception):
+    """Raise from a handler to fail a task with exactly this message."""
+
+
+@dataclass
+class Harness:
+    """Drives one execution of one playbook through the engine."""
+
+    engine: Engine
+    state: ExecutionState
+    handlers: dict[str, Handler] = field(default_factory=dict)
+    workload: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    inputs: list[Event] = field(default_factory=list)
+    commands: list[EnqueueTask | CancelTasks] = field(default_factory=list)
+    dispatched: list[Task] = field(default_factory=list)
+    pending: list[Task] = field(default_factory=list)
+    canceled: list[str] = field(default_factory=list)
+    clock: float = 0.0
+    shadow: ExecutionState | None = None
+
+    # --- construction ------------------------------------------------------------------
+
+    @classmethod
+    def from_text(
+        cls,
+        text: str,
+        *,
+        handlers: dict[str, Handler] | None = None,
+        workload: dict[str, Any] | None = None,
+        execution_id: str = "e1",
+        renderer: Renderer | None = None,
+    ) -> Harness:
+        playbook = load_playbook_text(text).require()
+        engine = Engine(build_graph(playbook), renderer)
+        return cls(
+            engine=engine,
+            state=engine.new_state(execution_id),
+            handlers=dict(handlers or {}),
+            workload={**playbook.workload, **(workload or {})},
+        )
+
+    @classmethod
+    def of(
+        cls,
+        steps: str,
+        *,
+        handlers: dict[str, Handler] | None = None,
+        workload: dict[str, Any] | None = None,
+        policy: str = "",
+        workbook: str = "",
+        renderer: Renderer | None = None,
+        start: bool = True,
+    ) -> Harness:
+        """Build from the YAML of the workflow steps, and start it (unless `start=False`)."""
+        text = playbook_text(steps, policy=policy, workbook=workbook)
+        harness = cls.from_text(text, handlers=handlers, workload=workload, renderer=renderer)
+        if start:
+            harness.start()
+        return harness
+
+    # --- inputs ------------------------------------------------------------------------
+
+    def _tick(self) -> float:
+        self.clock += 1.0
+        return self.clock
+
+    def start(self) -> Decision:
+        decision = self.engine.start(self.state, self.workload, self.clock)
+        return self._absorb(decision)
+
+    def deliver(self, event: Event) -> Decision:
+        """Feed one input event to the engine."""
+        self.inputs.append(event)
+        decision = self.engine.decide(self.state, event, self._tick())
+        return self._absorb(decision)
+
+    def outcome(
+        self, task_id: str, *, ok: bool, this: Any = None, error: str | None = None
+    ) -> Decision:
+        """Report a task outcome (`tool.processed`) for any task id, known or not."""
+        payload = {"task_id": task_id, "ok": ok, "this": this, "error": error}
+        event = Event(
+            0, EventType.TOOL_PROCESSED.value, self.state.execution_id, 0.0, None, payload
+        )
+        self.pending = [t for t in self.pending if t.task_id != task_id]
+        return self.deliver(event)
+
+    def cancel(self, reason: str = "user") -> Decision:
+        event = Event(
+            0,
+            EventType.CANCEL_REQUESTED.value,
+            self.state.execution_id,
+            0.0,
+            None,
+            {"reason": reason},
+        )
+        return self.deliver(event)
+
+    def _absorb(self, decision: Decision) -> Decision:
+        self.events.extend(decision.events)
+        for command in decision.commands:
+            self.commands.append(command)
+            if isinstance(command, EnqueueTask):
+                self.dispatched.append(command.task)
+                self.pending.append(command.task)
+            else:
+                self.canceled.extend(command.task_ids)
+                self.pending = [t for t in self.pending if t.task_id not in command.task_ids]
+        self.check_contract()
+        return decision
+
+    # --- the fake worker ---------------------------------------------------------------
+
+    def task(self, step: str, index: int | None = None) -> Task:
+        """The pending task of a step (and loop index)."""
+        found = [t for t in self.pending if t.step == step and t.index == index]
+        assert len(found) == 1, f"no single pending task for {step}[{index}]: {self.pending}"
+        return found[0]
+
+    def pending_ids(self) -> list[str]:
+        return [t.task_id for t in self.pending]
+
+    def complete(self, step: str, index: int | None = None, *, this: Any = None) -> Decision:
+        """Complete the pending task of `step` (and `index`) with `this`."""
+        return self.outcome(self.task(step, index).task_id, ok=True, this=this)
+
+    def fail(self, step: str, index: int | None = None, *, error: str = "boom") -> Decision:
+        """Fail the pending task of `step` (and `index`) with `error`."""
+        return self.outcome(self.task(step, index).task_id, ok=False, error=error)
+
+    def answer(self, task: Task) -> Decision:
+        """Answer a task the way the worker would: its step's handler, else echo its args."""
+        handler = self.handlers.get(task.step)
+        if handler is None:
+            if task.kind == "python":
+                raise AssertionError(f"no handler for python step '{task.step}'")
+            return self.outcome(task.task_id, ok=True, this=task.args)
+        try:
+            this = handler(task)
+        except Exception as exc:
+            return self.outcome(task.task_id, ok=False, error=str(exc))
+        return self.outcome(task.task_id, ok=True, this=this)
+
+    def answer_step(self, step: str, index: int | None = None) -> Decision:
+        return self.answer(self.task(step, index))
+
+    def run(self, order: Order = "fifo", *, limit: int = 10_000) -> ExecutionState:
+        """Answer pending tasks one at a time (oldest or newest first) until none is left."""
+        for _ in range(limit):
+            if not self.pending:
+                return self.state
+            self.answer(self.pending[0] if order == "fifo" else self.pending[-1])
+        raise AssertionError("the execution did not settle")
+
+    # --- looking at what happened ------------------------------------------------------
+
+    @property
+    def status(self) -> ExecutionStatus:
+        return self.state.status
+
+    def steps(self) -> dict[str, dict[str, Any]]:
+        return self.state.step_summaries()
+
+    def step_status(self, name: str) -> str:
+        return self.state.steps[name].status.value
+
+    def of_type(self, event_type: str, step: str | None = None) -> list[Event]:
+        return [e for e in self.events if e.type == event_type and (step is None or e.step == step)]
+
+    def trace(self, events: Iterable[Event] | None = None) -> list[tuple[str, str | None]]:
+        """(type, step) of every event, in order: the shape of what happened."""
+        return [(e.type, e.step) for e in (self.events if events is None else events)]
+
+    def started_steps(self) -> list[str]:
+        return [e.step or "" for e in self.of_type(EventType.STEP_STARTED)]
+
+    def finished(self, name: str) -> Event:
+        found = self.of_type(EventType.STEP_FINISHED, name)
+        assert len(found) == 1, f"step '{name}' finished {len(found)} times"
+        return found[0]
+
+    def check_contract(self) -> None:
+        """Gapless seq from 1, and the fold of the events equals the engine's state.
+
+        The fold is incremental (a shadow state fed each new event once), so the check stays
+        linear in the length of the log; `fold` itself checks that `seq` has no gap.
+        """
+        if self.shadow is None:
+            self.shadow = self.engine.new_state(self.state.execution_id)
+        fold(self.shadow, self.events[self.shadow.seq :])
+        assert self.shadow.seq == len(self.events)
+        assert self.shadow.status == self.state.status
+        assert self.shadow.step_summaries() == self.state.step_summaries()
+        assert self.shadow.context == self.state.context
+        assert self.shadow == self.state
+
+    def check_full_fold(self) -> None:
+        """The fold of the whole log into a fresh state equals the engine's state."""
+        folded = fold(self.engine.new_state(self.state.execution_id), self.events)
+        assert [e.seq for e in self.events] == list(range(1, len(self.events) + 1))
+        assert folded == self.state
