@@ -51,6 +51,7 @@ class Engine:
         self.playbook = graph.playbook
         self.renderer = renderer or Renderer()
         self.order = graph.order
+        self.position = {name: index for index, name in enumerate(self.order)}
 
     # --- inputs --------------------------------------------------------------------------
 
@@ -90,22 +91,22 @@ class Engine:
             if state.terminal or not self._wake_parked(state, turn):
                 break
         if not state.terminal and self._quiescent(state, turn):
-            for name in self.order:
-                if state.steps[name].status is StepStatus.PARKED:
-                    self._emit(state, turn, EventType.STEP_SKIPPED, name, {"reason": "gate false"})
+            for name in self._parked_in_order(state):
+                self._emit(state, turn, EventType.STEP_SKIPPED, name, {"reason": "gate false"})
             status = ExecutionStatus.FAIL if state.unhandled_failure else ExecutionStatus.OK
             self._finish_workflow(state, turn, status, None)
         return Decision(turn.events, turn.commands)
 
     def _quiescent(self, state: ExecutionState, turn: _Turn) -> bool:
-        if state.tasks or turn.calls:
-            return False
-        return not any(run.status is StepStatus.RUNNING for run in state.steps.values())
+        return not (state.tasks or turn.calls or state.running)
+
+    def _parked_in_order(self, state: ExecutionState) -> list[str]:
+        return sorted(state.parked, key=self.position.__getitem__)
 
     def _wake_parked(self, state: ExecutionState, turn: _Turn) -> bool:
         """Re-evaluate parked steps in workflow order; True if one was dispatched or failed."""
         woke = False
-        for name in self.order:
+        for name in self._parked_in_order(state):
             if state.terminal:
                 break
             if state.steps[name].status is StepStatus.PARKED:

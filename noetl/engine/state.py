@@ -80,6 +80,9 @@ class ExecutionState:
     context: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
     tasks: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    # Derived indexes kept by the reducer so a decision costs the same in a long workflow:
+    parked: dict[str, None] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
     unhandled_failure: bool = False
     started_at: float | None = None
     finished_at: float | None = None
@@ -151,12 +154,15 @@ def _step_called(state: ExecutionState, event: Event) -> None:
 
 def _step_parked(state: ExecutionState, event: Event) -> None:
     _run(state, event).status = StepStatus.PARKED
+    state.parked[event.step or ""] = None
 
 
 def _step_started(state: ExecutionState, event: Event) -> None:
     run = _run(state, event)
     run.status = StepStatus.RUNNING
     run.started_at = event.ts
+    state.parked.pop(event.step or "", None)
+    state.running.add(event.step or "")
     run.bind = event.payload.get("bind", {})
     task = event.payload.get("task")
     if task is not None:
@@ -210,6 +216,7 @@ def _step_finished(state: ExecutionState, event: Event) -> None:
     run = _run(state, event)
     payload = event.payload
     run.status = StepStatus.OK if payload["status"] == "ok" else StepStatus.FAILED
+    state.running.discard(event.step or "")
     run.error = payload.get("error")
     run.result = payload.get("result")
     run.finished_at = event.ts
@@ -229,6 +236,7 @@ def _next_evaluated(state: ExecutionState, event: Event) -> None:
 
 def _step_skipped(state: ExecutionState, event: Event) -> None:
     _run(state, event).status = StepStatus.SKIPPED
+    state.parked.pop(event.step or "", None)
 
 
 def _task_canceled(state: ExecutionState, event: Event) -> None:
@@ -241,6 +249,8 @@ def _task_canceled(state: ExecutionState, event: Event) -> None:
 def _workflow_finished(state: ExecutionState, event: Event) -> None:
     state.status = ExecutionStatus(event.payload["status"])
     state.finished_at = event.ts
+    state.parked.clear()
+    state.running.clear()
     state.error = event.payload.get("error")
     for run in state.steps.values():
         if run.status is StepStatus.RUNNING:
