@@ -76,7 +76,7 @@ workflow:
 class RssSampler:
     """Samples the resident memory of this process and its descendants (Linux /proc)."""
 
-    def __init__(self, interval: float = 0.05) -> None:
+    def __init__(self, interval: float = 0.1) -> None:
         self.interval = interval
         self.peak_kb = 0
         self._stop = threading.Event()
@@ -99,35 +99,38 @@ class RssSampler:
         self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
 
 
-def _tree_rss_kb(root: int) -> int:
-    parents: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                    fields = fh.read().rsplit(")", 1)[1].split()
-                parents[int(entry)] = int(fields[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    tree = {root}
-    changed = True
-    while changed:
-        changed = False
-        for pid, ppid in parents.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                changed = True
-    total = 0
-    for pid in tree:
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc/<pid>/task/<tid>/children."""
+    found = [pid]
+    index = 0
+    while index < len(found):
+        current = found[index]
+        index += 1
         try:
-            with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
-                for line in fh:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
+            tids = os.listdir(f"/proc/{current}/task")
         except OSError:
             continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", encoding="ascii") as fh:
+                    found.extend(int(child) for child in fh.read().split())
+            except OSError:
+                continue
+    return found
+
+
+def _tree_rss_kb(root: int) -> int:
+    total = 0
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
+                total += int(fh.read().split()[1]) * _PAGE_KB
+        except (OSError, IndexError, ValueError):
+            continue
     return total
+
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def run_embedded(workload: str, n: int, workers: int | None) -> dict[str, Any]:

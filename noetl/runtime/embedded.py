@@ -258,7 +258,6 @@ class EmbeddedRuntime:
             finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
             if finished:
                 touched = set(state.steps)
-            context_changed = finished or any(e.type == EventType.STEP_FINISHED for e in events)
             appends.append(
                 Append(
                     execution_id=execution_id,
@@ -266,7 +265,9 @@ class EmbeddedRuntime:
                     events=events,
                     status=state.status if finished else None,
                     steps={name: state.steps[name].summary() for name in touched},
-                    context=dict(state.context) if context_changed else None,
+                    # The saved context is written once, at the end: rewriting a growing
+                    # context on every step would make each commit cost more than the last.
+                    context=dict(state.context) if finished else None,
                     now=now,
                 )
             )

@@ -38,10 +38,17 @@ from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
 
 BUSY_TIMEOUT_MS = 5000
 
-_COLUMNS = ", ".join(EXECUTION_COLUMNS)
+_INPUT_COLUMNS = ("playbook_text", "workload")
+_ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
+_COLUMNS = ", ".join(f"i.{c}" if c in _INPUT_COLUMNS else f"e.{c}" for c in EXECUTION_COLUMNS)
+_FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
 _INSERT_EXECUTION = (
-    f"INSERT INTO execution ({_COLUMNS}) "
-    f"VALUES ({', '.join(':' + column for column in EXECUTION_COLUMNS)})"
+    f"INSERT INTO execution ({', '.join(_ROW_COLUMNS)}) "
+    f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
+)
+_INSERT_INPUT = (
+    "INSERT INTO execution_input (execution_id, playbook_text, workload) "
+    "VALUES (:execution_id, :playbook_text, :workload)"
 )
 _SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
 _INSERT_EVENT = (
@@ -160,7 +167,14 @@ class SqliteStore:
         row = record_to_row(record)
         with self._use() as conn:
             try:
-                conn.execute(_INSERT_EXECUTION, row)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.execute(_INSERT_EXECUTION, row)
+                    conn.execute(_INSERT_INPUT, row)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    conn.execute("ROLLBACK")
+                    raise
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
@@ -229,7 +243,7 @@ class SqliteStore:
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         with self._use() as conn:
             row = conn.execute(
-                f"SELECT {_COLUMNS} FROM execution WHERE execution_id = ?", (execution_id,)
+                f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.execution_id = ?", (execution_id,)
             ).fetchone()
         return None if row is None else _record(row)
 
@@ -238,12 +252,12 @@ class SqliteStore:
     ) -> list[ExecutionRecord]:
         """Newest first (created_at, then insertion order); optionally one status."""
         check_page(limit, offset)
-        where = "" if status is None else "WHERE status = ?"
+        where = "" if status is None else "WHERE e.status = ?"
         params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
         with self._use() as conn:
             rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM execution {where} "
-                "ORDER BY created_at DESC, rowid DESC LIMIT ? OFFSET ?",
+                f"SELECT {_COLUMNS} FROM {_FROM} {where} "
+                "ORDER BY e.created_at DESC, e.rowid DESC LIMIT ? OFFSET ?",
                 (*params, limit, offset),
             ).fetchall()
         return [_record(row) for row in rows]

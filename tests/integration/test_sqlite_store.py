@@ -23,8 +23,6 @@ EXPECTED_COLUMNS = {
         ("execution_id", "TEXT", 0, 1),
         ("playbook_name", "TEXT", 1, 0),
         ("playbook_path", "TEXT", 0, 0),
-        ("playbook_text", "TEXT", 1, 0),
-        ("workload", "TEXT", 1, 0),
         ("status", "TEXT", 1, 0),
         ("context", "TEXT", 1, 0),
         ("parent_execution_id", "TEXT", 0, 0),
@@ -32,6 +30,11 @@ EXPECTED_COLUMNS = {
         ("created_at", "REAL", 1, 0),
         ("updated_at", "REAL", 1, 0),
         ("finished_at", "REAL", 0, 0),
+    ],
+    "execution_input": [
+        ("execution_id", "TEXT", 0, 1),
+        ("playbook_text", "TEXT", 1, 0),
+        ("workload", "TEXT", 1, 0),
     ],
     "event_log": [
         ("execution_id", "TEXT", 1, 1),
@@ -160,6 +163,7 @@ def test_packaged_migrations() -> None:
     assert [(m.version, m.name) for m in migrations] == [(1, "init")]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
+        "CREATE TABLE execution_input",
         "CREATE INDEX execution_status_idx",
         "CREATE INDEX execution_created_at_idx",
         "CREATE TABLE event_log",

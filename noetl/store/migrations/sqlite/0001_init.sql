@@ -1,12 +1,12 @@
 -- 0001: executions, their append-only event logs and the step_state projection.
 -- JSON columns hold compact JSON text. Times are epoch seconds (REAL).
 
+-- The execution row is rewritten on every commit (last_seq), so it holds only small
+-- columns; the playbook text and the workload, written once, live in execution_input.
 CREATE TABLE execution (
     execution_id        TEXT PRIMARY KEY,
     playbook_name       TEXT NOT NULL,
     playbook_path       TEXT,
-    playbook_text       TEXT NOT NULL,
-    workload            TEXT NOT NULL DEFAULT '{}',
     status              TEXT NOT NULL DEFAULT 'running'
                         CHECK (status IN ('running', 'ok', 'fail', 'canceled')),
     context             TEXT NOT NULL DEFAULT '{}',
@@ -15,6 +15,12 @@ CREATE TABLE execution (
     created_at          REAL NOT NULL,
     updated_at          REAL NOT NULL,
     finished_at         REAL
+);
+
+CREATE TABLE execution_input (
+    execution_id  TEXT PRIMARY KEY REFERENCES execution (execution_id) ON DELETE CASCADE,
+    playbook_text TEXT NOT NULL,
+    workload      TEXT NOT NULL DEFAULT '{}'
 );
 
 CREATE INDEX execution_status_idx ON execution (status);
