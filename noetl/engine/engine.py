@@ -88,7 +88,9 @@ class Engine:
             while turn.calls and not state.terminal:
                 target, by = turn.calls.popleft()
                 self._call(state, turn, target, by)
-            if state.terminal or not self._wake_parked(state, turn):
+            if state.terminal or state.compensation is not None:
+                break
+            if not self._wake_parked(state, turn):
                 break
         if not state.terminal and self._quiescent(state, turn):
             for name in self._parked_in_order(state):
@@ -470,6 +472,9 @@ class Engine:
         return {collect.into: mapping}
 
     def _route(self, state: ExecutionState, turn: _Turn, step: Step, ok: bool) -> None:
+        if state.compensation is not None:
+            self._compensate_next(state, turn)  # rolling back: edges are not followed
+            return
         taken: list[str] = []
         evaluated: list[dict[str, Any]] = []
         mode = step.next.mode if step.next else "inclusive"
@@ -495,12 +500,48 @@ class Engine:
         if taken or not ok or step.next is not None:
             self._emit(state, turn, EventType.NEXT_EVALUATED, step.step, payload)
         if not ok and not taken and self.playbook.policy.on_step_fail == "halt":
-            self._finish_workflow(state, turn, ExecutionStatus.FAIL, f"step '{step.step}' failed")
+            if not self._start_rollback(state, turn, step.step):
+                self._finish_workflow(
+                    state, turn, ExecutionStatus.FAIL, f"step '{step.step}' failed"
+                )
             return
         for target in taken:
             turn.calls.append((target, step.step))
         if policy_target is not None:
             turn.calls.append((policy_target, step.step))
+
+    def _start_rollback(self, state: ExecutionState, turn: _Turn, failed: str) -> bool:
+        """Saga: on a halting failure with `policy.rollback: on_fail`, run the compensating
+        steps of the steps that succeeded, newest first. False when there is nothing to do."""
+        if self.playbook.policy.rollback != "on_fail":
+            return False
+        queue: list[str] = []
+        for name in reversed(state.completed):
+            target = self.graph.nodes[name].step.compensate
+            pending = (StepStatus.PENDING, StepStatus.PARKED)
+            if target and target not in queue and state.steps[target].status in pending:
+                queue.append(target)
+        if not queue:
+            return False
+        in_flight = sorted(state.tasks)
+        if in_flight:
+            self._emit(state, turn, EventType.TASK_CANCELED, None, {"task_ids": in_flight})
+            turn.commands.append(CancelTasks(tuple(in_flight)))
+        turn.calls.clear()
+        payload = {"failed_step": failed, "queue": queue}
+        self._emit(state, turn, EventType.COMPENSATION_STARTED, None, payload)
+        self._compensate_next(state, turn)
+        return True
+
+    def _compensate_next(self, state: ExecutionState, turn: _Turn) -> None:
+        """Dispatch the next compensating step (its `when` gate does not apply)."""
+        if not state.compensation:
+            return  # drained: quiescence ends the execution `fail`
+        target = state.compensation[0]
+        self._emit(
+            state, turn, EventType.STEP_CALLED, target, {"by": "rollback", "compensating": True}
+        )
+        self._dispatch(state, turn, target)
 
     def _edge_fires(
         self, when: Condition | None, ok: bool, ctx: dict[str, Any]

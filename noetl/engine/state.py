@@ -84,6 +84,10 @@ class ExecutionState:
     parked: dict[str, None] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
     unhandled_failure: bool = False
+    # Steps that finished ok, in completion order (the saga walks it backwards).
+    completed: list[str] = field(default_factory=list)
+    # Compensating steps still to run once rollback has begun; None when not rolling back.
+    compensation: list[str] | None = None
     started_at: float | None = None
     finished_at: float | None = None
     error: str | None = None
@@ -150,6 +154,8 @@ def _workflow_started(state: ExecutionState, event: Event) -> None:
 
 def _step_called(state: ExecutionState, event: Event) -> None:
     _run(state, event).calls += 1
+    if event.payload.get("compensating") and state.compensation:
+        state.compensation.pop(0)
 
 
 def _step_parked(state: ExecutionState, event: Event) -> None:
@@ -217,6 +223,8 @@ def _step_finished(state: ExecutionState, event: Event) -> None:
     payload = event.payload
     run.status = StepStatus.OK if payload["status"] == "ok" else StepStatus.FAILED
     state.running.discard(event.step or "")
+    if run.status is StepStatus.OK:
+        state.completed.append(event.step or "")
     run.error = payload.get("error")
     run.result = payload.get("result")
     run.finished_at = event.ts
@@ -246,6 +254,14 @@ def _task_canceled(state: ExecutionState, event: Event) -> None:
             state.steps[entry[0]].in_flight -= 1
 
 
+def _compensation_started(state: ExecutionState, event: Event) -> None:
+    state.compensation = list(event.payload.get("queue", []))
+    state.parked.clear()
+    for name in sorted(state.running):
+        state.steps[name].status = StepStatus.CANCELED
+    state.running.clear()
+
+
 def _workflow_finished(state: ExecutionState, event: Event) -> None:
     state.status = ExecutionStatus(event.payload["status"])
     state.finished_at = event.ts
@@ -272,5 +288,6 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.NEXT_EVALUATED: _next_evaluated,
     EventType.STEP_SKIPPED: _step_skipped,
     EventType.TASK_CANCELED: _task_canceled,
+    EventType.COMPENSATION_STARTED: _compensation_started,
     EventType.WORKFLOW_FINISHED: _workflow_finished,
 }

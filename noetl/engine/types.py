@@ -31,6 +31,7 @@ class EventType(StrEnum):
     LOOP_FINISHED = "loop.finished"
     NEXT_EVALUATED = "next.evaluated"
     TASK_CANCELED = "task.canceled"
+    COMPENSATION_STARTED = "compensation.started"
 
 
 class ExecutionStatus(StrEnum):

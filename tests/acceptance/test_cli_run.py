@@ -91,12 +91,35 @@ def test_failure_routed_to_compensation(tmp_path: Path) -> None:
     assert out["context"]["released"] == {"released": "slot-u42", "reason": "charge failed"}
 
 
-def test_failed_execution_exits_1(tmp_path: Path) -> None:
-    code, out = run_json(EXAMPLES / "saga.yaml", tmp_path / "db.sqlite")
+def test_saga_compensates_and_exits_1(tmp_path: Path) -> None:
+    db = tmp_path / "db.sqlite"
+    code, out = run_json(EXAMPLES / "saga.yaml", db)
     assert code == 1
     assert out["status"] == "fail"
     assert out["steps"]["ship"]["status"] == "failed"
     assert "no courier available" in out["steps"]["ship"]["error"]
+    assert out["steps"]["refund"] == {"status": "ok"}
+    assert out["steps"]["release"] == {"status": "ok"}
+    assert {"refund_result", "release_result"} <= set(out["context"])
+    with sqlite3.connect(db) as conn:
+        started = [
+            r[0]
+            for r in conn.execute(
+                "SELECT step FROM event_log WHERE execution_id = ? AND type = 'step.started' "
+                "ORDER BY seq",
+                (out["execution_id"],),
+            )
+        ]
+    assert started == ["reserve", "charge", "ship", "refund", "release"]
+
+
+def test_saga_without_failure_runs_no_compensation(tmp_path: Path) -> None:
+    code, out = run_json(
+        EXAMPLES / "saga.yaml", tmp_path / "db.sqlite", "--set", "fail_shipping=false"
+    )
+    assert code == 0
+    assert out["steps"]["refund"] == {"status": "skipped"}
+    assert out["steps"]["release"] == {"status": "skipped"}
 
 
 def test_events_are_persisted_gapless(tmp_path: Path) -> None:
