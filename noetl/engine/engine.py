@@ -489,26 +489,26 @@ class Engine:
         payload: dict[str, Any] = {"mode": mode, "taken": taken}
         if evaluated:
             payload["edges"] = evaluated
-        policy_target = None
-        if not ok and not taken:
-            action = self.playbook.policy.on_step_fail
-            payload["on_step_fail"] = action
-            if action == "halt":
+        unhandled = not ok and not taken
+        if unhandled:
+            payload["on_step_fail"] = self.playbook.policy.on_step_fail
+            if self.playbook.policy.on_step_fail == "halt":
                 payload["unhandled_failure"] = True
-            elif action.startswith("route_edge:"):
-                policy_target = action.split(":", 1)[1]
         if taken or not ok or step.next is not None:
             self._emit(state, turn, EventType.NEXT_EVALUATED, step.step, payload)
-        if not ok and not taken and self.playbook.policy.on_step_fail == "halt":
-            if not self._start_rollback(state, turn, step.step):
-                self._finish_workflow(
-                    state, turn, ExecutionStatus.FAIL, f"step '{step.step}' failed"
-                )
-            return
         for target in taken:
             turn.calls.append((target, step.step))
-        if policy_target is not None:
-            turn.calls.append((policy_target, step.step))
+        if unhandled:
+            self._apply_failure_policy(state, turn, step.step)
+
+    def _apply_failure_policy(self, state: ExecutionState, turn: _Turn, name: str) -> None:
+        """A failed step no edge handled: halt (and maybe roll back), continue, or route."""
+        action = self.playbook.policy.on_step_fail
+        if action == "halt":
+            if not self._start_rollback(state, turn, name):
+                self._finish_workflow(state, turn, ExecutionStatus.FAIL, f"step '{name}' failed")
+        elif action.startswith("route_edge:"):
+            turn.calls.append((action.split(":", 1)[1], name))
 
     def _start_rollback(self, state: ExecutionState, turn: _Turn, failed: str) -> bool:
         """Saga: on a halting failure with `policy.rollback: on_fail`, run the compensating
