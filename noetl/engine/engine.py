@@ -282,7 +282,7 @@ class Engine:
         )
         timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
         return Task(
-            task_id=f"{state.execution_id}.{step.step}{suffix}.1",
+            task_id=f"{state.execution_id}.{step.step}{suffix}",
             execution_id=state.execution_id,
             step=step.step,
             kind=kind,

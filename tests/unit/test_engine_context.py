@@ -299,7 +299,7 @@ def test_loop_key_names_the_item_in_loop_and_the_task_key() -> None:
     )
     assert [t.args for t in h.dispatched] == [{"key": "u-7"}, {"key": "u-9"}]
     assert [t.key for t in h.dispatched] == ["e1:start:u-7", "e1:start:u-9"]
-    assert [t.task_id for t in h.dispatched] == ["e1.start.0.1", "e1.start.1.1"]
+    assert [t.task_id for t in h.dispatched] == ["e1.start.0", "e1.start.1"]
 
 
 def test_loop_key_error_fails_the_item() -> None:

@@ -24,7 +24,7 @@ TWO_BRANCHES = """
 
 def test_halt_fails_the_execution_and_cancels_in_flight_tasks() -> None:
     h = Harness.of(TWO_BRANCHES)
-    assert h.pending_ids() == ["e1.a.1", "e1.b.1"]
+    assert h.pending_ids() == ["e1.a", "e1.b"]
     decision = h.fail("a", error="a broke")
     assert h.trace(decision.events) == [
         (E.TOOL_PROCESSED, "a"),
@@ -40,9 +40,9 @@ def test_halt_fails_the_execution_and_cancels_in_flight_tasks() -> None:
         "on_step_fail": "halt",
         "unhandled_failure": True,
     }
-    assert decision.events[3].payload == {"task_ids": ["e1.b.1"]}
+    assert decision.events[3].payload == {"task_ids": ["e1.b"]}
     assert decision.events[4].payload == {"status": "fail", "error": "step 'a' failed"}
-    assert decision.commands == [CancelTasks(("e1.b.1",))]
+    assert decision.commands == [CancelTasks(("e1.b",))]
     assert h.status is ExecutionStatus.FAIL
     assert h.steps() == {
         "start": {"status": "ok"},
@@ -52,7 +52,7 @@ def test_halt_fails_the_execution_and_cancels_in_flight_tasks() -> None:
     }
     assert h.state.tasks == {}
     # the late result of the canceled task is discarded: no event, no command
-    late = h.outcome("e1.b.1", ok=True, this=1)
+    late = h.outcome("e1.b", ok=True, this=1)
     assert late.events == []
     assert late.commands == []
     assert h.steps()["c"] == {"status": "skipped"}
@@ -233,7 +233,7 @@ def test_on_when_error_fail_step_on_re_evaluation_routes_the_failure() -> None:
     assert h.steps()["gated"]["status"] == "failed"
     assert h.of_type(E.NEXT_EVALUATED, "gated")[0].payload["taken"] == ["handler"]
     assert h.of_type(E.STEP_CALLED, "handler")[0].payload == {"by": "gated"}
-    assert h.pending_ids() == ["e1.handler.1"]
+    assert h.pending_ids() == ["e1.handler"]
     assert h.status.value == "running"
     h.complete("handler")
     assert h.status is ExecutionStatus.OK
@@ -268,9 +268,9 @@ def test_cancel_ends_canceled_and_cancels_in_flight_tasks() -> None:
         (E.WORKFLOW_FINISHED, None),
     ]
     assert decision.events[0].payload == {"reason": "user asked"}
-    assert decision.events[1].payload == {"task_ids": ["e1.a.1", "e1.b.1"]}
+    assert decision.events[1].payload == {"task_ids": ["e1.a", "e1.b"]}
     assert decision.events[2].payload == {"status": "canceled", "error": "canceled"}
-    assert decision.commands == [CancelTasks(("e1.a.1", "e1.b.1"))]
+    assert decision.commands == [CancelTasks(("e1.a", "e1.b"))]
     assert h.status is ExecutionStatus.CANCELED
     assert h.steps() == {
         "start": {"status": "ok"},
@@ -285,10 +285,10 @@ def test_second_cancel_and_late_results_produce_nothing() -> None:
     h.cancel()
     count = len(h.events)
     assert h.cancel().events == []
-    again = h.outcome("e1.a.1", ok=True, this=1)
+    again = h.outcome("e1.a", ok=True, this=1)
     assert again.events == []
     assert again.commands == []
-    assert h.outcome("e1.b.1", ok=False, error="late").events == []
+    assert h.outcome("e1.b", ok=False, error="late").events == []
     assert len(h.events) == count
     assert h.status is ExecutionStatus.CANCELED
 
@@ -314,7 +314,7 @@ def test_cancel_reports_parked_steps_skipped() -> None:
         """
     )
     decision = h.cancel()
-    assert decision.commands == [CancelTasks(("e1.work.1",))]
+    assert decision.commands == [CancelTasks(("e1.work",))]
     assert h.steps() == {
         "start": {"status": "ok"},
         "gated": {"status": "skipped"},
@@ -328,18 +328,18 @@ def test_cancel_reports_parked_steps_skipped() -> None:
 
 def test_duplicate_tool_processed_produces_no_events() -> None:
     h = Harness.of(TWO_BRANCHES)
-    first = h.outcome("e1.a.1", ok=True, this=1)
+    first = h.outcome("e1.a", ok=True, this=1)
     assert len(first.events) == 2  # tool.processed, step.finished
     count = len(h.events)
-    assert h.outcome("e1.a.1", ok=True, this=1).events == []
-    assert h.outcome("e1.a.1", ok=False, error="again").events == []
+    assert h.outcome("e1.a", ok=True, this=1).events == []
+    assert h.outcome("e1.a", ok=False, error="again").events == []
     assert len(h.events) == count
     assert h.steps()["a"] == {"status": "ok"}
 
 
 def test_unknown_task_id_produces_no_events() -> None:
     h = Harness.of(TWO_BRANCHES)
-    decision = h.outcome("e1.zzz.1", ok=True)
+    decision = h.outcome("e1.zzz", ok=True)
     assert decision.events == []
     assert decision.commands == []
     bad = Event(0, EventType.TOOL_PROCESSED, "e1", 0.0, None, {"ok": True})
@@ -349,7 +349,7 @@ def test_unknown_task_id_produces_no_events() -> None:
 def test_late_outcome_after_ok_end_produces_no_events() -> None:
     h = Harness.of("- step: start\n  tool: {kind: noop}")
     h.complete("start")
-    assert h.outcome("e1.start.1", ok=True).events == []
+    assert h.outcome("e1.start", ok=True).events == []
 
 
 def test_only_outcomes_and_cancel_are_inputs() -> None:

@@ -46,7 +46,7 @@ def test_sequential_loop_dispatches_one_item_at_a_time() -> None:
     assert h.of_type(E.LOOP_STARTED)[0].payload == {"items": ["a", "b", "c"], "mode": "sequential"}
     started = h.of_type(E.LOOP_ITERATION_STARTED)[0].payload
     assert started["index"] == 0
-    assert started["task"]["task_id"] == "e1.lp.0.1"
+    assert started["task"]["task_id"] == "e1.lp.0"
     assert started["task"]["args"] == {"v": "a"}
     assert _pending_indexes(h) == [0]
     decision = h.complete("lp", 0, this="A")
