@@ -8,12 +8,22 @@ stored state through returned objects).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus
-from noetl.store.base import Append, ExecutionRecord
+from noetl.engine.types import Event, ExecutionStatus, Task
+from noetl.store.base import (
+    Append,
+    ConcurrencyError,
+    Enqueue,
+    ExecutionRecord,
+    Input,
+    InputKind,
+    Lease,
+    TaskStatus,
+    WorkerRecord,
+)
 
 # Column order of `execution` as the adapters read and write it.
 EXECUTION_COLUMNS = (
@@ -31,8 +41,32 @@ EXECUTION_COLUMNS = (
     "finished_at",
 )
 
+# Column order of `task_queue` as `get_task` returns it.
+TASK_COLUMNS = (
+    "task_id",
+    "execution_id",
+    "step",
+    "pool",
+    "priority",
+    "status",
+    "attempt",
+    "lease_token",
+    "lease_expires_at",
+    "worker_id",
+    "cancel_requested",
+    "not_before",
+    "payload",
+)
+WORKER_COLUMNS = ("worker_id", "pool", "hostname", "pid", "status", "started_at", "heartbeat_at")
+WORKER_STATUSES = ("running", "draining", "stopped")
+CHANNELS = ("tasks", "inputs")
+
 EventRow = tuple[str, int, str, float, str | None, str]
 StepRow = tuple[str, str, str, float]
+# (task_id, execution_id, step, pool, priority, attempt, payload_json, delay_s)
+TaskRow = tuple[str, str, str, str, int, int, str, float]
+# (task_id, attempt, delay_s)
+RequeueRow = tuple[str, int, float]
 
 
 def dumps(value: Any) -> str:
@@ -57,13 +91,23 @@ class PreparedAppend:
     steps: list[StepRow]
     context: str | None
     now: float
+    # Queue changes, applied in this order after the expected_seq check.
+    enqueue: list[TaskRow]
+    requeue: list[RequeueRow]
+    cancel_tasks: list[str]
+    inputs_done: list[int]
+
+    @property
+    def wakes_workers(self) -> bool:
+        """True when this append makes tasks claimable (the "tasks" channel)."""
+        return bool(self.enqueue or self.requeue)
 
 
 def prepare(append: Append) -> PreparedAppend:
     """Check that the events continue `expected_seq` without gaps and encode them.
 
-    Raises ValueError for a gap, a repeated or out-of-order seq, or an event of another
-    execution: those are bugs in the caller, not races.
+    Raises ValueError for a gap, a repeated or out-of-order seq, or an event or a new task
+    of another execution: those are bugs in the caller, not races.
     """
     execution_id = append.execution_id
     expected = append.expected_seq
@@ -97,6 +141,46 @@ def prepare(append: Append) -> PreparedAppend:
         steps=[(execution_id, step, dumps(value), now) for step, value in append.steps.items()],
         context=None if append.context is None else dumps(append.context),
         now=now,
+        enqueue=[_task_row(execution_id, item) for item in append.enqueue],
+        requeue=[(item.task_id, item.attempt, item.delay_s) for item in append.requeue],
+        cancel_tasks=list(append.cancel_tasks),
+        inputs_done=list(append.inputs_done),
+    )
+
+
+def prepare_initial(record: ExecutionRecord, initial: Append | None) -> PreparedAppend | None:
+    """`prepare` the initial append of a new execution (it must be for that execution)."""
+    if initial is None:
+        return None
+    if initial.execution_id != record.execution_id:
+        raise ValueError(
+            f"the initial append is for execution {initial.execution_id}, not {record.execution_id}"
+        )
+    return prepare(initial)
+
+
+def stale(item: PreparedAppend, current: int) -> ConcurrencyError:
+    """The error of an append whose expected_seq is not the stored last sequence."""
+    return ConcurrencyError(
+        f"execution {item.execution_id}: expected last seq {item.expected_seq}, store has {current}"
+    )
+
+
+def _task_row(execution_id: str, item: Enqueue) -> TaskRow:
+    task = item.task
+    if task.execution_id != execution_id:
+        raise ValueError(
+            f"task {task.task_id} belongs to execution {task.execution_id}, not {execution_id}"
+        )
+    return (
+        task.task_id,
+        execution_id,
+        task.step,
+        item.pool,
+        item.priority,
+        task.attempt,
+        dumps(task.to_dict()),
+        item.delay_s,
     )
 
 
@@ -153,3 +237,58 @@ def check_page(limit: int | None, offset: int = 0) -> None:
         raise ValueError(f"limit must be >= 0, got {limit}")
     if offset < 0:
         raise ValueError(f"offset must be >= 0, got {offset}")
+
+
+def task_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A `task_queue` row as `get_task` returns it (status typed, payload decoded)."""
+    task = {column: row[column] for column in TASK_COLUMNS}
+    task["status"] = TaskStatus(row["status"])
+    task["cancel_requested"] = bool(row["cancel_requested"])
+    task["payload"] = loads(row["payload"])
+    return task
+
+
+def lease_from_row(row: Mapping[str, Any]) -> Lease:
+    """The Lease of a just-claimed row: the stored task with the row's attempt."""
+    data = loads(row["payload"])
+    data["attempt"] = row["attempt"]
+    return Lease(
+        task=Task.from_dict(data),
+        token=row["lease_token"],
+        expires_at=row["lease_expires_at"],
+        worker_id=row["worker_id"],
+    )
+
+
+def input_from_row(row: Mapping[str, Any]) -> Input:
+    return Input(
+        id=row["id"],
+        execution_id=row["execution_id"],
+        kind=InputKind(row["kind"]),
+        payload=loads(row["payload"]),
+        created_at=row["created_at"],
+    )
+
+
+def expired_payload(row: Mapping[str, Any]) -> str:
+    """The LEASE_EXPIRED input of a reaped task row."""
+    return dumps(
+        {"task_id": row["task_id"], "attempt": row["attempt"], "worker_id": row["worker_id"]}
+    )
+
+
+def worker_from_row(row: Sequence[Any]) -> WorkerRecord:
+    return WorkerRecord(*row)
+
+
+def check_worker(record: WorkerRecord) -> None:
+    if record.status not in WORKER_STATUSES:
+        raise ValueError(
+            f"worker {record.worker_id}: status must be one of {', '.join(WORKER_STATUSES)}, "
+            f"got {record.status!r}"
+        )
+
+
+def check_channel(channel: str) -> None:
+    if channel not in CHANNELS:
+        raise ValueError(f"unknown channel {channel!r}; expected one of {', '.join(CHANNELS)}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Protocol
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.engine.types import Event, ExecutionStatus, Task
 from noetl.errors import NoetlError
 
 
@@ -70,13 +71,108 @@ class Append:
     steps: Mapping[str, dict[str, Any]] = field(default_factory=dict)
     context: dict[str, Any] | None = None
     now: float = 0.0
+    # Queue changes made in the same transaction as the events (distributed mode):
+    enqueue: Sequence[Enqueue] = ()
+    requeue: Sequence[Requeue] = ()
+    cancel_tasks: Sequence[str] = ()
+    inputs_done: Sequence[int] = ()
+
+
+class TaskStatus(StrEnum):
+    """Lifecycle of a `task_queue` row."""
+
+    QUEUED = "queued"  # waiting for a worker (from not_before on)
+    LEASED = "leased"  # a worker holds it until lease_expires_at
+    DONE = "done"  # a worker reported an outcome with the current token
+    EXPIRED = "expired"  # the lease ran out; the server decides what happens next
+    CANCELED = "canceled"  # canceled before a worker took it
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """A new task row. `delay_s` sets not_before = database now + delay."""
+
+    task: Task
+    pool: str = "default"
+    priority: int = 0
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Put an existing task back in the queue for another attempt (same task id)."""
+
+    task_id: str
+    attempt: int
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claimed task. `token` is the fencing token: it grows with every claim of the task,
+    and only the current holder's heartbeat and result are accepted."""
+
+    task: Task
+    token: int
+    expires_at: float
+    worker_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Answer to a heartbeat: `alive` False means the lease is lost (stop, do not report);
+    `cancel` True means the execution asked this task to stop."""
+
+    alive: bool
+    cancel: bool = False
+
+
+class InputKind(StrEnum):
+    OUTCOME = "outcome"  # a worker's result (payload: Outcome.to_payload())
+    CANCEL = "cancel"  # cancel the execution (payload: {"by": ...})
+    LEASE_EXPIRED = "lease_expired"  # payload: {"task_id", "attempt", "worker_id"}
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """Something for the orchestrator to decide on, waiting in the `inbox` table."""
+
+    id: int
+    execution_id: str
+    kind: InputKind
+    payload: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybookRecord:
+    """A registered playbook version."""
+
+    path: str
+    version: int
+    name: str
+    text: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    worker_id: str
+    pool: str
+    hostname: str
+    pid: int
+    status: str  # running | draining | stopped
+    started_at: float
+    heartbeat_at: float
 
 
 class Store(Protocol):
     """Persistence of executions and their event logs."""
 
-    def create_execution(self, record: ExecutionRecord) -> None:
-        """Insert a new execution row as given (`record.last_seq` must be 0).
+    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+        """Insert a new execution row as given (`record.last_seq` must be 0) and, when
+        given, apply `initial` (its first events, tasks...) in the SAME transaction, so an
+        execution never exists without its start.
 
         ConcurrencyError if an execution with that id already exists."""
 
@@ -104,5 +200,65 @@ class Store(Protocol):
     def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
         """The step_state projection: step name -> status dict; NotFoundError if the
         execution does not exist."""
+
+    # --- the task queue (distributed mode) ---------------------------------------------
+
+    def claim(
+        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+    ) -> list[Lease]:
+        """Lease up to `limit` queued tasks of `pool` whose not_before has passed, highest
+        priority first, then oldest; the expiry is computed by the database clock. Safe
+        under concurrency: a task is leased by one worker at a time."""
+
+    def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
+        """Extend a lease; a stale token (or a task no longer leased) changes nothing."""
+
+    def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
+        """Record a worker's outcome: with the current token of a leased task, mark it done
+        and add an OUTCOME input, atomically, and return True; otherwise change nothing
+        and return False (a late or duplicate result)."""
+
+    def reap_expired(self, *, limit: int = 100) -> int:
+        """Mark leased tasks whose lease ran out (database clock) as expired and add a
+        LEASE_EXPIRED input for each; returns how many."""
+
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        """A task_queue row as a dict (status, attempt, lease_token, worker_id, ...)."""
+
+    # --- the inbox --------------------------------------------------------------------
+
+    def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
+        """Add an input for the orchestrator; returns its id."""
+
+    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+        """Take up to `limit` inputs nobody holds (or whose hold expired), oldest first,
+        holding them for `lease_s`. Inputs are deleted by a commit's `inputs_done`."""
+
+    def wait_for(self, channel: str, timeout: float) -> bool:
+        """Block until something is posted on `channel` ("tasks" or "inputs") or the
+        timeout passes; True if woken. Adapters without notifications just sleep."""
+
+    # --- playbooks and workers --------------------------------------------------------
+
+    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
+        """Store a new version of the playbook at `path` (1, 2, ...); the same text as
+        the latest version returns that version instead of adding one."""
+
+    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
+        """A version of a registered playbook (the latest when `version` is None)."""
+
+    def list_playbooks(self) -> list[PlaybookRecord]:
+        """The latest version of every registered playbook, by path."""
+
+    def register_worker(self, record: WorkerRecord) -> None: ...
+
+    def worker_heartbeat(self, worker_id: str) -> str:
+        """Record that the worker is alive; returns its status (`draining` asks it to
+        stop taking tasks)."""
+
+    def request_drain(self, pool: str | None = None) -> int:
+        """Ask running workers (of one pool, or all) to drain; returns how many."""
+
+    def list_workers(self) -> list[WorkerRecord]: ...
 
     def close(self) -> None: ...

@@ -1,27 +1,53 @@
 """An in-process Store for unit tests: dicts behind one lock, same contract as SQLite.
 
 Values are kept as JSON text, exactly as the databases keep them, so a test that passes
-here does not depend on sharing mutable objects with the store.
+here does not depend on sharing mutable objects with the store. The clock of leases, holds
+and delays is `time.time()`, read under the lock (the databases use their own clock).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store._rows import (
+    CHANNELS,
     EventRow,
     PreparedAppend,
+    check_channel,
     check_page,
+    check_worker,
+    dumps,
     event_from_row,
+    expired_payload,
+    input_from_row,
+    lease_from_row,
     loads,
     prepare,
+    prepare_initial,
     record_from_row,
     record_to_row,
+    stale,
+    task_from_row,
 )
-from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, NotFoundError
+from noetl.store.base import (
+    Append,
+    ConcurrencyError,
+    ExecutionRecord,
+    Heartbeat,
+    Input,
+    InputKind,
+    Lease,
+    NotFoundError,
+    PlaybookRecord,
+    TaskStatus,
+    WorkerRecord,
+)
 
 
 class MemoryStore:
@@ -33,24 +59,44 @@ class MemoryStore:
         self._executions: dict[str, dict[str, Any]] = {}
         self._events: dict[str, list[EventRow]] = {}
         self._steps: dict[str, dict[str, str]] = {}
+        # task_queue rows (TASK_COLUMNS plus "order", the insertion tie-break of claims).
+        self._tasks: dict[str, dict[str, Any]] = {}
+        self._task_order = itertools.count()
+        # inbox rows by id; ids only grow, so dict order is oldest first.
+        self._inbox: dict[int, dict[str, Any]] = {}
+        self._input_ids = itertools.count(1)
+        self._playbooks: dict[str, list[PlaybookRecord]] = {}
+        self._workers: dict[str, WorkerRecord] = {}
+        self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
 
-    def create_execution(self, record: ExecutionRecord) -> None:
-        """Insert a new execution row; ConcurrencyError if the id exists."""
+    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+        """Insert a new execution row (and apply `initial`); ConcurrencyError if the id
+        exists or `initial` does not start at sequence 0."""
         row = record_to_row(record)
+        prepared = prepare_initial(record, initial)
         with self._lock:
             if record.execution_id in self._executions:
                 raise ConcurrencyError(f"execution {record.execution_id} already exists")
+            if prepared is not None and prepared.expected_seq != 0:
+                raise stale(prepared, 0)
             self._executions[record.execution_id] = row
             self._events[record.execution_id] = []
             self._steps[record.execution_id] = {}
+            if prepared is not None:
+                self._apply(prepared, time.time())
+        if prepared is not None and prepared.wakes_workers:
+            self._notify("tasks")
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append atomically (validate all, then write all)."""
         prepared = [prepare(append) for append in appends]
         with self._lock:
             self._check(prepared)
+            now = time.time()
             for item in prepared:
-                self._apply(item)
+                self._apply(item, now)
+        if any(item.wakes_workers for item in prepared):
+            self._notify("tasks")
 
     def _check(self, prepared: list[PreparedAppend]) -> None:
         # Track last_seq as the earlier appends of this commit would leave it, so two
@@ -62,13 +108,10 @@ class MemoryStore:
                 raise NotFoundError(f"execution {item.execution_id} not found")
             current = last.get(item.execution_id, row["last_seq"])
             if current != item.expected_seq:
-                raise ConcurrencyError(
-                    f"execution {item.execution_id}: expected last seq {item.expected_seq}, "
-                    f"store has {current}"
-                )
+                raise stale(item, current)
             last[item.execution_id] = item.last_seq
 
-    def _apply(self, item: PreparedAppend) -> None:
+    def _apply(self, item: PreparedAppend, now: float) -> None:
         row = self._executions[item.execution_id]
         self._events[item.execution_id].extend(item.events)
         row["last_seq"] = item.last_seq
@@ -81,6 +124,57 @@ class MemoryStore:
         steps = self._steps[item.execution_id]
         for _, step, status, _ in item.steps:
             steps[step] = status
+        self._apply_queue(item, now)
+
+    def _apply_queue(self, item: PreparedAppend, now: float) -> None:
+        for task_id, execution_id, step, pool, priority, attempt, payload, delay in item.enqueue:
+            old = self._tasks.get(task_id)
+            # Enqueueing an id again (a step run again) reuses the row: the token keeps
+            # growing, so a holder of the old lease stays fenced off.
+            self._tasks[task_id] = {
+                "task_id": task_id,
+                "execution_id": execution_id,
+                "step": step,
+                "pool": pool,
+                "priority": priority,
+                "status": TaskStatus.QUEUED,
+                "attempt": attempt,
+                "lease_token": 0 if old is None else old["lease_token"],
+                "lease_expires_at": None,
+                "worker_id": None,
+                "cancel_requested": False,
+                "not_before": now + delay,
+                "payload": payload,
+                "order": next(self._task_order) if old is None else old["order"],
+            }
+        for task_id, attempt, delay in item.requeue:
+            row = self._own_task(item.execution_id, task_id)
+            if row is not None:
+                row.update(
+                    status=TaskStatus.QUEUED,
+                    attempt=attempt,
+                    not_before=now + delay,
+                    lease_expires_at=None,
+                    worker_id=None,
+                    cancel_requested=False,
+                )
+        for task_id in item.cancel_tasks:
+            row = self._own_task(item.execution_id, task_id)
+            if row is None:
+                continue
+            if row["status"] == TaskStatus.QUEUED:
+                row["status"] = TaskStatus.CANCELED
+            elif row["status"] == TaskStatus.LEASED:
+                row["cancel_requested"] = True
+        for input_id in item.inputs_done:
+            held = self._inbox.get(input_id)
+            if held is not None and held["execution_id"] == item.execution_id:
+                del self._inbox[input_id]
+
+    def _own_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:
+        """The task row, if it belongs to `execution_id` (an append touches only its own)."""
+        row = self._tasks.get(task_id)
+        return row if row is not None and row["execution_id"] == execution_id else None
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -121,6 +215,195 @@ class MemoryStore:
             if steps is None:
                 raise NotFoundError(f"execution {execution_id} not found")
             return {step: loads(status) for step, status in steps.items()}
+
+    # --- the task queue ------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+    ) -> list[Lease]:
+        """Lease up to `limit` ready tasks of `pool`: priority DESC, not_before, insertion."""
+        check_page(limit)
+        with self._lock:
+            now = time.time()
+            ready = [
+                row
+                for row in self._tasks.values()
+                if row["pool"] == pool
+                and row["status"] == TaskStatus.QUEUED
+                and row["not_before"] <= now
+            ]
+            ready.sort(key=lambda row: (-row["priority"], row["not_before"], row["order"]))
+            leases = []
+            for row in ready[:limit]:
+                row.update(
+                    status=TaskStatus.LEASED,
+                    worker_id=worker_id,
+                    lease_token=row["lease_token"] + 1,
+                    lease_expires_at=now + lease_s,
+                )
+                leases.append(lease_from_row(row))
+        return leases
+
+    def _held(self, task_id: str, token: int) -> dict[str, Any] | None:
+        row = self._tasks.get(task_id)
+        if row is None or row["status"] != TaskStatus.LEASED or row["lease_token"] != token:
+            return None
+        return row
+
+    def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
+        """Extend the lease of the current holder; anyone else learns it is gone."""
+        with self._lock:
+            row = self._held(task_id, token)
+            if row is None:
+                return Heartbeat(alive=False)
+            row["lease_expires_at"] = time.time() + lease_s
+            return Heartbeat(alive=True, cancel=row["cancel_requested"])
+
+    def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
+        """Mark the task done and post its OUTCOME input, for the current holder only."""
+        payload = dumps(outcome)
+        with self._lock:
+            row = self._held(task_id, token)
+            if row is None:
+                return False
+            row["status"] = TaskStatus.DONE
+            self._add_input(row["execution_id"], InputKind.OUTCOME, payload, time.time())
+        self._notify("inputs")
+        return True
+
+    def reap_expired(self, *, limit: int = 100) -> int:
+        """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
+        check_page(limit)
+        with self._lock:
+            now = time.time()
+            expired = [
+                row
+                for row in self._tasks.values()
+                if row["status"] == TaskStatus.LEASED and row["lease_expires_at"] < now
+            ]
+            expired.sort(key=lambda row: (row["lease_expires_at"], row["order"]))
+            for row in expired[:limit]:
+                row["status"] = TaskStatus.EXPIRED
+                self._add_input(
+                    row["execution_id"], InputKind.LEASE_EXPIRED, expired_payload(row), now
+                )
+            count = len(expired[:limit])
+        if count:
+            self._notify("inputs")
+        return count
+
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._tasks.get(task_id)
+            return None if row is None else task_from_row(row)
+
+    # --- the inbox ------------------------------------------------------------------------
+
+    def _add_input(self, execution_id: str, kind: InputKind, payload: str, now: float) -> int:
+        input_id = next(self._input_ids)
+        self._inbox[input_id] = {
+            "id": input_id,
+            "execution_id": execution_id,
+            "kind": kind.value,
+            "payload": payload,
+            "created_at": now,
+            "claimed_by": None,
+            "claimed_until": None,
+        }
+        return input_id
+
+    def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
+        """Add an input; NotFoundError if the execution does not exist."""
+        kind, text = InputKind(kind), dumps(payload)
+        with self._lock:
+            if execution_id not in self._executions:
+                raise NotFoundError(f"execution {execution_id} not found")
+            input_id = self._add_input(execution_id, kind, text, time.time())
+        self._notify("inputs")
+        return input_id
+
+    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+        """Hold up to `limit` free (or no longer held) inputs for `lease_s`, oldest first."""
+        check_page(limit)
+        taken: list[Input] = []
+        with self._lock:
+            now = time.time()
+            for row in self._inbox.values():
+                if len(taken) >= limit:
+                    break
+                if row["claimed_until"] is None or row["claimed_until"] < now:
+                    row.update(claimed_by=owner, claimed_until=now + lease_s)
+                    taken.append(input_from_row(row))
+        return taken
+
+    def wait_for(self, channel: str, timeout: float) -> bool:
+        """Block until `channel` is notified (True) or `timeout` passes (False)."""
+        check_channel(channel)
+        condition = self._wakeups[channel]
+        with condition:
+            return condition.wait(max(timeout, 0.0))
+
+    def _notify(self, channel: str) -> None:
+        condition = self._wakeups[channel]
+        with condition:
+            condition.notify_all()
+
+    # --- playbooks and workers --------------------------------------------------------------
+
+    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
+        """A new version of `path`, unless `text` equals the latest version's."""
+        with self._lock:
+            versions = self._playbooks.setdefault(path, [])
+            if versions and versions[-1].text == text:
+                return versions[-1]
+            record = PlaybookRecord(path, len(versions) + 1, name, text, now)
+            versions.append(record)
+            return record
+
+    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
+        with self._lock:
+            versions = self._playbooks.get(path)
+            if not versions:
+                return None
+            if version is None:
+                return versions[-1]
+            return versions[version - 1] if 1 <= version <= len(versions) else None
+
+    def list_playbooks(self) -> list[PlaybookRecord]:
+        with self._lock:
+            return [self._playbooks[path][-1] for path in sorted(self._playbooks)]
+
+    def register_worker(self, record: WorkerRecord) -> None:
+        """Insert or replace the worker's row."""
+        check_worker(record)
+        with self._lock:
+            self._workers[record.worker_id] = record
+
+    def worker_heartbeat(self, worker_id: str) -> str:
+        """Stamp the worker alive and return its status; NotFoundError if unregistered."""
+        with self._lock:
+            record = self._workers.get(worker_id)
+            if record is None:
+                raise NotFoundError(f"worker {worker_id} is not registered")
+            self._workers[worker_id] = dataclasses.replace(record, heartbeat_at=time.time())
+            return record.status
+
+    def request_drain(self, pool: str | None = None) -> int:
+        """Move running workers (of `pool`, or all) to draining; returns how many."""
+        with self._lock:
+            chosen = [
+                record
+                for record in self._workers.values()
+                if record.status == "running" and (pool is None or record.pool == pool)
+            ]
+            for record in chosen:
+                self._workers[record.worker_id] = dataclasses.replace(record, status="draining")
+            return len(chosen)
+
+    def list_workers(self) -> list[WorkerRecord]:
+        """Every registered worker, by id."""
+        with self._lock:
+            return [self._workers[worker_id] for worker_id in sorted(self._workers)]
 
     def close(self) -> None:
         """Nothing to release."""

@@ -2,41 +2,58 @@
 
 One connection guarded by a lock: the embedded runtime writes from one thread, and WAL
 lets other processes (`noetl status`, a second `noetl run`) read while it writes. Writers
-in other processes wait up to 5 s for the lock (`busy_timeout`); every commit takes the
-write lock up front (`BEGIN IMMEDIATE`) so the read of `last_seq` and the append cannot
-interleave with another writer.
+in other processes wait up to 5 s for the lock (`busy_timeout`); every write transaction
+takes the write lock up front (`BEGIN IMMEDIATE`) so the read of `last_seq` and the
+append, or the choice of ready tasks and their lease, cannot interleave with another
+writer. The queue's SQL lives in `_sqlite_queue`; SQLite has no notifications, so
+`wait_for` is a short sleep and callers poll.
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store import _sqlite_queue as queue
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
     PreparedAppend,
+    check_channel,
     check_page,
+    check_worker,
+    dumps,
     event_from_row,
     loads,
     prepare,
+    prepare_initial,
     record_from_row,
     record_to_row,
+    stale,
 )
 from noetl.store.base import (
     Append,
     ConcurrencyError,
     ExecutionRecord,
+    Heartbeat,
+    Input,
+    InputKind,
+    Lease,
     NotFoundError,
+    PlaybookRecord,
     StoreUnavailableError,
+    WorkerRecord,
 )
 from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
 
 BUSY_TIMEOUT_MS = 5000
+# How long `wait_for` sleeps at most: the latency of a poll without notifications.
+POLL_S = 0.05
 
 _INPUT_COLUMNS = ("playbook_text", "workload")
 _ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
@@ -162,39 +179,44 @@ class SqliteStore:
                     raise
                 raise self._unavailable(exc) from exc
 
-    def create_execution(self, record: ExecutionRecord) -> None:
-        """Insert a new execution row; ConcurrencyError if the id exists."""
-        row = record_to_row(record)
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction that holds the write lock from its start (BEGIN IMMEDIATE);
+        committed when the block ends, rolled back when it raises."""
         with self._use() as conn:
+            conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    conn.execute(_INSERT_EXECUTION, row)
-                    conn.execute(_INSERT_INPUT, row)
-                    conn.execute("COMMIT")
-                except BaseException:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
                     conn.execute("ROLLBACK")
-                    raise
+                raise
+
+    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+        """Insert a new execution row and apply `initial`, in one transaction;
+        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+        row = record_to_row(record)
+        prepared = prepare_initial(record, initial)
+        with self._transaction() as conn:
+            try:
+                conn.execute(_INSERT_EXECUTION, row)
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
                 raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
+            conn.execute(_INSERT_INPUT, row)
+            if prepared is not None:
+                self._write(conn, prepared)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
         prepared = [prepare(append) for append in appends]
         if not prepared:
             return
-        with self._use() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                for item in prepared:
-                    self._write(conn, item)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
+        with self._transaction() as conn:
+            for item in prepared:
+                self._write(conn, item)
 
     @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
@@ -202,10 +224,7 @@ class SqliteStore:
         if row is None:
             raise NotFoundError(f"execution {item.execution_id} not found")
         if row[0] != item.expected_seq:
-            raise ConcurrencyError(
-                f"execution {item.execution_id}: expected last seq {item.expected_seq}, "
-                f"store has {row[0]}"
-            )
+            raise stale(item, row[0])
         if item.events:
             conn.executemany(_INSERT_EVENT, item.events)
         conn.execute(
@@ -221,6 +240,7 @@ class SqliteStore:
         )
         if item.steps:
             conn.executemany(_UPSERT_STEP, item.steps)
+        queue.apply_queue(conn, item)
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -271,6 +291,95 @@ class SqliteStore:
             if not rows and not self._exists(conn, execution_id):
                 raise NotFoundError(f"execution {execution_id} not found")
         return {step: loads(status) for step, status in rows}
+
+    # --- the task queue ------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+    ) -> list[Lease]:
+        """Lease up to `limit` ready tasks of `pool`: priority DESC, not_before, insertion."""
+        check_page(limit)
+        if limit == 0:
+            return []
+        with self._transaction() as conn:
+            return queue.claim(conn, worker_id, pool, limit, lease_s)
+
+    def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
+        """Extend the lease of the current holder; anyone else learns it is gone."""
+        with self._transaction() as conn:
+            return queue.heartbeat(conn, task_id, token, lease_s)
+
+    def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
+        """Mark the task done and post its OUTCOME input, for the current holder only."""
+        payload = dumps(outcome)
+        with self._transaction() as conn:
+            return queue.complete(conn, task_id, token, payload)
+
+    def reap_expired(self, *, limit: int = 100) -> int:
+        """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
+        check_page(limit)
+        with self._transaction() as conn:
+            return queue.reap_expired(conn, limit)
+
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        with self._use() as conn:
+            return queue.get_task(conn, task_id)
+
+    # --- the inbox ------------------------------------------------------------------------
+
+    def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
+        """Add an input; NotFoundError if the execution does not exist."""
+        kind, text = InputKind(kind), dumps(payload)
+        with self._transaction() as conn:
+            return queue.post_input(conn, execution_id, kind, text)
+
+    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+        """Hold up to `limit` free (or no longer held) inputs for `lease_s`, oldest first."""
+        check_page(limit)
+        with self._transaction() as conn:
+            return queue.claim_inputs(conn, owner, limit, lease_s)
+
+    def wait_for(self, channel: str, timeout: float) -> bool:
+        """No notifications in SQLite: sleep a poll interval (at most `timeout`), False."""
+        check_channel(channel)
+        time.sleep(max(0.0, min(timeout, POLL_S)))
+        return False
+
+    # --- playbooks and workers --------------------------------------------------------------
+
+    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
+        """A new version of `path`, unless `text` equals the latest version's."""
+        with self._transaction() as conn:
+            return queue.register_playbook(conn, path, name, text, now)
+
+    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
+        with self._use() as conn:
+            return queue.get_playbook(conn, path, version)
+
+    def list_playbooks(self) -> list[PlaybookRecord]:
+        with self._use() as conn:
+            return queue.list_playbooks(conn)
+
+    def register_worker(self, record: WorkerRecord) -> None:
+        """Insert or replace the worker's row."""
+        check_worker(record)
+        with self._transaction() as conn:
+            queue.register_worker(conn, record)
+
+    def worker_heartbeat(self, worker_id: str) -> str:
+        """Stamp the worker alive and return its status; NotFoundError if unregistered."""
+        with self._transaction() as conn:
+            return queue.worker_heartbeat(conn, worker_id)
+
+    def request_drain(self, pool: str | None = None) -> int:
+        """Move running workers (of `pool`, or all) to draining; returns how many."""
+        with self._transaction() as conn:
+            return queue.request_drain(conn, pool)
+
+    def list_workers(self) -> list[WorkerRecord]:
+        """Every registered worker, by id."""
+        with self._use() as conn:
+            return queue.list_workers(conn)
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""

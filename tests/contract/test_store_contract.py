@@ -7,7 +7,6 @@ can have (several processes on one file) is tested below the shared suite.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +17,10 @@ from noetl.store import (
     Append,
     ConcurrencyError,
     ExecutionRecord,
-    MemoryStore,
     NotFoundError,
     SqliteStore,
     Store,
 )
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    adapter: Store
-    if request.param == "memory":
-        adapter = MemoryStore()
-    else:
-        adapter = SqliteStore(tmp_path / "store" / "noetl.db")
-    yield adapter
-    adapter.close()
 
 
 def make_record(execution_id: str = "e1", **changes: Any) -> ExecutionRecord:

@@ -50,11 +50,60 @@ EXPECTED_COLUMNS = {
         ("status", "TEXT", 1, 0),
         ("updated_at", "REAL", 1, 0),
     ],
+    "task_queue": [
+        ("task_id", "TEXT", 0, 1),
+        ("execution_id", "TEXT", 1, 0),
+        ("step", "TEXT", 1, 0),
+        ("pool", "TEXT", 1, 0),
+        ("priority", "INTEGER", 1, 0),
+        ("status", "TEXT", 1, 0),
+        ("attempt", "INTEGER", 1, 0),
+        ("lease_token", "INTEGER", 1, 0),
+        ("lease_expires_at", "REAL", 0, 0),
+        ("worker_id", "TEXT", 0, 0),
+        ("cancel_requested", "INTEGER", 1, 0),
+        ("not_before", "REAL", 1, 0),
+        ("payload", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
+    "inbox": [
+        ("id", "INTEGER", 0, 1),
+        ("execution_id", "TEXT", 1, 0),
+        ("kind", "TEXT", 1, 0),
+        ("payload", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("claimed_by", "TEXT", 0, 0),
+        ("claimed_until", "REAL", 0, 0),
+    ],
+    "playbook": [
+        ("path", "TEXT", 1, 1),
+        ("version", "INTEGER", 1, 2),
+        ("name", "TEXT", 1, 0),
+        ("text", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+    ],
+    "worker": [
+        ("worker_id", "TEXT", 0, 1),
+        ("pool", "TEXT", 1, 0),
+        ("hostname", "TEXT", 1, 0),
+        ("pid", "INTEGER", 1, 0),
+        ("status", "TEXT", 1, 0),
+        ("started_at", "REAL", 1, 0),
+        ("heartbeat_at", "REAL", 1, 0),
+    ],
 }
+# (name, table, ((column, descending), ...)) as PRAGMA index_xinfo reports the key columns.
 EXPECTED_INDEXES = {
-    ("execution_status_idx", "execution", ("status",)),
-    ("execution_created_at_idx", "execution", ("created_at",)),
-    ("event_log_type_idx", "event_log", ("execution_id", "type")),
+    ("execution_status_idx", "execution", (("status", 0),)),
+    ("execution_created_at_idx", "execution", (("created_at", 0),)),
+    ("event_log_type_idx", "event_log", (("execution_id", 0), ("type", 0))),
+    (
+        "task_queue_claim_idx",
+        "task_queue",
+        (("pool", 0), ("status", 0), ("priority", 1), ("not_before", 0)),
+    ),
+    ("task_queue_lease_idx", "task_queue", (("status", 0), ("lease_expires_at", 0))),
 }
 
 
@@ -106,7 +155,15 @@ def test_migrations_create_the_documented_schema(store: SqliteStore, db_path: Pa
             for table in tables
         }
         indexes = {
-            (name, table, tuple(row[2] for row in conn.execute(f"PRAGMA index_info({name})")))
+            (
+                name,
+                table,
+                tuple(
+                    (row[2], row[3])
+                    for row in conn.execute(f"PRAGMA index_xinfo({name})")
+                    if row[5]  # key columns only (not the rowid riding along)
+                ),
+            )
             for name, table in conn.execute(
                 "SELECT name, tbl_name FROM sqlite_master "
                 "WHERE type = 'index' AND name NOT LIKE 'sqlite_autoindex_%'"
@@ -153,6 +210,31 @@ def test_schema_constraints_hold(store: SqliteStore, db_path: Path) -> None:
         conn.close()
 
 
+def test_queue_schema_constraints_hold(store: SqliteStore, db_path: Path) -> None:
+    store.create_execution(record("e1"))
+    conn = raw(db_path)
+    conn.execute("PRAGMA foreign_keys = ON")
+    task = (
+        "INSERT INTO task_queue (task_id, execution_id, step, status, not_before, payload, "
+        "created_at, updated_at) VALUES ('t1', ?, 's', ?, 0, '{}', 0, 0)"
+    )
+    try:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute(task, ("e1", "running"))
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute(task, ("nope", "queued"))
+        with pytest.raises(sqlite3.IntegrityError, match="FOREIGN KEY"):
+            conn.execute(
+                "INSERT INTO inbox (execution_id, kind, created_at) VALUES ('nope', 'cancel', 0)"
+            )
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO worker VALUES ('w1', 'default', 'h', 1, 'asleep', 0, 0)")
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK"):
+            conn.execute("INSERT INTO playbook VALUES ('p.yaml', 0, 'p', 'text', 0)")
+    finally:
+        conn.close()
+
+
 def test_packaged_migrations() -> None:
     migrations = discover("sqlite")
 
@@ -160,7 +242,7 @@ def test_packaged_migrations() -> None:
         code = " ".join(line for line in statement.splitlines() if not line.startswith("--"))
         return " ".join(code.split()[:3])
 
-    assert [(m.version, m.name) for m in migrations] == [(1, "init")]
+    assert [(m.version, m.name) for m in migrations] == [(1, "init"), (2, "queue")]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
         "CREATE TABLE execution_input",
@@ -169,6 +251,14 @@ def test_packaged_migrations() -> None:
         "CREATE TABLE event_log",
         "CREATE INDEX event_log_type_idx",
         "CREATE TABLE step_state",
+    ]
+    assert [head(s) for s in split_statements(migrations[1].sql)] == [
+        "CREATE TABLE task_queue",
+        "CREATE INDEX task_queue_claim_idx",
+        "CREATE INDEX task_queue_lease_idx",
+        "CREATE TABLE inbox",
+        "CREATE TABLE playbook",
+        "CREATE TABLE worker",
     ]
 
 
@@ -193,7 +283,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1]
+        assert [version for version, _ in applied] == [1, 2]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -202,24 +292,24 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
 
 def test_pending_migrations_apply_in_order_once(store: SqliteStore, db_path: Path) -> None:
     later = [
-        Migration(3, "third", "ALTER TABLE extra ADD COLUMN y TEXT;"),
-        Migration(2, "second", "CREATE TABLE extra (x INTEGER);"),
+        Migration(11, "eleventh", "ALTER TABLE extra ADD COLUMN y TEXT;"),
+        Migration(10, "tenth", "CREATE TABLE extra (x INTEGER);"),
     ]
     conn = raw(db_path)
     try:
         migrations = [*discover("sqlite"), *sorted(later, key=lambda m: m.version)]
-        assert migrate_sqlite(conn, migrations, clock=lambda: 42.0) == [2, 3]
+        assert migrate_sqlite(conn, migrations, clock=lambda: 42.0) == [10, 11]
         assert migrate_sqlite(conn, migrations) == []
         columns = [row[1] for row in conn.execute("PRAGMA table_info(extra)")]
     finally:
         conn.close()
 
     assert columns == ["x", "y"]
-    assert [row for row in migration_rows(db_path) if row[0] > 1] == [(2, 42.0), (3, 42.0)]
+    assert [row for row in migration_rows(db_path) if row[0] >= 10] == [(10, 42.0), (11, 42.0)]
 
 
 def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: Path) -> None:
-    broken = Migration(2, "broken", "CREATE TABLE half (x);\nCREATE TABLE execution (x);")
+    broken = Migration(10, "broken", "CREATE TABLE half (x);\nCREATE TABLE execution (x);")
     conn = raw(db_path)
     try:
         with pytest.raises(sqlite3.OperationalError, match="already exists"):
@@ -230,7 +320,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -243,7 +333,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (1)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (2)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -1,0 +1,295 @@
+"""SQLite statements of the task queue, the inbox, the playbook catalog and the workers.
+
+Every write runs inside a transaction the caller opened with BEGIN IMMEDIATE, so a read
+and the write that depends on it (pick ready tasks, then lease them) cannot interleave
+with another connection, in this process or another. Times come from the database clock
+(`db_now`, read once at the start of the transaction), never from Python's, so every
+process on one file judges leases by the same clock.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from noetl.store._rows import (
+    TASK_COLUMNS,
+    WORKER_COLUMNS,
+    PreparedAppend,
+    expired_payload,
+    input_from_row,
+    lease_from_row,
+    task_from_row,
+    worker_from_row,
+)
+from noetl.store.base import (
+    Heartbeat,
+    Input,
+    InputKind,
+    Lease,
+    NotFoundError,
+    PlaybookRecord,
+    WorkerRecord,
+)
+
+# Epoch seconds from SQLite's clock (julianday 2440587.5 is 1970-01-01T00:00:00Z).
+NOW_SQL = "(julianday('now') - 2440587.5) * 86400.0"
+
+# ?1 task_id ?2 execution_id ?3 step ?4 pool ?5 priority ?6 attempt ?7 payload ?8 delay ?9 now
+# Enqueueing an id again (a step run again) reuses the row and keeps its lease_token, so
+# the fencing token still only grows and a holder of an older lease stays fenced off.
+_ENQUEUE = """
+INSERT INTO task_queue (
+    task_id, execution_id, step, pool, priority, status, attempt, lease_token,
+    cancel_requested, not_before, payload, created_at, updated_at
+) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, 0, 0, ?9 + ?8, ?7, ?9, ?9)
+ON CONFLICT (task_id) DO UPDATE SET
+    execution_id = excluded.execution_id,
+    step = excluded.step,
+    pool = excluded.pool,
+    priority = excluded.priority,
+    status = 'queued',
+    attempt = excluded.attempt,
+    lease_expires_at = NULL,
+    worker_id = NULL,
+    cancel_requested = 0,
+    not_before = excluded.not_before,
+    payload = excluded.payload,
+    updated_at = excluded.updated_at
+"""
+# ?1 task_id ?2 attempt ?3 delay ?4 execution_id ?5 now
+_REQUEUE = """
+UPDATE task_queue SET
+    status = 'queued', attempt = ?2, not_before = ?5 + ?3, lease_expires_at = NULL,
+    worker_id = NULL, cancel_requested = 0, updated_at = ?5
+WHERE task_id = ?1 AND execution_id = ?4
+"""
+# ?1 task_id ?2 execution_id ?3 now. A queued task is canceled outright; a leased one is
+# flagged, and its holder learns it from the next heartbeat.
+_CANCEL = """
+UPDATE task_queue SET
+    status = CASE status WHEN 'queued' THEN 'canceled' ELSE status END,
+    cancel_requested = CASE status WHEN 'leased' THEN 1 ELSE cancel_requested END,
+    updated_at = ?3
+WHERE task_id = ?1 AND execution_id = ?2 AND status IN ('queued', 'leased')
+"""
+_INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
+
+_READY = """
+SELECT task_id, attempt, lease_token, payload FROM task_queue
+WHERE pool = ? AND status = 'queued' AND not_before <= ?
+ORDER BY priority DESC, not_before, rowid
+LIMIT ?
+"""
+_LEASE = """
+UPDATE task_queue SET
+    status = 'leased', worker_id = ?, lease_token = ?, lease_expires_at = ?, updated_at = ?
+WHERE task_id = ?
+"""
+_HELD = """
+SELECT execution_id, cancel_requested FROM task_queue
+WHERE task_id = ? AND lease_token = ? AND status = 'leased'
+"""
+_EXPIRED = """
+SELECT task_id, execution_id, attempt, worker_id FROM task_queue
+WHERE status = 'leased' AND lease_expires_at < ?
+ORDER BY lease_expires_at, rowid
+LIMIT ?
+"""
+_INSERT_INPUT = "INSERT INTO inbox (execution_id, kind, payload, created_at) VALUES (?, ?, ?, ?)"
+_FREE_INPUTS = """
+SELECT id, execution_id, kind, payload, created_at FROM inbox
+WHERE claimed_until IS NULL OR claimed_until < ?
+ORDER BY id
+LIMIT ?
+"""
+_PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
+_LATEST_PLAYBOOK = (
+    f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? ORDER BY version DESC LIMIT 1"
+)
+_UPSERT_WORKER = f"""
+INSERT INTO worker ({", ".join(WORKER_COLUMNS)}) VALUES ({", ".join("?" * len(WORKER_COLUMNS))})
+ON CONFLICT (worker_id) DO UPDATE SET
+    {", ".join(f"{c} = excluded.{c}" for c in WORKER_COLUMNS[1:])}
+"""
+
+
+def db_now(conn: sqlite3.Connection) -> float:
+    """The database clock, in epoch seconds."""
+    return float(conn.execute(f"SELECT {NOW_SQL}").fetchone()[0])
+
+
+def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
+    """The queue changes of one append (after its expected_seq check)."""
+    eid = item.execution_id
+    if item.inputs_done:
+        conn.executemany(_INPUT_DONE, [(input_id, eid) for input_id in item.inputs_done])
+    if not (item.enqueue or item.requeue or item.cancel_tasks):
+        return  # most commits of the embedded runtime: no clock to read
+    now = db_now(conn)
+    if item.enqueue:
+        conn.executemany(_ENQUEUE, [(*row, now) for row in item.enqueue])
+    if item.requeue:
+        conn.executemany(_REQUEUE, [(*row, eid, now) for row in item.requeue])
+    if item.cancel_tasks:
+        conn.executemany(_CANCEL, [(task_id, eid, now) for task_id in item.cancel_tasks])
+
+
+# --- the task queue -----------------------------------------------------------------------
+
+
+def claim(
+    conn: sqlite3.Connection, worker_id: str, pool: str, limit: int, lease_s: float
+) -> list[Lease]:
+    now = db_now(conn)
+    expires = now + lease_s
+    ready = conn.execute(_READY, (pool, now, limit)).fetchall()
+    leases = []
+    for task_id, attempt, token, payload in ready:
+        conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
+        row = {
+            "payload": payload,
+            "attempt": attempt,
+            "lease_token": token + 1,
+            "lease_expires_at": expires,
+            "worker_id": worker_id,
+        }
+        leases.append(lease_from_row(row))
+    return leases
+
+
+def heartbeat(conn: sqlite3.Connection, task_id: str, token: int, lease_s: float) -> Heartbeat:
+    held = conn.execute(_HELD, (task_id, token)).fetchone()
+    if held is None:
+        return Heartbeat(alive=False)
+    now = db_now(conn)
+    conn.execute(
+        "UPDATE task_queue SET lease_expires_at = ?, updated_at = ? WHERE task_id = ?",
+        (now + lease_s, now, task_id),
+    )
+    return Heartbeat(alive=True, cancel=bool(held[1]))
+
+
+def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -> bool:
+    held = conn.execute(_HELD, (task_id, token)).fetchone()
+    if held is None:
+        return False
+    now = db_now(conn)
+    conn.execute(
+        "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?", (now, task_id)
+    )
+    conn.execute(_INSERT_INPUT, (held[0], InputKind.OUTCOME.value, payload, now))
+    return True
+
+
+def reap_expired(conn: sqlite3.Connection, limit: int) -> int:
+    now = db_now(conn)
+    columns = ("task_id", "execution_id", "attempt", "worker_id")
+    rows = [dict(zip(columns, row, strict=True)) for row in conn.execute(_EXPIRED, (now, limit))]
+    conn.executemany(
+        "UPDATE task_queue SET status = 'expired', updated_at = ? WHERE task_id = ?",
+        [(now, row["task_id"]) for row in rows],
+    )
+    kind = InputKind.LEASE_EXPIRED.value
+    conn.executemany(
+        _INSERT_INPUT, [(row["execution_id"], kind, expired_payload(row), now) for row in rows]
+    )
+    return len(rows)
+
+
+def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
+    row = conn.execute(
+        f"SELECT {', '.join(TASK_COLUMNS)} FROM task_queue WHERE task_id = ?", (task_id,)
+    ).fetchone()
+    return None if row is None else task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
+
+
+# --- the inbox ------------------------------------------------------------------------------
+
+
+def post_input(conn: sqlite3.Connection, execution_id: str, kind: InputKind, payload: str) -> int:
+    exists = conn.execute("SELECT 1 FROM execution WHERE execution_id = ?", (execution_id,))
+    if exists.fetchone() is None:
+        raise NotFoundError(f"execution {execution_id} not found")
+    cursor = conn.execute(_INSERT_INPUT, (execution_id, kind.value, payload, db_now(conn)))
+    assert cursor.lastrowid is not None
+    return cursor.lastrowid
+
+
+def claim_inputs(conn: sqlite3.Connection, owner: str, limit: int, lease_s: float) -> list[Input]:
+    now = db_now(conn)
+    columns = ("id", "execution_id", "kind", "payload", "created_at")
+    rows = [
+        dict(zip(columns, row, strict=True)) for row in conn.execute(_FREE_INPUTS, (now, limit))
+    ]
+    conn.executemany(
+        "UPDATE inbox SET claimed_by = ?, claimed_until = ? WHERE id = ?",
+        [(owner, now + lease_s, row["id"]) for row in rows],
+    )
+    return [input_from_row(row) for row in rows]
+
+
+# --- playbooks and workers --------------------------------------------------------------------
+
+
+def register_playbook(
+    conn: sqlite3.Connection, path: str, name: str, text: str, now: float
+) -> PlaybookRecord:
+    latest = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
+    if latest is not None and latest[3] == text:
+        return PlaybookRecord(*latest)
+    record = PlaybookRecord(path, 1 if latest is None else latest[1] + 1, name, text, now)
+    conn.execute(
+        f"INSERT INTO playbook ({_PLAYBOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
+        (record.path, record.version, record.name, record.text, record.created_at),
+    )
+    return record
+
+
+def get_playbook(conn: sqlite3.Connection, path: str, version: int | None) -> PlaybookRecord | None:
+    if version is None:
+        row = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
+    else:
+        row = conn.execute(
+            f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? AND version = ?",
+            (path, version),
+        ).fetchone()
+    return None if row is None else PlaybookRecord(*row)
+
+
+def list_playbooks(conn: sqlite3.Connection) -> list[PlaybookRecord]:
+    rows = conn.execute(
+        f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook p "
+        "WHERE version = (SELECT MAX(version) FROM playbook WHERE path = p.path) ORDER BY path"
+    ).fetchall()
+    return [PlaybookRecord(*row) for row in rows]
+
+
+def register_worker(conn: sqlite3.Connection, record: WorkerRecord) -> None:
+    conn.execute(_UPSERT_WORKER, tuple(getattr(record, c) for c in WORKER_COLUMNS))
+
+
+def worker_heartbeat(conn: sqlite3.Connection, worker_id: str) -> str:
+    row = conn.execute("SELECT status FROM worker WHERE worker_id = ?", (worker_id,)).fetchone()
+    if row is None:
+        raise NotFoundError(f"worker {worker_id} is not registered")
+    conn.execute(
+        "UPDATE worker SET heartbeat_at = ? WHERE worker_id = ?", (db_now(conn), worker_id)
+    )
+    return str(row[0])
+
+
+def request_drain(conn: sqlite3.Connection, pool: str | None) -> int:
+    where = "" if pool is None else " AND pool = ?"
+    cursor = conn.execute(
+        f"UPDATE worker SET status = 'draining' WHERE status = 'running'{where}",
+        () if pool is None else (pool,),
+    )
+    return cursor.rowcount
+
+
+def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
+    rows = conn.execute(
+        f"SELECT {', '.join(WORKER_COLUMNS)} FROM worker ORDER BY worker_id"
+    ).fetchall()
+    return [worker_from_row(row) for row in rows]
