@@ -1,0 +1,909 @@
+"""The distributed Store: PostgreSQL through a psycopg 3 connection pool.
+
+Every server and worker shares one database; it is the system of record and the task
+queue. Writes for one decision are one transaction that locks the executions it appends
+to (`SELECT last_seq ... FOR NO KEY UPDATE`, in id order), so the per-execution sequence
+stays gapless under any number of writers. Tasks are claimed with one
+`UPDATE ... FOR UPDATE SKIP LOCKED ... RETURNING` statement; lease and schedule times
+come from the database clock. Commits that queue tasks `NOTIFY noetl_tasks`, new inputs
+`NOTIFY noetl_inputs`; `wait_for` listens on a dedicated connection and falls back to a
+plain timeout (the caller polls) while it cannot.
+
+Times are stored as timestamptz (microseconds) and handed out as epoch seconds. JSON
+columns are JSONB: key order of stored objects is not kept, equality is; NaN and "\u0000"
+cannot be stored (ValueError, nothing written).
+
+Errors: anything operational (server down, connection refused or lost, bad password, a
+pool with no free connection) becomes StoreUnavailableError naming host, port and
+database, never the password; a lost connection is retryable, and the pool replaces
+broken connections, so a restarted server is picked up again without a restart of ours.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from psycopg import conninfo as pg_conninfo
+from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
+
+from noetl.engine.types import Event, ExecutionStatus
+from noetl.errors import ConfigError
+from noetl.store._rows import (
+    TASK_COLUMNS,
+    WORKER_COLUMNS,
+    PreparedAppend,
+    check_channel,
+    check_page,
+    check_worker,
+    dumps,
+    input_from_row,
+    lease_from_row,
+    prepare,
+    prepare_initial,
+    record_to_row,
+    stale,
+    task_from_row,
+)
+from noetl.store.base import (
+    Append,
+    ConcurrencyError,
+    ExecutionRecord,
+    Heartbeat,
+    Input,
+    InputKind,
+    Lease,
+    NotFoundError,
+    PlaybookRecord,
+    StoreUnavailableError,
+    WorkerRecord,
+)
+from noetl.store.migrate import (
+    Migration,
+    SchemaStatus,
+    discover,
+    migrate_postgres,
+    status_postgres,
+)
+
+log = logging.getLogger("noetl.store.postgres")
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+Cursor = psycopg.Cursor[tuple[Any, ...]]
+
+CHANNELS = {"tasks": "noetl_tasks", "inputs": "noetl_inputs"}
+CONNECT_TIMEOUT_S = 5
+RECONNECT_S = 5.0
+# The playbook catalog serializes versions of one path on (this, hashtext(path)).
+_PLAYBOOK_LOCK_SPACE = 0x6E6F6570
+
+# --- named queries -----------------------------------------------------------------------
+
+_EXECUTION_COLUMNS = (
+    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
+    "e.status, e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at, "
+    "e.finished_at"
+)
+_FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
+_INSERT_EXECUTION = """
+WITH e AS (
+    INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,
+                           parent_execution_id, last_seq, created_at, updated_at, finished_at)
+    VALUES (%(execution_id)s, %(playbook_name)s, %(playbook_path)s, %(status)s,
+            %(context)s::jsonb, %(parent_execution_id)s, 0, %(created_at)s, %(updated_at)s,
+            %(finished_at)s)
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING execution_id
+)
+INSERT INTO execution_input (execution_id, playbook_text, workload)
+SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb FROM e
+RETURNING execution_id
+"""
+# NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
+# it (inbox rows from `complete`, `post_input`, the reaper) pass without waiting.
+_LOCK_EXECUTIONS = (
+    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
+    "ORDER BY execution_id FOR NO KEY UPDATE"
+)
+_INSERT_EVENT = (
+    "INSERT INTO event_log (execution_id, seq, type, ts, step, payload) "
+    "VALUES (%s, %s, %s, %s, %s, %s::jsonb)"
+)
+_UPDATE_EXECUTION = """
+UPDATE execution SET
+    last_seq = %(last_seq)s,
+    updated_at = %(now)s,
+    status = COALESCE(%(status)s::text, status),
+    finished_at = CASE WHEN %(status)s::text IS NULL THEN finished_at ELSE %(finished_at)s END,
+    context = COALESCE(%(context)s::jsonb, context)
+WHERE execution_id = %(execution_id)s
+"""
+_UPSERT_STEP = """
+INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (%s, %s, %s::jsonb, %s)
+ON CONFLICT (execution_id, step) DO UPDATE SET
+    status = excluded.status, updated_at = excluded.updated_at
+"""
+# Queue changes are timed by now(): the database clock at the start of the transaction.
+# A task id enqueued again (a step called again) re-queues its row and keeps its
+# lease_token, so the fencing token only grows and an older lease stays fenced off.
+_ENQUEUE = """
+INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
+                        not_before, status, created_at, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, now() + make_interval(secs => %s), 'queued',
+        now(), now())
+ON CONFLICT (task_id) DO UPDATE SET
+    execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
+    priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
+    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false,
+    not_before = excluded.not_before, payload = excluded.payload,
+    updated_at = excluded.updated_at
+"""
+# An append changes only the tasks and inputs of its own execution.
+_REQUEUE = """
+UPDATE task_queue SET
+    status = 'queued', attempt = %s, not_before = now() + make_interval(secs => %s),
+    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false, updated_at = now()
+WHERE task_id = %s AND execution_id = %s
+"""
+# A queued task is canceled outright; a leased one is flagged, and its holder learns it
+# from its next heartbeat.
+_CANCEL_TASKS = """
+UPDATE task_queue SET
+    status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
+    cancel_requested = cancel_requested OR status = 'leased',
+    updated_at = now()
+WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
+"""
+_DELETE_INPUTS = "DELETE FROM inbox WHERE id = ANY(%s) AND execution_id = %s"
+_SELECT_EVENTS = (
+    "SELECT seq, type, ts, step, payload FROM event_log "
+    "WHERE execution_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+_EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
+# The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
+# lease them. The token grows by one per claim. Every queue time is the database's now().
+_CLAIM = """
+WITH picked AS (
+    SELECT task_id FROM task_queue
+    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now()
+    ORDER BY priority DESC, not_before, queue_order
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE task_queue t SET
+    status = 'leased', lease_token = t.lease_token + 1, worker_id = %(worker_id)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_s)s), updated_at = now()
+FROM picked WHERE t.task_id = picked.task_id
+RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
+          t.priority, t.not_before, t.queue_order
+"""
+_HEARTBEAT = """
+UPDATE task_queue SET
+    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
+WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+RETURNING cancel_requested
+"""
+_COMPLETE = """
+WITH done AS (
+    UPDATE task_queue SET status = 'done', updated_at = now()
+    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    RETURNING execution_id
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
+    RETURNING id
+)
+SELECT id, pg_notify('noetl_inputs', '') FROM posted
+"""
+_REAP = """
+WITH expired AS (
+    SELECT task_id FROM task_queue
+    WHERE status = 'leased' AND lease_expires_at < now()
+    ORDER BY lease_expires_at, queue_order
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE task_queue t SET status = 'expired', updated_at = now()
+    FROM expired WHERE t.task_id = expired.task_id
+    RETURNING t.task_id, t.execution_id, t.attempt, t.worker_id
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'lease_expired',
+           jsonb_build_object('task_id', task_id, 'attempt', attempt, 'worker_id', worker_id),
+           now()
+    FROM marked
+    RETURNING id
+)
+SELECT id, pg_notify('noetl_inputs', '') FROM posted
+"""
+_TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
+_SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
+    ", ".join(f"{c}::text" if c == "payload" else c for c in TASK_COLUMNS)
+)
+# No row when the execution does not exist (NotFoundError).
+_POST_INPUT = """
+WITH posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, %s, %s::jsonb, now() FROM execution WHERE execution_id = %s
+    RETURNING id
+)
+SELECT id, pg_notify('noetl_inputs', '') FROM posted
+"""
+_CLAIM_INPUTS = """
+WITH picked AS (
+    SELECT id FROM inbox
+    WHERE claimed_until IS NULL OR claimed_until < now()
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE inbox i SET
+    claimed_by = %(owner)s, claimed_until = now() + make_interval(secs => %(lease_s)s)
+FROM picked WHERE i.id = picked.id
+RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
+"""
+_PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
+_WORKER_COLUMNS = ", ".join(WORKER_COLUMNS)
+_UPSERT_WORKER = f"""
+INSERT INTO worker ({_WORKER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+"""
+
+
+# --- values ------------------------------------------------------------------------------
+
+
+def _ts(seconds: float) -> datetime:
+    """Epoch seconds -> timestamptz (rounded to the microsecond, as PostgreSQL keeps it)."""
+    return datetime.fromtimestamp(seconds, UTC)
+
+
+def _epoch(value: datetime) -> float:
+    return value.timestamp()
+
+
+def _epoch_or_none(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
+
+
+def _record(row: tuple[Any, ...]) -> ExecutionRecord:
+    """Build an ExecutionRecord from the columns of `_EXECUTION_COLUMNS`."""
+    return ExecutionRecord(
+        execution_id=row[0],
+        playbook_name=row[1],
+        playbook_path=row[2],
+        playbook_text=row[3],
+        workload=row[4],
+        status=ExecutionStatus(row[5]),
+        context=row[6],
+        parent_execution_id=row[7],
+        last_seq=row[8],
+        created_at=_epoch(row[9]),
+        updated_at=_epoch(row[10]),
+        finished_at=_epoch_or_none(row[11]),
+    )
+
+
+def _playbook(row: tuple[Any, ...]) -> PlaybookRecord:
+    path, version, name, text, created_at = row
+    return PlaybookRecord(path, version, name, text, _epoch(created_at))
+
+
+def _worker(row: tuple[Any, ...]) -> WorkerRecord:
+    worker_id, pool, hostname, pid, status, started_at, heartbeat_at = row
+    return WorkerRecord(
+        worker_id, pool, hostname, pid, status, _epoch(started_at), _epoch(heartbeat_at)
+    )
+
+
+# --- where the database is, without the password -----------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a DSN names, for messages: host, port, database and user, never the password."""
+
+    host: str
+    port: str
+    dbname: str
+    user: str
+    secrets: tuple[str, ...] = ()
+
+    def __str__(self) -> str:
+        return f"PostgreSQL database {self.dbname!r} at {self.host}:{self.port}"
+
+    def url(self) -> str:
+        """A URL to show people: the DSN without its password."""
+        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
+
+    def scrub(self, text: str) -> str:
+        for secret in self.secrets:
+            text = text.replace(secret, "***")
+        return text
+
+    def unavailable(self, exc: BaseException, *, retryable: bool = True) -> StoreUnavailableError:
+        """A readable StoreUnavailableError for a psycopg error (password removed)."""
+        text = self.scrub(" ".join(str(exc).split())) or type(exc).__name__
+        lowered = text.lower()
+        if "authentication failed" in lowered or "password" in lowered or "role" in lowered:
+            hint = f"check the user name ({self.user}) and password given in the DSN"
+            retryable = False
+        elif "database" in lowered and "does not exist" in lowered:
+            hint = "create the database (createdb) or fix the database name in the DSN"
+            retryable = False
+        else:
+            hint = (
+                "check that PostgreSQL is running and reachable from here, and that the "
+                "host and port in the DSN are right"
+            )
+        return StoreUnavailableError(f"{self} is unavailable ({text}): {hint}", retryable=retryable)
+
+
+def parse_dsn(dsn: str) -> tuple[str, Target]:
+    """The connection string to use (with noetl defaults) and its Target. ConfigError when
+    the DSN cannot be parsed; the message never repeats the DSN (it may hold a password)."""
+    try:
+        params: dict[str, Any] = pg_conninfo.conninfo_to_dict(dsn)
+    except psycopg.Error:
+        raise ConfigError(
+            "the PostgreSQL DSN cannot be parsed; expected "
+            "postgresql://user:password@host:5432/database (or key=value pairs)"
+        ) from None
+    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+    params.setdefault("application_name", "noetl")
+    env = os.environ
+    user = str(params.get("user") or env.get("PGUSER") or getpass.getuser())
+    secrets = tuple(
+        str(s) for s in (params.get("password"), env.get("PGPASSWORD")) if s and len(str(s)) > 1
+    )
+    target = Target(
+        host=str(params.get("host") or params.get("hostaddr") or env.get("PGHOST") or "localhost"),
+        port=str(params.get("port") or env.get("PGPORT") or "5432"),
+        dbname=str(params.get("dbname") or env.get("PGDATABASE") or user),
+        user=user,
+        secrets=secrets,
+    )
+    return pg_conninfo.make_conninfo(**params), target
+
+
+def connect(dsn: str) -> tuple[Conn, Target]:
+    """One autocommit connection (for migrations and tools); StoreUnavailableError if the
+    database cannot be reached."""
+    conninfo, target = parse_dsn(dsn)
+    try:
+        return psycopg.connect(conninfo, autocommit=True), target
+    except psycopg.OperationalError as exc:
+        raise target.unavailable(exc) from None
+
+
+def schema_status(dsn: str) -> SchemaStatus:
+    """Applied and pending schema versions of a PostgreSQL database; changes nothing."""
+    conn, target = connect(dsn)
+    try:
+        with conn:
+            return status_postgres(conn)
+    except psycopg.OperationalError as exc:
+        raise target.unavailable(exc) from None
+
+
+def migrate_schema(dsn: str) -> list[Migration]:
+    """Apply pending migrations to a PostgreSQL database; the migrations applied."""
+    conn, target = connect(dsn)
+    try:
+        with conn:
+            applied = set(migrate_postgres(conn))
+    except psycopg.OperationalError as exc:
+        raise target.unavailable(exc) from None
+    except StoreUnavailableError as exc:
+        raise StoreUnavailableError(f"{target}: {exc}", retryable=exc.retryable) from exc
+    return [m for m in discover("postgres") if m.version in applied]
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+class PostgresStore:
+    """Store in a PostgreSQL database, shared by every server and worker; thread-safe.
+
+    The schema is brought up to date when the store opens (migrations under an advisory
+    lock, so replicas starting together do not race).
+    """
+
+    def __init__(
+        self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
+    ) -> None:
+        self._conninfo, self.target = parse_dsn(dsn)
+        self._timeout = timeout
+        self._max_size = max_size
+        conn, _ = connect(dsn)
+        try:
+            with conn:
+                migrate_postgres(conn)
+        except psycopg.OperationalError as exc:
+            raise self.target.unavailable(exc) from None
+        except StoreUnavailableError as exc:
+            raise StoreUnavailableError(f"{self.target}: {exc}") from exc
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            self._conninfo,
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            name="noetl",
+            kwargs={"autocommit": True},
+            # A connection the server dropped (restart, failover) is replaced on checkout.
+            check=ConnectionPool.check_connection,
+            timeout=timeout,
+            # Retry a lost connection with backoff for a few seconds only, then let demand
+            # grow the pool afresh: after a long outage it is back at once, not minutes on.
+            reconnect_timeout=RECONNECT_S,
+            num_workers=2,
+        )
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout:
+            self._pool.close()
+            self._probe()
+            raise StoreUnavailableError(
+                f"{self.target}: the connection pool did not open within {timeout:g} s",
+                retryable=True,
+            ) from None
+        self._listener = _Listener(self._conninfo)
+
+    def __repr__(self) -> str:
+        return f"PostgresStore({self.target.url()!r})"
+
+    # --- connections and errors ----------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[Conn]:
+        """A pooled autocommit connection, with operational errors made readable."""
+        conn = self._getconn()
+        try:
+            with conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            # Also a connection lost mid-call: the pool drops it, a retry gets a new one.
+            raise self.target.unavailable(exc) from None
+        except psycopg.DataError as exc:
+            # A value JSONB or text cannot hold: the caller's data, as with a bad seq.
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ValueError(f"{self.target} cannot store a value: {reason}") from None
+        finally:
+            self._pool.putconn(conn)
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Conn]:
+        with self._connection() as conn, conn.transaction():
+            yield conn
+
+    def _getconn(self) -> Conn:
+        """A connection from the pool. When none comes within a second, ask the server
+        directly: if it is down, fail now (retryable) instead of after the full timeout."""
+        first = min(1.0, self._timeout)
+        try:
+            try:
+                return self._pool.getconn(timeout=first)
+            except PoolTimeout:
+                pass
+            self._probe()
+            return self._pool.getconn(timeout=max(self._timeout - first, 0.1))
+        except PoolTimeout:
+            raise StoreUnavailableError(
+                f"{self.target} answers, but no pooled connection came free within "
+                f"{self._timeout:g} s (all {self._max_size} busy, or reconnecting after an "
+                "outage); retry, or give the store a larger pool",
+                retryable=True,
+            ) from None
+        except PoolClosed:
+            raise StoreUnavailableError(f"the store for {self.target} is closed") from None
+
+    def _probe(self) -> None:
+        """Raise StoreUnavailableError (with the server's reason) if it cannot be reached."""
+        try:
+            psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2).close()
+        except psycopg.Error as exc:
+            raise self.target.unavailable(exc) from None
+
+    # --- executions and events -----------------------------------------------------------
+
+    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+        """Insert a new execution row and apply `initial`, in one transaction;
+        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+        row = record_to_row(record)
+        for column in ("created_at", "updated_at", "finished_at"):
+            if row[column] is not None:
+                row[column] = _ts(row[column])
+        prepared = prepare_initial(record, initial)
+        with self._transaction() as conn:
+            if conn.execute(_INSERT_EXECUTION, row).fetchone() is None:
+                raise ConcurrencyError(f"execution {record.execution_id} already exists")
+            if prepared is not None:
+                self._apply(conn, [prepared])
+
+    def commit(self, appends: Sequence[Append]) -> None:
+        """Apply every append in one transaction (see `Store.commit`)."""
+        prepared = [prepare(append) for append in appends]
+        if not prepared:
+            return
+        with self._transaction() as conn:
+            self._apply(conn, prepared)
+
+    def _apply(self, conn: Conn, prepared: list[PreparedAppend]) -> None:
+        ids = sorted({item.execution_id for item in prepared})
+        # Locked in id order, so two commits over the same executions cannot deadlock.
+        last: dict[str, int] = dict(conn.execute(_LOCK_EXECUTIONS, (ids,)).fetchall())
+        for item in prepared:
+            current = last.get(item.execution_id)
+            if current is None:
+                raise NotFoundError(f"execution {item.execution_id} not found")
+            if current != item.expected_seq:
+                raise stale(item, current)
+            last[item.execution_id] = item.last_seq
+        # The checks are done: send every write at once and wait for the server once.
+        with conn.pipeline(), conn.cursor() as cur:
+            for item in prepared:
+                self._write(cur, item)
+            if any(item.wakes_workers for item in prepared):
+                cur.execute("SELECT pg_notify('noetl_tasks', '')")
+
+    @staticmethod
+    def _write(cur: Cursor, item: PreparedAppend) -> None:
+        eid = item.execution_id
+        if item.events:
+            cur.executemany(
+                _INSERT_EVENT,
+                [(e, seq, type_, _ts(ts), step, p) for e, seq, type_, ts, step, p in item.events],
+            )
+        now = _ts(item.now)
+        cur.execute(
+            _UPDATE_EXECUTION,
+            {
+                "last_seq": item.last_seq,
+                "now": now,
+                "status": None if item.status is None else item.status.value,
+                "finished_at": now if item.finished else None,
+                "context": item.context,
+                "execution_id": eid,
+            },
+        )
+        if item.steps:
+            cur.executemany(
+                _UPSERT_STEP, [(e, step, status, now) for e, step, status, _ in item.steps]
+            )
+        if item.enqueue:
+            cur.executemany(_ENQUEUE, [(*row[:7], float(row[7])) for row in item.enqueue])
+        if item.requeue:
+            cur.executemany(
+                _REQUEUE,
+                [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
+            )
+        if item.cancel_tasks:
+            cur.execute(_CANCEL_TASKS, (item.cancel_tasks, eid))
+        if item.inputs_done:
+            cur.execute(_DELETE_INPUTS, (item.inputs_done, eid))
+
+    def load_events(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """Events in sequence order after `after_seq`, at most `limit`."""
+        check_page(limit)
+        with self._connection() as conn:
+            rows = conn.execute(_SELECT_EVENTS, (execution_id, after_seq, limit)).fetchall()
+            # Only an empty answer needs the extra lookup that tells "none" from "no such".
+            if not rows and conn.execute(_EXISTS, (execution_id,)).fetchone() is None:
+                raise NotFoundError(f"execution {execution_id} not found")
+        return [
+            Event(seq, type_, execution_id, _epoch(ts), step, payload)
+            for seq, type_, ts, step, payload in rows
+        ]
+
+    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        with self._connection() as conn:
+            row = conn.execute(
+                f"SELECT {_EXECUTION_COLUMNS} FROM {_FROM} WHERE e.execution_id = %s",
+                (execution_id,),
+            ).fetchone()
+        return None if row is None else _record(row)
+
+    def list_executions(
+        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
+    ) -> list[ExecutionRecord]:
+        """Newest first (created_at, then insertion order); optionally one status."""
+        check_page(limit, offset)
+        where = "" if status is None else "WHERE e.status = %s"
+        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_EXECUTION_COLUMNS} FROM {_FROM} {where} "
+                "ORDER BY e.created_at DESC, e.created_order DESC LIMIT %s OFFSET %s",
+                (*params, limit, offset),
+            ).fetchall()
+        return [_record(row) for row in rows]
+
+    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                "SELECT step, status FROM step_state WHERE execution_id = %s "
+                "ORDER BY created_order",
+                (execution_id,),
+            ).fetchall()
+            if not rows and conn.execute(_EXISTS, (execution_id,)).fetchone() is None:
+                raise NotFoundError(f"execution {execution_id} not found")
+        return {step: status for step, status in rows}
+
+    # --- the task queue ------------------------------------------------------------------
+
+    def claim(
+        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+    ) -> list[Lease]:
+        """Lease up to `limit` due tasks of `pool`, best first, in one statement."""
+        check_page(limit)
+        if limit == 0:
+            return []
+        params = {"pool": pool, "limit": limit, "worker_id": worker_id, "lease_s": float(lease_s)}
+        with self._connection() as conn:
+            rows = conn.execute(_CLAIM, params).fetchall()
+        # RETURNING does not keep the order of the inner SELECT.
+        rows.sort(key=lambda row: (-row[5], row[6], row[7]))
+        return [
+            lease_from_row(
+                {
+                    "payload": payload,
+                    "attempt": attempt,
+                    "lease_token": token,
+                    "lease_expires_at": _epoch(expires),
+                    "worker_id": holder,
+                }
+            )
+            for payload, attempt, token, expires, holder, *_ in rows
+        ]
+
+    def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
+        """Extend a lease held with `token`; alive False when it is no longer held."""
+        with self._connection() as conn:
+            row = conn.execute(_HEARTBEAT, (float(lease_s), task_id, token)).fetchone()
+        return Heartbeat(alive=False) if row is None else Heartbeat(alive=True, cancel=row[0])
+
+    def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
+        """With the current token: mark the task done and post its outcome, atomically."""
+        payload = dumps(outcome)
+        with self._connection() as conn:
+            return conn.execute(_COMPLETE, (task_id, token, payload)).fetchone() is not None
+
+    def reap_expired(self, *, limit: int = 100) -> int:
+        """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
+        check_page(limit)
+        if limit == 0:
+            return 0
+        with self._connection() as conn:
+            return len(conn.execute(_REAP, (limit,)).fetchall())
+
+    def get_task(self, task_id: str) -> dict[str, Any] | None:
+        with self._connection() as conn:
+            row = conn.execute(_SELECT_TASK, (task_id,)).fetchone()
+        if row is None:
+            return None
+        values = dict(zip(TASK_COLUMNS, row, strict=True))
+        for column in _TIME_COLUMNS:
+            values[column] = _epoch_or_none(values[column])
+        return task_from_row(values)
+
+    # --- the inbox -----------------------------------------------------------------------
+
+    def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
+        """Add an input for the orchestrators (and wake them); returns its id.
+        NotFoundError if the execution does not exist."""
+        values = (InputKind(kind).value, dumps(payload), execution_id)
+        with self._connection() as conn:
+            row = conn.execute(_POST_INPUT, values).fetchone()
+        if row is None:
+            raise NotFoundError(f"execution {execution_id} not found")
+        return int(row[0])
+
+    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+        """Hold up to `limit` free inputs for `lease_s`, oldest first."""
+        check_page(limit)
+        if limit == 0:
+            return []
+        params = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
+        with self._connection() as conn:
+            rows = conn.execute(_CLAIM_INPUTS, params).fetchall()
+        rows.sort(key=lambda row: row[0])
+        columns = ("id", "execution_id", "kind", "payload", "created_at")
+        return [
+            input_from_row(dict(zip(columns, (*row[:4], _epoch(row[4])), strict=True)))
+            for row in rows
+        ]
+
+    def wait_for(self, channel: str, timeout: float) -> bool:
+        """Sleep until a NOTIFY on `channel` ("tasks" or "inputs") or the timeout."""
+        check_channel(channel)
+        return self._listener.wait(CHANNELS[channel], timeout)
+
+    # --- playbooks and workers -----------------------------------------------------------
+
+    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
+        """A new version of `path`, or the latest one when its text is the same."""
+        with self._transaction() as conn:
+            # Versions of one path are numbered one writer at a time.
+            conn.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PLAYBOOK_LOCK_SPACE, path)
+            )
+            row = conn.execute(
+                f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s "
+                "ORDER BY version DESC LIMIT 1",
+                (path,),
+            ).fetchone()
+            latest = None if row is None else _playbook(row)
+            if latest is not None and latest.text == text:
+                return latest
+            version = 1 if latest is None else latest.version + 1
+            conn.execute(
+                f"INSERT INTO playbook ({_PLAYBOOK_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                (path, version, name, text, _ts(now)),
+            )
+        return PlaybookRecord(path, version, name, text, _epoch(_ts(now)))
+
+    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
+        query = f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s"
+        params: tuple[Any, ...] = (path,)
+        if version is None:
+            query += " ORDER BY version DESC LIMIT 1"
+        else:
+            query += " AND version = %s"
+            params = (path, version)
+        with self._connection() as conn:
+            row = conn.execute(query, params).fetchone()
+        return None if row is None else _playbook(row)
+
+    def list_playbooks(self) -> list[PlaybookRecord]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT DISTINCT ON (path) {_PLAYBOOK_COLUMNS} FROM playbook "
+                "ORDER BY path, version DESC"
+            ).fetchall()
+        return [_playbook(row) for row in rows]
+
+    def register_worker(self, record: WorkerRecord) -> None:
+        """Insert or replace the worker's row."""
+        check_worker(record)
+        values = (
+            record.worker_id,
+            record.pool,
+            record.hostname,
+            record.pid,
+            record.status,
+            _ts(record.started_at),
+            _ts(record.heartbeat_at),
+        )
+        with self._connection() as conn:
+            conn.execute(_UPSERT_WORKER, values)
+
+    def worker_heartbeat(self, worker_id: str) -> str:
+        """Record the worker alive (database clock); its status, `draining` to stop."""
+        with self._connection() as conn:
+            row = conn.execute(
+                "UPDATE worker SET heartbeat_at = now() WHERE worker_id = %s RETURNING status",
+                (worker_id,),
+            ).fetchone()
+        if row is None:
+            raise NotFoundError(f"worker {worker_id} is not registered")
+        return str(row[0])
+
+    def request_drain(self, pool: str | None = None) -> int:
+        """Ask running workers (of one pool, or all) to drain; returns how many."""
+        with self._connection() as conn:
+            cur = conn.execute(
+                "UPDATE worker SET status = 'draining' "
+                "WHERE status = 'running' AND (%s::text IS NULL OR pool = %s::text)",
+                (pool, pool),
+            )
+            return cur.rowcount
+
+    def list_workers(self) -> list[WorkerRecord]:
+        with self._connection() as conn:
+            rows = conn.execute(
+                f"SELECT {_WORKER_COLUMNS} FROM worker ORDER BY worker_id"
+            ).fetchall()
+        return [_worker(row) for row in rows]
+
+    def close(self) -> None:
+        """Stop listening and close every connection; the store cannot be used afterwards."""
+        self._listener.close()
+        self._pool.close()
+
+
+# --- LISTEN / NOTIFY ---------------------------------------------------------------------
+
+
+class _Listener:
+    """One connection LISTENing on the noetl channels in a daemon thread, started on the
+    first `wait`; waiters sleep on a condition until a channel's counter moves.
+
+    Each thread remembers the counter it saw last, so a notification that arrives between
+    two waits of a thread wakes its next wait at once instead of being lost. While the
+    connection is down, waits simply time out (the caller polls) and the thread reconnects
+    with backoff; after a reconnect every waiter is woken, since notifications sent
+    meanwhile are gone.
+    """
+
+    POLL_S = 0.25  # how often the thread looks at its stop flag
+
+    def __init__(self, conninfo: str) -> None:
+        self._conninfo = conninfo
+        self._cond = threading.Condition()
+        self._counts = dict.fromkeys(CHANNELS.values(), 0)
+        self._seen = threading.local()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def wait(self, channel: str, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        self._start()
+        self._ready.wait(max(0.0, min(timeout, CONNECT_TIMEOUT_S)))  # LISTEN is in place
+        seen: dict[str, int] = self._seen.__dict__
+        with self._cond:
+            last = seen.get(channel, self._counts[channel])
+            woken = self._cond.wait_for(
+                lambda: self._counts[channel] != last or self._stop.is_set(),
+                max(0.0, deadline - time.monotonic()),
+            )
+            seen[channel] = self._counts[channel]
+        return bool(woken) and not self._stop.is_set()
+
+    def _start(self) -> None:
+        with self._cond:
+            if self._thread is None and not self._stop.is_set():
+                self._thread = threading.Thread(
+                    target=self._run, name="noetl-pg-listen", daemon=True
+                )
+                self._thread.start()
+
+    def _bump(self, channels: Sequence[str]) -> None:
+        with self._cond:
+            for channel in channels:
+                if channel in self._counts:
+                    self._counts[channel] += 1
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        delay = 0.1
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(self._conninfo, autocommit=True) as conn:
+                    for channel in CHANNELS.values():
+                        conn.execute(f"LISTEN {channel}".encode())
+                    if self._ready.is_set():  # a reconnect: what was sent meanwhile is lost
+                        self._bump(list(CHANNELS.values()))
+                    self._ready.set()
+                    delay = 0.1
+                    while not self._stop.is_set():
+                        for note in conn.notifies(timeout=self.POLL_S):
+                            self._bump([note.channel])
+            except psycopg.Error as exc:
+                log.debug("LISTEN connection failed (%s); polling until it is back", exc)
+                self._ready.set()  # waiters fall back to their timeout
+                self._stop.wait(delay)
+                delay = min(delay * 2, 5.0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._ready.set()
+        with self._cond:
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=self.POLL_S + CONNECT_TIMEOUT_S + 1)

@@ -1,0 +1,583 @@
+"""PostgresStore against a real server: the schema the migrations make, `noetl db` run as a
+real subprocess, concurrent claimers, LISTEN/NOTIFY wake-ups, errors people will meet.
+
+The behaviour every adapter shares is in tests/contract; this file holds what only a
+PostgreSQL server can show. Each test gets a database of its own (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+
+from noetl.engine.types import Event, Task
+from noetl.store import (
+    Append,
+    ExecutionRecord,
+    PostgresStore,
+    StoreUnavailableError,
+    migrate_schema,
+    open_store,
+    schema_status,
+)
+from noetl.store.base import Enqueue, InputKind
+from noetl.store.migrate import Migration, discover, migrate_postgres
+from tests.conftest import ROOT
+
+# (column, data type, nullable) per table, in column order, as information_schema has them.
+TZ = "timestamp with time zone"
+EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
+    "schema_migrations": [
+        ("version", "integer", "NO"),
+        ("applied_at", TZ, "NO"),
+    ],
+    "execution": [
+        ("execution_id", "text", "NO"),
+        ("playbook_name", "text", "NO"),
+        ("playbook_path", "text", "YES"),
+        ("status", "text", "NO"),
+        ("context", "jsonb", "NO"),
+        ("parent_execution_id", "text", "YES"),
+        ("last_seq", "bigint", "NO"),
+        ("created_at", TZ, "NO"),
+        ("updated_at", TZ, "NO"),
+        ("finished_at", TZ, "YES"),
+        ("created_order", "bigint", "NO"),
+    ],
+    "execution_input": [
+        ("execution_id", "text", "NO"),
+        ("playbook_text", "text", "NO"),
+        ("workload", "jsonb", "NO"),
+    ],
+    "event_log": [
+        ("execution_id", "text", "NO"),
+        ("seq", "bigint", "NO"),
+        ("type", "text", "NO"),
+        ("ts", TZ, "NO"),
+        ("step", "text", "YES"),
+        ("payload", "jsonb", "NO"),
+    ],
+    "step_state": [
+        ("execution_id", "text", "NO"),
+        ("step", "text", "NO"),
+        ("status", "jsonb", "NO"),
+        ("updated_at", TZ, "NO"),
+        ("created_order", "bigint", "NO"),
+    ],
+    "task_queue": [
+        ("task_id", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("step", "text", "NO"),
+        ("pool", "text", "NO"),
+        ("priority", "integer", "NO"),
+        ("status", "text", "NO"),
+        ("attempt", "integer", "NO"),
+        ("lease_token", "bigint", "NO"),
+        ("lease_expires_at", TZ, "YES"),
+        ("worker_id", "text", "YES"),
+        ("cancel_requested", "boolean", "NO"),
+        ("not_before", TZ, "NO"),
+        ("payload", "jsonb", "NO"),
+        ("created_at", TZ, "NO"),
+        ("updated_at", TZ, "NO"),
+        ("queue_order", "bigint", "NO"),
+    ],
+    "inbox": [
+        ("id", "bigint", "NO"),
+        ("execution_id", "text", "NO"),
+        ("kind", "text", "NO"),
+        ("payload", "jsonb", "NO"),
+        ("created_at", TZ, "NO"),
+        ("claimed_by", "text", "YES"),
+        ("claimed_until", TZ, "YES"),
+    ],
+    "playbook": [
+        ("path", "text", "NO"),
+        ("version", "integer", "NO"),
+        ("name", "text", "NO"),
+        ("text", "text", "NO"),
+        ("created_at", TZ, "NO"),
+    ],
+    "worker": [
+        ("worker_id", "text", "NO"),
+        ("pool", "text", "NO"),
+        ("hostname", "text", "NO"),
+        ("pid", "integer", "NO"),
+        ("status", "text", "NO"),
+        ("started_at", TZ, "NO"),
+        ("heartbeat_at", TZ, "NO"),
+    ],
+}
+EXPECTED_PRIMARY_KEYS = {
+    "schema_migrations": ["version"],
+    "execution": ["execution_id"],
+    "execution_input": ["execution_id"],
+    "event_log": ["execution_id", "seq"],
+    "step_state": ["execution_id", "step"],
+    "task_queue": ["task_id"],
+    "inbox": ["id"],
+    "playbook": ["path", "version"],
+    "worker": ["worker_id"],
+}
+
+
+def columns(url: str, schema: str = "public") -> dict[str, list[tuple[str, str, str]]]:
+    found: dict[str, list[tuple[str, str, str]]] = {}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT table_name, column_name, data_type, is_nullable "
+            "FROM information_schema.columns WHERE table_schema = %s "
+            "ORDER BY table_name, ordinal_position",
+            (schema,),
+        ).fetchall()
+    for table, column, data_type, nullable in rows:
+        found.setdefault(table, []).append((column, data_type, nullable))
+    return found
+
+
+def primary_keys(url: str) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT k.table_name, k.column_name FROM information_schema.table_constraints c "
+            "JOIN information_schema.key_column_usage k USING (constraint_schema, constraint_name) "
+            "WHERE c.constraint_type = 'PRIMARY KEY' AND c.table_schema = 'public' "
+            "ORDER BY k.table_name, k.ordinal_position"
+        ).fetchall()
+    for table, column in rows:
+        found.setdefault(table, []).append(column)
+    return found
+
+
+def with_password(url: str, password: str, *, port: int | None = None) -> str:
+    parts = urlsplit(url)
+    host = parts.hostname or "127.0.0.1"
+    netloc = f"{parts.username or 'postgres'}:{password}@{host}:{port or parts.port or 5432}"
+    return parts._replace(netloc=netloc).geturl()
+
+
+def noetl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "noetl", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def make_record(execution_id: str = "e1") -> ExecutionRecord:
+    return ExecutionRecord(
+        execution_id=execution_id,
+        playbook_name="demo",
+        playbook_path=None,
+        playbook_text="name: demo\n",
+        workload={},
+        created_at=1.0,
+        updated_at=1.0,
+    )
+
+
+def make_task(step: str, execution_id: str = "e1") -> Task:
+    return Task(
+        task_id=f"{execution_id}.{step}",
+        execution_id=execution_id,
+        step=step,
+        kind="noop",
+        spec={},
+        args={},
+        context={},
+        key=f"{execution_id}:{step}",
+    )
+
+
+@pytest.fixture
+def pg_store(pg_database: str) -> Iterator[PostgresStore]:
+    store = PostgresStore(pg_database)
+    yield store
+    store.close()
+
+
+# -- schema -------------------------------------------------------------------------------
+
+
+def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -> None:
+    assert schema_status(pg_empty_database).pending[0].label == "0001_init"
+
+    applied = migrate_schema(pg_empty_database)
+
+    assert [m.label for m in applied] == ["0001_init", "0002_queue"]
+    assert columns(pg_empty_database) == EXPECTED_COLUMNS
+    assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
+    assert migrate_schema(pg_empty_database) == []
+    status = schema_status(pg_empty_database)
+    assert (status.applied, status.pending, status.version) == ([1, 2], [], 2)
+
+
+def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
+    broken = Migration(3, "broken", "CREATE TABLE half_done (id integer); SELECT 1 / 0;")
+
+    with (
+        psycopg.connect(pg_empty_database, autocommit=True) as conn,
+        pytest.raises(psycopg.errors.DivisionByZero),
+    ):
+        migrate_postgres(conn, [*discover("postgres"), broken])
+
+    assert columns(pg_empty_database) == {}  # not even 0001: one transaction
+    assert schema_status(pg_empty_database).applied == []
+
+
+def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database: str) -> None:
+    barrier = threading.Barrier(4)
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        barrier.wait()
+        try:
+            results.append([m.version for m in migrate_schema(pg_empty_database)])
+        except BaseException as exc:  # reported below, not lost in the thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=migrate) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    assert errors == []
+    assert sorted(results) == [[], [], [], [1, 2]]
+    assert schema_status(pg_empty_database).applied == [1, 2]
+
+
+def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
+    with psycopg.connect(pg_empty_database, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA tenant_a")
+    url = pg_empty_database + "?options=-csearch_path%3Dtenant_a"
+
+    store = PostgresStore(url)
+    try:
+        store.create_execution(make_record("e1"))
+        assert store.get_execution("e1") == make_record("e1")
+    finally:
+        store.close()
+
+    assert set(columns(pg_empty_database, "tenant_a")) == set(EXPECTED_COLUMNS)
+    assert columns(pg_empty_database, "public") == {}
+
+
+# -- noetl db, the real CLI ---------------------------------------------------------------
+
+
+def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
+    url = with_password(pg_empty_database, "s3cr3t")  # trust auth ignores it
+
+    first = noetl("db", "init", "--db", url)
+    second = noetl("db", "init", env={"NOETL_DB": url})
+    migrate = noetl("db", "migrate", "--db", url)
+    status = noetl("db", "status", "--db", url)
+
+    for proc in (first, second, migrate, status):
+        assert proc.returncode == 0, proc.stderr
+        assert "s3cr3t" not in proc.stdout + proc.stderr
+    assert "applied 0001_init, 0002_queue" in first.stdout
+    assert "already initialized (schema version 2)" in second.stdout
+    assert "applied" not in migrate.stdout
+    assert "at schema version 2" in migrate.stdout
+    assert status.stdout.splitlines()[1:] == ["applied:  0001_init, 0002_queue", "pending:  none"]
+    assert columns(pg_empty_database) == EXPECTED_COLUMNS
+
+
+def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> None:
+    status = noetl("db", "status", "--db", pg_empty_database)
+
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[1:] == ["applied:  none", "pending:  0001_init, 0002_queue"]
+    assert columns(pg_empty_database) == {}  # status changes nothing
+
+
+def test_noetl_db_against_an_unreachable_server_exits_3_without_the_password() -> None:
+    proc = noetl("db", "migrate", "--db", "postgresql://postgres:s3cr3t@127.0.0.1:1/noetl")
+
+    assert proc.returncode == 3
+    assert "127.0.0.1:1" in proc.stderr
+    assert "s3cr3t" not in proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+# -- the queue under concurrency -----------------------------------------------------------
+
+
+def test_four_stores_claiming_at_once_never_lease_a_task_twice(pg_database: str) -> None:
+    count = 200
+    stores = [PostgresStore(pg_database, max_size=2) for _ in range(4)]
+    try:
+        initial = Append(
+            "e1",
+            0,
+            [Event(1, "workflow.started", "e1", 1.0)],
+            enqueue=[Enqueue(make_task(f"s{i}")) for i in range(count)],
+            now=1.0,
+        )
+        stores[0].create_execution(make_record("e1"), initial)
+        claimed: list[tuple[str, str, int]] = []
+        lock = threading.Lock()
+        barrier = threading.Barrier(len(stores))
+
+        def claim_all(store: PostgresStore, worker_id: str) -> None:
+            barrier.wait()
+            while leases := store.claim(worker_id, limit=5, lease_s=60):
+                with lock:
+                    claimed.extend((worker_id, lease.task.task_id, lease.token) for lease in leases)
+
+        threads = [
+            threading.Thread(target=claim_all, args=(store, f"w{n}"))
+            for n, store in enumerate(stores)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+
+        task_ids = [task_id for _, task_id, _ in claimed]
+        assert [task_id for task_id, n in Counter(task_ids).items() if n > 1] == []
+        assert sorted(task_ids) == sorted(f"e1.s{i}" for i in range(count))
+        assert {token for _, _, token in claimed} == {1}
+        assert len({worker for worker, _, _ in claimed}) > 1  # they did run side by side
+        for worker_id, task_id, _ in claimed[:: count // 20]:
+            row = stores[1].get_task(task_id)
+            assert row is not None
+            assert (row["worker_id"], row["lease_token"]) == (worker_id, 1)
+        assert stores[2].claim("late", limit=10) == []
+    finally:
+        for store in stores:
+            store.close()
+
+
+# -- LISTEN / NOTIFY -----------------------------------------------------------------------
+
+
+def wait_in_thread(store: PostgresStore, channel: str, timeout: float) -> dict[str, Any]:
+    """Start `store.wait_for(channel, timeout)` in a thread; the dict gets its result."""
+    result: dict[str, Any] = {}
+
+    def wait() -> None:
+        started = time.monotonic()
+        result["woken"] = store.wait_for(channel, timeout)
+        result["after"] = time.monotonic() - started
+
+    thread = threading.Thread(target=wait)
+    result["thread"] = thread
+    thread.start()
+    return result
+
+
+def test_wait_for_wakes_within_a_second_when_another_connection_posts(pg_database: str) -> None:
+    waiter, poster = PostgresStore(pg_database), PostgresStore(pg_database)
+    try:
+        poster.create_execution(make_record("e1"))
+        assert waiter.wait_for("inputs", 0.2) is False  # nothing yet; now it listens
+
+        inputs = wait_in_thread(waiter, "inputs", 10)
+        tasks = wait_in_thread(waiter, "tasks", 0.8)
+        time.sleep(0.2)
+        poster.post_input("e1", InputKind.CANCEL, {"by": "test"})
+        inputs["thread"].join(timeout=15)
+        tasks["thread"].join(timeout=15)
+
+        assert inputs["woken"] is True
+        assert inputs["after"] < 1.2  # posted at 0.2 s; woken well within a second
+        assert tasks["woken"] is False  # an input does not wake workers
+
+        tasks = wait_in_thread(waiter, "tasks", 10)
+        time.sleep(0.2)
+        poster.commit([Append("e1", 0, [], enqueue=[Enqueue(make_task("a"))], now=2.0)])
+        tasks["thread"].join(timeout=15)
+        assert (tasks["woken"], tasks["after"] < 1.2) == (True, True)
+    finally:
+        waiter.close()
+        poster.close()
+
+
+# -- errors ------------------------------------------------------------------------------
+
+
+def test_a_value_postgresql_cannot_store_is_a_value_error_and_nothing_is_written(
+    pg_store: PostgresStore,
+) -> None:
+    pg_store.create_execution(make_record("e1"))
+
+    for payload in ({"x": float("nan")}, {"x": "a\u0000b"}):
+        with pytest.raises(ValueError, match="cannot store a value"):
+            pg_store.commit([Append("e1", 0, [Event(1, "t", "e1", 1.0, None, payload)])])
+
+    assert pg_store.load_events("e1") == []
+    assert pg_store.get_execution("e1") == make_record("e1")
+
+
+def test_an_unreachable_server_is_store_unavailable_without_the_password(pg_dsn: str) -> None:
+    url = with_password(pg_dsn, "s3cr3t", port=1)
+
+    for opener in (PostgresStore, open_store):
+        with pytest.raises(StoreUnavailableError) as caught:
+            opener(url)
+        message = str(caught.value)
+        assert "127.0.0.1:1" in message or "localhost:1" in message
+        assert "refused" in message.lower()
+        assert caught.value.retryable is True
+        shown = "".join(traceback.format_exception(caught.value))
+        assert "s3cr3t" not in shown
+
+
+def test_a_missing_database_is_named_and_not_retryable(pg_dsn: str) -> None:
+    url = with_password(pg_dsn, "s3cr3t")
+    missing = urlsplit(url)._replace(path="/noetl_no_such_database").geturl()
+
+    with pytest.raises(StoreUnavailableError, match="noetl_no_such_database") as caught:
+        PostgresStore(missing)
+
+    assert "does not exist" in str(caught.value)
+    assert caught.value.retryable is False
+    assert "s3cr3t" not in "".join(traceback.format_exception(caught.value))
+
+
+def test_a_connection_lost_mid_call_is_retryable_and_the_next_call_works(
+    pg_store: PostgresStore, pg_database: str
+) -> None:
+    pg_store.create_execution(make_record("e1"))
+    dbname = urlsplit(pg_database).path.lstrip("/")
+
+    def kill_backends() -> None:
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = %s AND pid <> pg_backend_pid()",
+                (dbname,),
+            )
+
+    lost: list[StoreUnavailableError] = []
+
+    def slow_call() -> None:
+        try:
+            with pg_store._connection() as conn:
+                conn.execute("SELECT pg_sleep(5)")
+        except StoreUnavailableError as exc:
+            lost.append(exc)
+
+    thread = threading.Thread(target=slow_call)
+    thread.start()
+    time.sleep(0.3)
+    kill_backends()
+    thread.join(timeout=10)
+
+    assert len(lost) == 1
+    assert lost[0].retryable is True
+    assert dbname in str(lost[0])
+    # every pooled connection is gone too: the pool replaces them on the next calls
+    kill_backends()
+    assert pg_store.get_execution("e1") == make_record("e1")
+    assert [r.execution_id for r in pg_store.list_executions()] == ["e1"]
+
+
+class Outage:
+    """A TCP proxy in front of the server that can drop every connection and refuse new
+    ones for a while: what a store sees of a restart, without restarting the server."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.listen_port = 0
+        self._listener: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def up(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.listen_port))
+        listener.listen(64)
+        self.listen_port = listener.getsockname()[1]
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def down(self) -> None:
+        assert self._listener is not None
+        with self._lock:
+            for sock in [self._listener, *self._sockets]:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)  # wakes the threads blocked on it
+                sock.close()
+            self._sockets.clear()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+                server = socket.create_connection(("127.0.0.1", self.port))
+            except OSError:
+                return
+            with self._lock:
+                self._sockets += [client, server]
+            threading.Thread(target=self._pipe, args=(client, server), daemon=True).start()
+
+    @staticmethod
+    def _pipe(one: socket.socket, two: socket.socket) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            while True:
+                ready, _, _ = select.select([one, two], [], [], 1.0)
+                for sock in ready:
+                    data = sock.recv(65536)
+                    if not data:
+                        return
+                    (two if sock is one else one).sendall(data)
+
+
+@pytest.mark.slow
+def test_a_server_outage_fails_fast_and_retryable_then_the_store_recovers(
+    pg_database: str,
+) -> None:
+    proxy = Outage(urlsplit(pg_database).port or 5432)
+    proxy.up()
+    url = urlsplit(pg_database)._replace(netloc=f"postgres@127.0.0.1:{proxy.listen_port}")
+    store = PostgresStore(url.geturl(), max_size=3)
+    try:
+        store.create_execution(make_record("e1"))
+        proxy.down()
+        deadline = time.monotonic() + 1.5
+        failures = []
+        while time.monotonic() < deadline:
+            started = time.monotonic()
+            with pytest.raises(StoreUnavailableError) as caught:
+                store.get_execution("e1")
+            failures.append((time.monotonic() - started, caught.value))
+        assert all(error.retryable for _, error in failures)
+        assert max(took for took, _ in failures) < 3.0  # not the pool's full 10 s timeout
+        assert "refused" in str(failures[-1][1]).lower()
+
+        proxy.up()
+        back = time.monotonic()
+        while True:
+            try:
+                assert store.get_execution("e1") == make_record("e1")
+                break
+            except StoreUnavailableError:
+                assert time.monotonic() - back < 5.0, "the store did not reconnect"
+                time.sleep(0.1)
+    finally:
+        store.close()
+        proxy.down()
