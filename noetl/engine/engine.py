@@ -25,6 +25,7 @@ from noetl.engine.types import (
     Event,
     EventType,
     ExecutionStatus,
+    RequeueTask,
     StepStatus,
     Task,
 )
@@ -46,7 +47,10 @@ class _Turn:
 class Engine:
     """Decides what happens next in executions of one playbook graph."""
 
-    def __init__(self, graph: Graph, renderer: Renderer | None = None) -> None:
+    def __init__(
+        self, graph: Graph, renderer: Renderer | None = None, *, max_lease_expiries: int = 3
+    ) -> None:
+        self.max_lease_expiries = max_lease_expiries
         self.graph = graph
         self.playbook = graph.playbook
         self.renderer = renderer or Renderer()
@@ -72,6 +76,8 @@ class Engine:
             return Decision([], [])  # late input after the end: discarded
         if event.type == EventType.TOOL_PROCESSED:
             self._on_outcome(state, turn, event)
+        elif event.type == EventType.LEASE_EXPIRED:
+            self._on_lease_expired(state, turn, event)
         elif event.type == EventType.CANCEL_REQUESTED:
             self._emit(state, turn, EventType.CANCEL_REQUESTED, None, dict(event.payload))
             self._finish_workflow(state, turn, ExecutionStatus.CANCELED, "canceled")
@@ -296,6 +302,34 @@ class Engine:
         )
 
     # --- outcomes ------------------------------------------------------------------------
+
+    def _on_lease_expired(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
+        """A worker lost its lease (crashed, stalled): run the task again, up to a limit.
+
+        The reclaim counts as an attempt; past `max_lease_expiries` the task fails."""
+        task_id = event.payload.get("task_id")
+        entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
+        if entry is None or not isinstance(task_id, str):
+            return  # already finished or canceled
+        attempt = state.attempts.get(task_id, 1) + 1
+        if attempt > self.max_lease_expiries:
+            error = f"the worker's lease expired {attempt - 1} times (worker lost or stalled)"
+            outcome = {
+                "task_id": task_id,
+                "ok": False,
+                "error": error,
+                "error_type": "LeaseExpired",
+            }
+            lost = Event(0, EventType.TOOL_PROCESSED, state.execution_id, turn.now, None, outcome)
+            self._on_outcome(state, turn, lost)
+            return
+        payload = {
+            "task_id": task_id,
+            "attempt": attempt,
+            "worker_id": event.payload.get("worker_id"),
+        }
+        self._emit(state, turn, EventType.TASK_RECLAIMED, entry[0], payload)
+        turn.commands.append(RequeueTask(task_id, attempt))
 
     def _on_outcome(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
         task_id = event.payload.get("task_id")

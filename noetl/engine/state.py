@@ -80,6 +80,7 @@ class ExecutionState:
     context: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
     tasks: dict[str, tuple[str, int | None]] = field(default_factory=dict)
+    attempts: dict[str, int] = field(default_factory=dict)  # tasks past their first attempt
     # Derived indexes kept by the reducer so a decision costs the same in a long workflow:
     parked: dict[str, None] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
@@ -197,6 +198,7 @@ def _iteration_started(state: ExecutionState, event: Event) -> None:
 
 def _tool_processed(state: ExecutionState, event: Event) -> None:
     task_id = event.payload["task_id"]
+    state.attempts.pop(task_id, None)
     if state.tasks.pop(task_id, None) is not None:
         _run(state, event).in_flight -= 1
 
@@ -247,6 +249,10 @@ def _step_skipped(state: ExecutionState, event: Event) -> None:
     state.parked.pop(event.step or "", None)
 
 
+def _task_reclaimed(state: ExecutionState, event: Event) -> None:
+    state.attempts[event.payload["task_id"]] = int(event.payload["attempt"])
+
+
 def _task_canceled(state: ExecutionState, event: Event) -> None:
     for task_id in event.payload.get("task_ids", []):
         entry = state.tasks.pop(task_id, None)
@@ -288,6 +294,7 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.NEXT_EVALUATED: _next_evaluated,
     EventType.STEP_SKIPPED: _step_skipped,
     EventType.TASK_CANCELED: _task_canceled,
+    EventType.TASK_RECLAIMED: _task_reclaimed,
     EventType.COMPENSATION_STARTED: _compensation_started,
     EventType.WORKFLOW_FINISHED: _workflow_finished,
 }

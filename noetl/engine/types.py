@@ -18,6 +18,7 @@ class EventType(StrEnum):
     WORKFLOW_STARTED = "workflow.started"
     TOOL_PROCESSED = "tool.processed"
     CANCEL_REQUESTED = "workflow.cancel_requested"
+    LEASE_EXPIRED = "task.lease_expired"
     # emitted by the engine
     WORKFLOW_FINISHED = "workflow.finished"
     STEP_CALLED = "step.called"
@@ -31,6 +32,7 @@ class EventType(StrEnum):
     LOOP_FINISHED = "loop.finished"
     NEXT_EVALUATED = "next.evaluated"
     TASK_CANCELED = "task.canceled"
+    TASK_RECLAIMED = "task.reclaimed"
     COMPENSATION_STARTED = "compensation.started"
 
 
@@ -179,7 +181,16 @@ class CancelTasks:
     task_ids: tuple[str, ...]
 
 
-Command = EnqueueTask | CancelTasks
+@dataclass(frozen=True, slots=True)
+class RequeueTask:
+    """Put a task back in the queue for another attempt (same task id)."""
+
+    task_id: str
+    attempt: int
+    delay_s: float = 0.0
+
+
+Command = EnqueueTask | CancelTasks | RequeueTask
 
 
 @dataclass(frozen=True, slots=True)

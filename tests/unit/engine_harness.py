@@ -164,9 +164,11 @@ class Harness:
             if isinstance(command, EnqueueTask):
                 self.dispatched.append(command.task)
                 self.pending.append(command.task)
-            else:
+            elif isinstance(command, CancelTasks):
                 self.canceled.extend(command.task_ids)
                 self.pending = [t for t in self.pending if t.task_id not in command.task_ids]
+            # A RequeueTask puts a task that is still pending back in the queue: the fake
+            # worker keeps it pending, so nothing changes here.
         self.check_contract()
         return decision
 
