@@ -1,0 +1,251 @@
+"""`noetl exec`: start, watch, cancel and inspect executions on a NoETL server."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import click
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from noetl.cli.client import ApiError, Client, server_option
+from noetl.cli.inputs import apply_sets, read_workload
+from noetl.cli.live import _STYLE, _bar_text, print_summary
+from noetl.engine.types import ExecutionStatus, StepStatus
+from noetl.runtime.embedded import RunResult
+
+id_option = click.option("--id", "execution_id", required=True, help="Execution id.")
+json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+
+
+def _url(execution_id: str, *rest: str) -> str:
+    parts = [quote(execution_id, safe=""), *(quote(p, safe="") for p in rest)]
+    return "/api/executions/" + "/".join(parts)
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+@click.group("exec")
+def exec_group() -> None:
+    """Executions on a NoETL server: start, status, cancel, events."""
+
+
+@exec_group.command("start")
+@click.option(
+    "--workflow",
+    required=True,
+    metavar="PATH|FILE",
+    help="A local playbook file (sent inline) or the path of a registered playbook.",
+)
+@click.option(
+    "--workload",
+    "workload_file",
+    type=click.Path(path_type=Path),
+    help="A JSON file with the workload.",
+)
+@click.option(
+    "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a workload value (dotted keys)."
+)
+@json_option
+@server_option
+def start_cmd(
+    *,
+    workflow: str,
+    workload_file: Path | None,
+    sets: tuple[str, ...],
+    as_json: bool,
+    server: str,
+) -> None:
+    """Start an execution and print its id."""
+    workload = read_workload(workload_file) if workload_file else {}
+    workload = apply_sets(workload, sets)
+    local = Path(workflow)
+    body: dict[str, Any] = {"workload": workload}
+    file: str | None = None
+    if local.is_file():
+        body["playbook"] = local.read_text(encoding="utf-8")
+        file = workflow
+    else:
+        body["path"] = workflow
+    with Client(server) as client:
+        try:
+            created = client.post("/api/executions", body, file=file)
+        except ApiError as exc:
+            if exc.status == 404 and file is None:
+                exc.message += f"; there is no local file {workflow!r} either"
+            raise
+    if as_json:
+        _echo_json({"execution_id": created["execution_id"]})
+    else:
+        click.echo(created["execution_id"])
+
+
+def _progress(step: dict[str, Any]) -> Any:
+    total = step.get("total")
+    if not total:
+        return ""
+    completed = int(step.get("completed") or 0)
+    failed = f" ({step['failed']} failed)" if step.get("failed") else ""
+    return Text.assemble(*_bar_text(completed, total), Text(f" {completed}/{total}{failed}"))
+
+
+def _style(status: str) -> str:
+    try:
+        return _STYLE[StepStatus(status)]
+    except ValueError:  # a status this client does not know (a newer server)
+        return ""
+
+
+def _render(data: dict[str, Any]) -> Group:
+    """The status of an execution as a header and one row per step."""
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("step")
+    table.add_column("state")
+    table.add_column("progress", width=34)
+    table.add_column("error", overflow="fold")
+    for name, step in data.get("steps", {}).items():
+        value = str(step.get("status", ""))
+        table.add_row(
+            name, Text(value, style=_style(value)), _progress(step), step.get("error") or ""
+        )
+    header = Text(
+        f"execution {data['execution_id']}  {data['status']}  {data.get('duration_s', 0):.1f}s",
+        style="bold",
+    )
+    return Group(header, table)
+
+
+def _result(data: dict[str, Any]) -> RunResult:
+    """The server's answer as the RunResult `noetl run` summarizes."""
+    started = float(data.get("created_at") or 0.0)
+    return RunResult(
+        execution_id=data["execution_id"],
+        status=ExecutionStatus(data["status"]),
+        steps=data.get("steps", {}),
+        context=data.get("context", {}),
+        started_at=started,
+        finished_at=started + float(data.get("duration_s") or 0.0),
+        error=data.get("error"),
+    )
+
+
+def _terminal(data: dict[str, Any]) -> bool:
+    return ExecutionStatus(data["status"]).terminal
+
+
+def _watch(client: Client, execution_id: str, interval: float, console: Console | None) -> Any:
+    """Poll until the execution finishes, redrawing the view on a terminal."""
+    url = _url(execution_id)
+    data = client.get(url)
+    if console is None:
+        while not _terminal(data):
+            time.sleep(interval)
+            data = client.get(url)
+        return data
+    with Live(_render(data), console=console, refresh_per_second=4, transient=True) as live:
+        while not _terminal(data):
+            time.sleep(interval)
+            data = client.get(url)
+            live.update(_render(data))
+    return data
+
+
+@exec_group.command("status")
+@id_option
+@click.option("--watch", is_flag=True, help="Follow the execution until it finishes.")
+@click.option(
+    "--interval",
+    type=click.FloatRange(0.05, 60),
+    default=1.0,
+    show_default=True,
+    help="Seconds between refreshes with --watch.",
+)
+@json_option
+@server_option
+def status_cmd(
+    *, execution_id: str, watch: bool, interval: float, as_json: bool, server: str
+) -> None:
+    """Show an execution (--json: the object `noetl run --json` prints).
+
+    With --watch, follow it until it finishes; then exit 0 if it ended ok, 1 otherwise.
+    """
+    with Client(server) as client:
+        if not watch:
+            data = client.get(_url(execution_id))
+        else:
+            console = Console(stderr=True)
+            live = console if console.is_terminal and not as_json else None
+            data = _watch(client, execution_id, interval, live)
+    if as_json:
+        _echo_json(data)
+    elif watch or _terminal(data):
+        print_summary(Console(soft_wrap=True), _result(data))
+    else:
+        Console(soft_wrap=True).print(_render(data))
+    if watch:
+        sys.exit(0 if data["status"] == ExecutionStatus.OK.value else 1)
+
+
+@exec_group.command("cancel")
+@id_option
+@json_option
+@server_option
+def cancel_cmd(*, execution_id: str, as_json: bool, server: str) -> None:
+    """Ask the server to cancel an execution (harmless if it already finished)."""
+    with Client(server) as client:
+        data = client.post(_url(execution_id, "cancel"))
+    if as_json:
+        _echo_json(data)
+    elif data.get("canceled"):
+        click.echo(f"cancel requested for execution {execution_id}")
+    else:
+        status = data.get("status", "finished")
+        click.echo(f"execution {execution_id} already finished ({status}); nothing to cancel")
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) + f".{int(ts * 1000) % 1000:03d}"
+
+
+@exec_group.command("events")
+@id_option
+@click.option("--type", "event_type", help="Only events of this type (e.g. step.finished).")
+@click.option("--step", help="Only events of this step.")
+@click.option(
+    "--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True, help="At most."
+)
+@json_option
+@server_option
+def events_cmd(
+    *,
+    execution_id: str,
+    event_type: str | None,
+    step: str | None,
+    limit: int,
+    as_json: bool,
+    server: str,
+) -> None:
+    """Print an execution's events in order (values under sensitive keys are masked)."""
+    url = _url(execution_id, "steps", step, "events") if step else _url(execution_id, "events")
+    with Client(server) as client:
+        data = client.get(url, event_type=event_type, limit=limit)
+    if as_json:
+        _echo_json(data)
+        return
+    for event in data.get("items", []):
+        payload = json.dumps(event.get("payload") or {}, default=str, separators=(",", ":"))
+        if len(payload) > 120:
+            payload = payload[:117] + "..."
+        click.echo(
+            f"{event['seq']:>5}  {_clock(float(event['ts']))}  {event['type']:<24}  "
+            f"{event.get('step') or '-':<16}  {payload}"
+        )

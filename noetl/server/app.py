@@ -1,0 +1,45 @@
+"""The FastAPI application of `noetl server`: routes over a store and an orchestrator.
+
+Process wiring (uvicorn, signals, the orchestrator loop thread) lives in the CLI; this
+module only builds the app, so tests can drive it with TestClient.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from fastapi import FastAPI
+
+from noetl.runtime.orchestrator import Orchestrator
+from noetl.server.deps import Services
+from noetl.server.errors import install_error_handlers
+from noetl.server.routes import executions, health, playbooks
+from noetl.store.base import Store
+
+DESCRIPTION = """
+Start and inspect NoETL executions, and keep a catalog of playbooks.
+
+Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
+step, key, code, message) for an invalid playbook and `errors` for an invalid request.
+Values under sensitive keys (password, token, secret, auth, key...) are shown as `***`.
+"""
+
+
+def create_app(
+    store: Store,
+    orchestrator: Orchestrator,
+    *,
+    version: str,
+    clock: Callable[[], float] = time.time,
+) -> FastAPI:
+    """The API over `store`; executions are started and canceled through `orchestrator`."""
+    app = FastAPI(title="NoETL", version=version, description=DESCRIPTION.strip())
+    app.state.services = Services(
+        store=store, orchestrator=orchestrator, version=version, clock=clock
+    )
+    install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(playbooks.router)
+    app.include_router(executions.router)
+    return app

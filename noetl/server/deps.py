@@ -1,0 +1,28 @@
+"""What the routes share, kept on `app.state` by `create_app` and injected per request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from noetl.runtime.orchestrator import Orchestrator
+from noetl.store.base import Store
+
+
+@dataclass(frozen=True)
+class Services:
+    store: Store
+    orchestrator: Orchestrator
+    version: str
+    clock: Callable[[], float]
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+Deps = Annotated[Services, Depends(services)]

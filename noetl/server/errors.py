@@ -1,0 +1,151 @@
+"""The one place where errors become HTTP responses.
+
+    PlaybookError                  422 invalid_playbook  (with every diagnostic)
+    RequestValidationError         422 invalid_request   (naming each bad field)
+    NotFoundError                  404 not_found
+    ConfigError                    400 bad_config
+    ConcurrencyError               409 conflict          (retry)
+    StoreUnavailableError          503 unavailable       (Retry-After when transient)
+    HTTPException (routing, 405)   its own status
+    anything else                  500 internal          (logged; the message is generic)
+
+Every error body has the same shape (`schemas.ErrorBody`): `error` and `message`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from noetl.errors import ConfigError, PlaybookError
+from noetl.store.base import ConcurrencyError, NotFoundError, StoreUnavailableError
+
+log = logging.getLogger("noetl.server")
+
+_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+
+
+def error_response(
+    status: int,
+    error: str,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    **extra: Any,
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": error, "message": message, **extra}
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _where(loc: tuple[int | str, ...] | list[int | str]) -> str:
+    """`body.workload` for ("body", "workload"); `query.limit` for ("query", "limit")."""
+    return ".".join(str(part) for part in loc) or "request"
+
+
+def _field_errors(exc: RequestValidationError) -> list[dict[str, Any]]:
+    out = []
+    for err in exc.errors():
+        loc = list(err.get("loc", ()))
+        msg = str(err.get("msg", "invalid"))
+        if err.get("type") == "json_invalid":
+            # pydantic's loc for bad JSON is (body, offset); say what it is.
+            detail = (err.get("ctx") or {}).get("error")
+            msg = f"invalid JSON ({detail})" if detail else "invalid JSON"
+            loc = ["body"]
+        # "Value error, give exactly one..." -> "give exactly one..."
+        msg = msg.removeprefix("Value error, ")
+        out.append({"loc": loc, "msg": msg, "type": str(err.get("type", "invalid"))})
+    return out
+
+
+async def _validation(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    errors = _field_errors(exc)
+    message = "; ".join(f"{_where(e['loc'])}: {e['msg']}" for e in errors) or "invalid request"
+    return error_response(422, "invalid_request", message, errors=errors)
+
+
+async def _playbook(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PlaybookError)
+    diagnostics = [d.to_dict() for d in exc.diagnostics]
+    count = len(diagnostics)
+    message = f"the playbook is invalid ({count} error{'s' if count != 1 else ''})"
+    return error_response(422, "invalid_playbook", message, diagnostics=diagnostics)
+
+
+async def _not_found(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(404, "not_found", str(exc))
+
+
+async def _config(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(400, "bad_config", str(exc))
+
+
+async def _conflict(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(409, "conflict", f"{exc}; retry the request")
+
+
+async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
+    log.warning("store unavailable: %s", exc)
+    retryable = getattr(exc, "retryable", False)
+    headers = {"Retry-After": "1"} if retryable else None
+    return error_response(503, "unavailable", str(exc), headers=headers)
+
+
+async def _http(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, HTTPException)
+    code = _HTTP_CODES.get(exc.status_code, "http_error")
+    return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
+
+
+def internal_error() -> JSONResponse:
+    return error_response(500, "internal", "internal server error; the server log has details")
+
+
+class CatchAll:
+    """Turns an unexpected exception into a logged, generic 500 (pure ASGI middleware).
+
+    Starlette's own last-resort handler re-raises after answering, so the error would be
+    logged twice and TestClient would raise; this answers once and logs once.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracking_send)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if started:  # too late to answer; let the server close the connection
+                raise
+            await internal_error()(scope, receive, send)
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register every mapping above on `app`."""
+    app.add_exception_handler(RequestValidationError, _validation)
+    app.add_exception_handler(PlaybookError, _playbook)
+    app.add_exception_handler(NotFoundError, _not_found)
+    app.add_exception_handler(ConfigError, _config)
+    app.add_exception_handler(ConcurrencyError, _conflict)
+    app.add_exception_handler(StoreUnavailableError, _unavailable)
+    app.add_exception_handler(HTTPException, _http)
+    app.add_middleware(CatchAll)

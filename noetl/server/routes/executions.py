@@ -1,0 +1,248 @@
+"""Executions: start, list, inspect (status, graph, events) and cancel."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Response
+from fastapi import status as http
+
+from noetl.engine.types import Event, ExecutionStatus
+from noetl.runtime.views import ExecutionView, load_view
+from noetl.server.deps import Deps
+from noetl.server.redact import redact, redact_event_payload
+from noetl.server.schemas import (
+    CancelResult,
+    ErrorBody,
+    EventList,
+    ExecutionCreated,
+    ExecutionDetail,
+    ExecutionGraph,
+    ExecutionList,
+    ExecutionStart,
+    ExecutionSummary,
+)
+from noetl.store.base import ExecutionRecord, NotFoundError, Store
+
+router = APIRouter(prefix="/api/executions", tags=["executions"])
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such execution"}
+}
+_EVENT_CHUNK = 1000
+
+ExecutionId = Annotated[str, Path(min_length=1, max_length=64, description="Execution id")]
+
+
+def _view(deps: Deps, execution_id: str) -> ExecutionView:
+    view = load_view(deps.store, execution_id)
+    if view is None:
+        raise NotFoundError(f"execution {execution_id} not found")
+    return view
+
+
+def _record(store: Store, execution_id: str) -> ExecutionRecord:
+    record = store.get_execution(execution_id)
+    if record is None:
+        raise NotFoundError(f"execution {execution_id} not found")
+    return record
+
+
+@router.post(
+    "",
+    summary="Start an execution",
+    status_code=http.HTTP_201_CREATED,
+    response_model=ExecutionCreated,
+    responses={
+        404: {"model": ErrorBody, "description": "No such registered playbook"},
+        422: {"model": ErrorBody, "description": "Invalid playbook or request"},
+    },
+)
+def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> ExecutionCreated:
+    """Run a registered playbook (`path`, optionally `version`) or an inline one
+    (`playbook`) with `workload` merged over its defaults. The execution is created and its
+    first tasks queued in one transaction; workers pick them up."""
+    if body.path is not None:
+        playbook = deps.store.get_playbook(body.path, body.version)
+        if playbook is None:
+            which = f"version {body.version} of " if body.version is not None else ""
+            raise NotFoundError(f"{which}playbook {body.path!r} is not registered")
+        text, path = playbook.text, playbook.path
+    else:
+        assert body.playbook is not None  # the model requires one of the two
+        text, path = body.playbook, None
+    execution_id = deps.orchestrator.start_execution(
+        text,
+        path=path,
+        workload=body.workload,
+        parent_execution_id=body.options.parent_execution_id,
+    )
+    response.headers["Location"] = f"{router.prefix}/{execution_id}"
+    return ExecutionCreated(execution_id=execution_id)
+
+
+@router.get("", summary="List executions, newest first", response_model=ExecutionList)
+def list_executions(
+    deps: Deps,
+    status: Annotated[ExecutionStatus | None, Query(description="Only this status")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> ExecutionList:
+    records = deps.store.list_executions(status=status, limit=limit, offset=offset)
+    items = [
+        ExecutionSummary(
+            execution_id=r.execution_id,
+            status=r.status,
+            playbook_name=r.playbook_name,
+            playbook_path=r.playbook_path,
+            created_at=r.created_at,
+            updated_at=r.updated_at,
+            finished_at=r.finished_at,
+            parent_execution_id=r.parent_execution_id,
+        )
+        for r in records
+    ]
+    return ExecutionList(items=items, limit=limit, offset=offset)
+
+
+@router.get(
+    "/{execution_id}",
+    summary="Execution status: steps, loop counters, context",
+    response_model=ExecutionDetail,
+    response_model_exclude_unset=True,
+    responses=_NOT_FOUND,
+)
+def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
+    """The object `noetl run --json` prints, folded from the event log (so it is current
+    while the execution runs), with sensitive context and workload values masked."""
+    out = _view(deps, execution_id).to_dict(deps.clock())
+    out["context"] = redact(out["context"])
+    out["workload"] = redact(out["workload"])
+    return out
+
+
+@router.post(
+    "/{execution_id}/cancel",
+    summary="Cancel an execution",
+    status_code=http.HTTP_202_ACCEPTED,
+    response_model=CancelResult,
+    responses=_NOT_FOUND,
+)
+def cancel_execution(execution_id: ExecutionId, deps: Deps) -> CancelResult:
+    """Ask the orchestrator to cancel; `canceled` is false when the execution had already
+    finished. Asking twice is harmless."""
+    record = _record(deps.store, execution_id)
+    canceled = deps.orchestrator.cancel(execution_id, by="api")
+    return CancelResult(execution_id=execution_id, canceled=canceled, status=record.status)
+
+
+@router.get(
+    "/{execution_id}/graph",
+    summary="The execution's graph: step states and the edges taken",
+    response_model=ExecutionGraph,
+    response_model_exclude_unset=True,
+    responses=_NOT_FOUND,
+)
+def get_graph(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
+    return _view(deps, execution_id).graph_dict()
+
+
+def _events(store: Store, execution_id: str, after_seq: int) -> Iterator[Event]:
+    """Every event after `after_seq`, read in chunks so memory stays flat."""
+    while True:
+        chunk = store.load_events(execution_id, after_seq=after_seq, limit=_EVENT_CHUNK)
+        yield from chunk
+        if len(chunk) < _EVENT_CHUNK:
+            return
+        after_seq = chunk[-1].seq
+
+
+def _event_list(
+    deps: Deps,
+    execution_id: str,
+    *,
+    event_type: str | None,
+    step: str | None,
+    from_timestamp: float | None,
+    after_seq: int,
+    limit: int,
+) -> EventList:
+    items: list[dict[str, Any]] = []
+    for event in _events(deps.store, execution_id, after_seq):
+        if (
+            (event_type is not None and event.type != event_type)
+            or (step is not None and event.step != step)
+            or (from_timestamp is not None and event.ts < from_timestamp)
+        ):
+            continue
+        out = event.to_dict()
+        del out["execution_id"]
+        out["payload"] = redact_event_payload(event.payload)
+        items.append(out)
+        if len(items) >= limit:
+            break
+    return EventList.model_validate({"execution_id": execution_id, "items": items})
+
+
+TypeFilter = Annotated[
+    str | None, Query(max_length=64, description="Only this type, e.g. step.finished")
+]
+FromTimestamp = Annotated[float | None, Query(description="Only events at or after (epoch s)")]
+AfterSeq = Annotated[int, Query(ge=0, description="Only events after this sequence number")]
+Limit = Annotated[int, Query(ge=1, le=10_000)]
+
+
+@router.get(
+    "/{execution_id}/events",
+    summary="The execution's event log, filtered",
+    response_model=EventList,
+    responses=_NOT_FOUND,
+)
+def list_events(
+    *,
+    execution_id: ExecutionId,
+    deps: Deps,
+    event_type: TypeFilter = None,
+    step: Annotated[str | None, Query(max_length=128)] = None,
+    from_timestamp: FromTimestamp = None,
+    after_seq: AfterSeq = 0,
+    limit: Limit = 1000,
+) -> EventList:
+    """Events in sequence order; payload values under sensitive keys are masked."""
+    return _event_list(
+        deps,
+        execution_id,
+        event_type=event_type,
+        step=step,
+        from_timestamp=from_timestamp,
+        after_seq=after_seq,
+        limit=limit,
+    )
+
+
+@router.get(
+    "/{execution_id}/steps/{step}/events",
+    summary="The events of one step",
+    response_model=EventList,
+    responses=_NOT_FOUND,
+)
+def list_step_events(
+    *,
+    execution_id: ExecutionId,
+    step: Annotated[str, Path(min_length=1, max_length=128)],
+    deps: Deps,
+    event_type: TypeFilter = None,
+    from_timestamp: FromTimestamp = None,
+    after_seq: AfterSeq = 0,
+    limit: Limit = 1000,
+) -> EventList:
+    return _event_list(
+        deps,
+        execution_id,
+        event_type=event_type,
+        step=step,
+        from_timestamp=from_timestamp,
+        after_seq=after_seq,
+        limit=limit,
+    )

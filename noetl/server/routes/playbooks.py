@@ -1,0 +1,84 @@
+"""The playbook catalog: register versions, list them, fetch one."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+from fastapi.exceptions import RequestValidationError
+
+from noetl.dsl.validate import load_playbook_text
+from noetl.server.deps import Deps
+from noetl.server.schemas import (
+    DiagnosticOut,
+    ErrorBody,
+    PlaybookDetail,
+    PlaybookList,
+    PlaybookRegister,
+    PlaybookRegistered,
+    PlaybookSummary,
+)
+from noetl.store.base import NotFoundError, PlaybookRecord
+
+router = APIRouter(prefix="/api/playbooks", tags=["playbooks"])
+
+_UNNAMED = "<request>"
+
+
+def _summary(record: PlaybookRecord) -> PlaybookSummary:
+    return PlaybookSummary(
+        path=record.path, version=record.version, name=record.name, created_at=record.created_at
+    )
+
+
+@router.post(
+    "",
+    summary="Register a playbook version",
+    status_code=status.HTTP_201_CREATED,
+    response_model=PlaybookRegistered,
+    responses={422: {"model": ErrorBody, "description": "Invalid playbook or request"}},
+)
+def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
+    """Validate the playbook, then store it as the next version of its path (`path`, or
+    its `metadata.path`). Registering the same text again returns the existing version."""
+    loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    playbook = loaded.require()  # PlaybookError -> 422 with every diagnostic
+    path = body.path or playbook.metadata.path
+    if not path:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "path"),
+                    "msg": "required: the playbook has no metadata.path to register it under",
+                    "type": "missing",
+                }
+            ]
+        )
+    record = deps.store.register_playbook(path, playbook.metadata.name, body.content, deps.clock())
+    return PlaybookRegistered(
+        **_summary(record).model_dump(),
+        warnings=[DiagnosticOut.model_validate(d.to_dict()) for d in loaded.warnings],
+    )
+
+
+@router.get("", summary="List registered playbooks (latest versions)", response_model=PlaybookList)
+def list_playbooks(deps: Deps) -> PlaybookList:
+    return PlaybookList(items=[_summary(r) for r in deps.store.list_playbooks()])
+
+
+@router.get(
+    "/{path:path}",
+    summary="Get a registered playbook, with its text",
+    response_model=PlaybookDetail,
+    responses={404: {"model": ErrorBody, "description": "No such playbook or version"}},
+)
+def get_playbook(
+    path: str,
+    deps: Deps,
+    version: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
+) -> PlaybookDetail:
+    record = deps.store.get_playbook(path, version)
+    if record is None:
+        which = f"version {version} of " if version is not None else ""
+        raise NotFoundError(f"{which}playbook {path!r} is not registered")
+    return PlaybookDetail(**_summary(record).model_dump(), content=record.text)

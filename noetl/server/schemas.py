@@ -1,0 +1,214 @@
+"""Request and response bodies of the HTTP API (pydantic: the edge of the system).
+
+Times are epoch seconds (floats), as in the store and the event log. Requests reject
+unknown fields, so a misspelt option is a 422 instead of being silently ignored.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from noetl.engine.types import ExecutionStatus
+
+
+class Request(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Response(BaseModel):
+    model_config = ConfigDict(populate_by_name=True)
+
+
+# --- errors ----------------------------------------------------------------------------
+
+
+class DiagnosticOut(Response):
+    """One problem found in a playbook (see docs/dsl.md for the codes)."""
+
+    severity: str
+    code: str
+    message: str
+    file: str
+    line: int | None = None
+    step: str | None = None
+    key: str | None = Field(None, description="Document path of the key, e.g. workflow[1].next")
+
+
+class FieldError(Response):
+    loc: list[str | int]
+    msg: str
+    type: str
+
+
+class ErrorBody(Response):
+    """Every error response: a stable `error` code and a message for people."""
+
+    error: str = Field(
+        description="not_found, invalid_request, invalid_playbook, bad_config, conflict, "
+        "unavailable or internal"
+    )
+    message: str
+    diagnostics: list[DiagnosticOut] | None = None
+    errors: list[FieldError] | None = None
+
+
+# --- health ----------------------------------------------------------------------------
+
+
+class Health(Response):
+    status: str = Field(description="ok, or degraded when the database is unavailable")
+    version: str
+    database: str = Field(description="ok or unavailable")
+
+
+# --- playbooks -------------------------------------------------------------------------
+
+
+class PlaybookRegister(Request):
+    content: str = Field(min_length=1, description="The playbook's YAML text")
+    path: str | None = Field(
+        None,
+        min_length=1,
+        max_length=512,
+        description="Catalog path; defaults to the playbook's metadata.path",
+    )
+
+
+class PlaybookSummary(Response):
+    path: str
+    version: int
+    name: str
+    created_at: float
+
+
+class PlaybookRegistered(PlaybookSummary):
+    warnings: list[DiagnosticOut] = Field(default_factory=list)
+
+
+class PlaybookDetail(PlaybookSummary):
+    content: str
+
+
+class PlaybookList(Response):
+    items: list[PlaybookSummary]
+
+
+# --- executions ------------------------------------------------------------------------
+
+
+class ExecutionOptions(Request):
+    parent_execution_id: str | None = Field(
+        None, max_length=64, description="The execution this one runs on behalf of"
+    )
+
+
+class ExecutionStart(Request):
+    """Start a registered playbook (`path`, optionally `version`) or inline YAML
+    (`playbook`): exactly one of the two."""
+
+    path: str | None = Field(None, min_length=1, max_length=512)
+    version: int | None = Field(None, ge=1, description="Only with path; default the latest")
+    playbook: str | None = Field(None, min_length=1, description="Inline playbook YAML")
+    workload: dict[str, Any] = Field(
+        default_factory=dict, description="Merged over the playbook's workload"
+    )
+    options: ExecutionOptions = Field(default_factory=ExecutionOptions)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.path is None) == (self.playbook is None):
+            raise ValueError('give exactly one of "path" (a registered playbook) or "playbook"')
+        if self.version is not None and self.path is None:
+            raise ValueError('"version" goes with "path", not with an inline "playbook"')
+        return self
+
+
+class ExecutionCreated(Response):
+    execution_id: str
+
+
+class ExecutionSummary(Response):
+    execution_id: str
+    status: ExecutionStatus
+    playbook_name: str
+    playbook_path: str | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    parent_execution_id: str | None
+
+
+class ExecutionList(Response):
+    items: list[ExecutionSummary]
+    limit: int
+    offset: int
+
+
+class ExecutionDetail(Response):
+    """The object `noetl run --json` prints, plus where the execution came from and when.
+
+    `error` appears only when the execution failed with one; values under sensitive keys
+    of `context` and `workload` are masked as "***"."""
+
+    execution_id: str
+    status: ExecutionStatus
+    steps: dict[str, dict[str, Any]] = Field(
+        description="Step name -> {status, error?, and total/completed/succeeded/failed for loops}"
+    )
+    context: dict[str, Any]
+    duration_s: float
+    error: str | None = None
+    playbook_name: str
+    playbook_path: str | None
+    workload: dict[str, Any]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    parent_execution_id: str | None
+    last_seq: int = Field(description="Sequence number of the last event folded")
+
+
+class CancelResult(Response):
+    execution_id: str
+    canceled: bool = Field(description="False when the execution had already finished")
+    status: ExecutionStatus
+
+
+class GraphNode(Response):
+    id: str
+    status: str
+    error: str | None = None
+    total: int | None = None
+    completed: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+
+
+class GraphEdge(Response):
+    from_: str = Field(alias="from")
+    to: str
+    when: str | bool | None
+    mode: str
+    origin: str = Field(description="next, case or compensate")
+    taken: bool
+
+
+class ExecutionGraph(Response):
+    execution_id: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+class EventOut(Response):
+    seq: int
+    type: str
+    ts: float
+    step: str | None
+    payload: dict[str, Any]
+
+
+class EventList(Response):
+    execution_id: str
+    items: list[EventOut]

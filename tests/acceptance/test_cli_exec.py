@@ -1,0 +1,316 @@
+"""`noetl exec`, `noetl playbook` and `noetl server health` against a real server.
+
+One uvicorn process (the API app plus the orchestrator loop over a SQLite file, started
+by a tiny launcher rather than `noetl server start`) serves the whole module on a free
+loopback port; the real CLI runs in subprocesses. No workers run, so playbooks here either
+have no tools (they finish when started) or stay running until canceled.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import ROOT
+
+LAUNCHER = textwrap.dedent(
+    """
+    import sys, threading
+
+    import uvicorn
+
+    from noetl.runtime.orchestrator import Orchestrator
+    from noetl.server.app import create_app
+    from noetl.store import SqliteStore
+
+    store = SqliteStore(sys.argv[1])
+    orchestrator = Orchestrator(store, owner="acceptance")
+    stop = threading.Event()
+    threading.Thread(target=orchestrator.serve, args=(stop.is_set,), daemon=True).start()
+    app = create_app(store, orchestrator, version="acceptance")
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+    """
+)
+
+NO_TOOLS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: cli_no_tools
+  path: cli/no_tools
+workload:
+  api_token: s3cr3t
+  who: world
+workflow:
+  - step: start
+    result:
+      pick: "{{ workload }}"
+      as: seen
+    next: [items]
+  - step: items
+    loop:
+      collection: [1, 2]
+"""
+
+WAITS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: cli_waits
+workflow:
+  - step: start
+    tool:
+      kind: noop
+"""
+
+INVALID = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: cli_invalid
+workflow:
+  - step: start
+    next: nowhere
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a running server."""
+    tmp = tmp_path_factory.mktemp("server")
+    launcher = tmp / "launch.py"
+    launcher.write_text(LAUNCHER, encoding="utf-8")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp / "server.log").open("w")
+    proc = subprocess.Popen(
+        [sys.executable, str(launcher), str(tmp / "noetl.db"), str(port)],
+        cwd=ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            assert proc.poll() is None, (tmp / "server.log").read_text()
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.05)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        log.close()
+
+
+def noetl(
+    *args: str, server: str | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env.pop("NOETL_SERVER_URL", None)
+    if server is not None:
+        env["NOETL_SERVER_URL"] = server
+    proc = subprocess.run(
+        [sys.executable, "-m", "noetl", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
+def noetl_all(*calls: tuple[str, ...], server: str) -> list[subprocess.CompletedProcess[str]]:
+    """Independent CLI calls, run side by side (each one is mostly interpreter start-up)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: noetl(*args, server=server), calls))
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def api_start(server: str, playbook: str) -> str:
+    """Start an execution without the CLI (for tests about other commands)."""
+    response = httpx.post(f"{server}/api/executions", json={"playbook": playbook})
+    assert response.status_code == 201, response.text
+    execution_id: str = response.json()["execution_id"]
+    return execution_id
+
+
+def api_status(server: str, execution_id: str) -> dict[str, Any]:
+    data: dict[str, Any] = httpx.get(f"{server}/api/executions/{execution_id}").json()
+    return data
+
+
+def test_server_health(server: str) -> None:
+    proc = noetl("server", "health", "--server", server)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"ok: noetl acceptance at {server}, database ok"
+
+
+def test_connection_refused_names_the_url() -> None:
+    url = f"http://127.0.0.1:{free_port()}"
+    proc = noetl("exec", "status", "--id", "1", server=url)
+    assert proc.returncode == 3
+    assert url in proc.stderr
+    assert "connection refused" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_start_a_local_file_and_read_its_status(server: str, tmp_path: Path) -> None:
+    playbook = write(tmp_path, "no_tools.yaml", NO_TOOLS)
+    workload = write(tmp_path, "workload.json", json.dumps({"who": "file", "n": 1}))
+    inputs = ("--workload", str(workload), "--set", "n=2")
+    started = noetl("exec", "start", "--workflow", str(playbook), *inputs, "--json", server=server)
+    assert started.returncode == 0, started.stderr
+    created = json.loads(started.stdout)
+    assert list(created) == ["execution_id"]
+    execution_id = created["execution_id"]
+
+    status, run = noetl_all(
+        ("exec", "status", "--id", execution_id, "--json"),
+        ("run", str(playbook), "--json", "--db", str(tmp_path / "run.db"), *inputs),
+        server=server,
+    )
+    assert status.returncode == 0, status.stderr
+    data = json.loads(status.stdout)
+    assert data["execution_id"] == execution_id
+    assert data["status"] == "ok"
+    assert data["steps"] == {
+        "start": {"status": "ok"},
+        "items": {"status": "ok", "total": 2, "completed": 2, "succeeded": 2, "failed": 0},
+    }
+    assert data["context"] == {"seen": {"api_token": "***", "who": "file", "n": 2}}
+    # The same object `noetl run --json` prints (plus where and when).
+    local = json.loads(run.stdout)
+    assert set(local) <= set(data)
+    assert local["steps"] == data["steps"]
+    assert local["context"]["seen"]["who"] == data["context"]["seen"]["who"]
+
+    watched = noetl("exec", "status", "--id", execution_id, "--watch", server=server)
+    assert watched.returncode == 0
+    assert f"execution {execution_id} finished: ok" in watched.stdout
+
+
+def test_events(server: str) -> None:
+    execution_id = api_start(server, NO_TOOLS)
+    text, typed, of_step = noetl_all(
+        ("exec", "events", "--id", execution_id),
+        ("exec", "events", "--id", execution_id, "--json", "--type", "step.finished"),
+        ("exec", "events", "--id", execution_id, "--step", "items"),
+        server=server,
+    )
+    assert text.returncode == 0, text.stderr
+    lines = text.stdout.splitlines()
+    assert "workflow.started" in lines[0]
+    assert "workflow.finished" in lines[-1]
+    assert "s3cr3t" not in text.stdout
+    items = json.loads(typed.stdout)["items"]
+    assert [(e["type"], e["step"]) for e in items] == [
+        ("step.finished", "start"),
+        ("step.finished", "items"),
+    ]
+    assert of_step.returncode == 0
+    assert of_step.stdout.count("loop.iteration.finished") == 2
+    assert "step.called" in of_step.stdout
+    assert " start " not in of_step.stdout
+
+
+def test_playbook_register_list_and_start_by_path(server: str, tmp_path: Path) -> None:
+    playbook = write(tmp_path, "no_tools.yaml", NO_TOOLS)
+    first, renamed = noetl_all(
+        ("playbook", "register", str(playbook)),
+        ("playbook", "register", str(playbook), "--path", "cli/other"),
+        server=server,
+    )
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == "registered cli/no_tools version 1 (cli_no_tools)"
+    assert renamed.stdout.strip() == "registered cli/other version 1 (cli_no_tools)"
+    listed, started = noetl_all(
+        ("playbook", "list"),
+        ("exec", "start", "--workflow", "cli/other", "--set", "who=path"),
+        server=server,
+    )
+    assert "cli/no_tools" in listed.stdout
+    assert "cli/other" in listed.stdout
+    assert started.returncode == 0, started.stderr
+    data = api_status(server, started.stdout.strip())
+    assert data["playbook_path"] == "cli/other"
+    assert data["context"]["seen"]["who"] == "path"
+
+
+def test_rejections_exit_1_with_the_servers_message(server: str, tmp_path: Path) -> None:
+    bad = write(tmp_path, "invalid.yaml", INVALID)
+    start, register, missing, unknown = noetl_all(
+        ("exec", "start", "--workflow", str(bad)),
+        ("playbook", "register", str(bad)),
+        ("exec", "start", "--workflow", "no/such/playbook"),
+        ("exec", "status", "--id", "424242"),
+        server=server,
+    )
+    for proc in (start, register):
+        assert proc.returncode == 1
+        assert f"{bad}:7: error E" in proc.stderr  # the local file name and the line
+        assert "nowhere" in proc.stderr
+    assert missing.returncode == 1
+    assert "'no/such/playbook' is not registered" in missing.stderr
+    assert "no local file" in missing.stderr
+    assert unknown.returncode == 1
+    assert "execution 424242 not found (HTTP 404)" in unknown.stderr
+
+
+def test_cancel_a_running_execution_while_watching(server: str) -> None:
+    execution_id = api_start(server, WAITS)
+    env = {**os.environ, "NOETL_SERVER_URL": server}
+    args = ("exec", "status", "--id", execution_id, "--watch", "--interval", "0.1", "--json")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "noetl", *args],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        canceled = noetl("exec", "cancel", "--id", execution_id, server=server)
+        assert canceled.returncode == 0, canceled.stderr
+        assert canceled.stdout.strip() == f"cancel requested for execution {execution_id}"
+        out, err = watch.communicate(timeout=30)
+    finally:
+        watch.kill()
+    assert watch.returncode == 1, err
+    final = json.loads(out)
+    assert final["status"] == "canceled"
+    assert final["steps"]["start"]["status"] == "canceled"
+    again = noetl("exec", "cancel", "--id", execution_id, server=server)
+    assert again.returncode == 0
+    assert "already finished (canceled)" in again.stdout
