@@ -11,8 +11,14 @@ import sys
 import click
 
 from noetl import __version__
+from noetl.cli.db_cmds import db_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
+from noetl.cli.exec_cmds import exec_group
+from noetl.cli.playbook_cmds import playbook_group
 from noetl.cli.run_cmd import run_cmd
+from noetl.cli.serve import server_start
+from noetl.cli.server_cmds import server_group
+from noetl.cli.worker_cmds import worker_group
 from noetl.errors import NoetlError, PlaybookError
 
 EXIT_FAILED = 1
@@ -30,6 +36,12 @@ cli.add_command(lint_cmd)
 cli.add_command(schema_cmd)
 cli.add_command(codemod_cmd)
 cli.add_command(run_cmd)
+cli.add_command(db_group)
+cli.add_command(exec_group)
+cli.add_command(playbook_group)
+cli.add_command(server_group)
+server_group.add_command(server_start)
+cli.add_command(worker_group)
 
 
 def main(argv: list[str] | None = None) -> None:

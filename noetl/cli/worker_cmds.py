@@ -1,0 +1,101 @@
+"""`noetl worker start` and `noetl worker drain`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+from types import FrameType
+
+import click
+
+from noetl.cli.run_cmd import db_option
+from noetl.store import open_store
+from noetl.worker.python_pool import PythonPool
+from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.tools import default_registry
+
+
+@click.group("worker")
+def worker_group() -> None:
+    """Workers: lease tasks from the database and run them."""
+
+
+@worker_group.command("start")
+@click.option("--pool", default="default", envvar="NOETL_WORKER_POOL", show_default=True)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 512),
+    envvar="NOETL_WORKER_CONCURRENCY",
+    help="Tasks run at once (default: CPU count).",
+)
+@click.option(
+    "--lease",
+    "lease_s",
+    type=float,
+    default=30.0,
+    envvar="NOETL_WORKER_LEASE_S",
+    show_default=True,
+    help="Lease length in seconds (heartbeats every third of it).",
+)
+@click.option(
+    "--poll",
+    "poll_s",
+    type=float,
+    default=0.5,
+    envvar="NOETL_WORKER_POLL_S",
+    show_default=True,
+    help="Polling interval when no notification arrives.",
+)
+@db_option
+def worker_start(
+    *, pool: str, concurrency: int | None, lease_s: float, poll_s: float, db: str
+) -> None:
+    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first)."""
+    logging.basicConfig(
+        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+    count = concurrency or os.cpu_count() or 2
+    store = open_store(db)
+    stop = threading.Event()
+    try:
+        with PythonPool(processes=count) as python_pool:
+            worker = Worker(
+                store,
+                default_registry(python_pool),
+                WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
+            )
+
+            def _on_signal(signum: int, frame: FrameType | None) -> None:
+                if worker.draining:
+                    stop.set()  # a second signal: stop now
+                worker.drain()
+
+            signal.signal(signal.SIGTERM, _on_signal)
+            signal.signal(signal.SIGINT, _on_signal)
+            click.echo(
+                f"worker {worker.worker_id} started (pool {pool}, concurrency {count})", err=True
+            )
+            stats = worker.run(stop.is_set)
+            click.echo(
+                f"worker {worker.worker_id} stopped: {stats.completed} completed, "
+                f"{stats.rejected} refused, {stats.lost} lost",
+                err=True,
+            )
+    finally:
+        store.close()
+
+
+@worker_group.command("drain")
+@click.option("--pool", default=None, help="Only workers of this pool (default: all).")
+@db_option
+def worker_drain(*, pool: str | None, db: str) -> None:
+    """Ask running workers to stop taking tasks, finish what they hold, and exit."""
+    store = open_store(db)
+    try:
+        count = store.request_drain(pool)
+    finally:
+        store.close()
+    click.echo(f"{count} worker(s) asked to drain")

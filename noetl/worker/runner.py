@@ -1,0 +1,229 @@
+"""The worker of distributed mode: lease tasks from the store, run tools, report outcomes.
+
+A worker never decides routing or retries. It claims tasks (`FOR UPDATE SKIP LOCKED` on
+PostgreSQL), keeps their leases alive with heartbeats, runs each tool, and reports the
+outcome quoting its fencing token; a result with a stale token (the lease expired and the
+task went to someone else) is refused by the store and changes nothing.
+
+Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from noetl.engine.types import Outcome
+from noetl.errors import NoetlError
+from noetl.store.base import Lease, Store, WorkerRecord
+from noetl.worker.tools import ToolRegistry
+
+log = logging.getLogger("noetl.worker")
+
+
+def default_worker_id(pool: str) -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{pool}"
+
+
+@dataclass
+class WorkerConfig:
+    pool: str = "default"
+    concurrency: int = 2
+    lease_s: float = 30.0
+    heartbeat_s: float | None = None  # default: a third of the lease
+    poll_s: float = 0.5
+    worker_id: str = ""
+
+    def heartbeat_interval(self) -> float:
+        return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3
+
+
+@dataclass
+class _InFlight:
+    lease: Lease
+    lost: bool = False
+    cancel: bool = False
+
+
+@dataclass
+class WorkerStats:
+    completed: int = 0
+    rejected: int = 0
+    lost: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+class Worker:
+    """Runs tasks of one pool until stopped or drained."""
+
+    def __init__(self, store: Store, tools: ToolRegistry, config: WorkerConfig) -> None:
+        self.store = store
+        self.tools = tools
+        self.config = config
+        self.worker_id = config.worker_id or default_worker_id(config.pool)
+        self.stats = WorkerStats()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._lock = threading.Lock()
+        self._draining = threading.Event()
+        self._stopped = threading.Event()
+        self._executor = ThreadPoolExecutor(
+            max_workers=config.concurrency, thread_name_prefix="noetl-task"
+        )
+
+    # --- control -------------------------------------------------------------------------
+
+    def drain(self) -> None:
+        """Stop taking tasks; `run` returns once the tasks in flight are finished."""
+        if not self._draining.is_set():
+            log.info("worker %s draining", self.worker_id)
+        self._draining.set()
+
+    @property
+    def draining(self) -> bool:
+        return self._draining.is_set()
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool] = lambda: False) -> WorkerStats:
+        """Claim and run tasks until `should_stop()` or a drain finishes."""
+        started = time.time()
+        self._register("running", started)
+        beat = threading.Thread(target=self._heartbeats, name="noetl-heartbeat", daemon=True)
+        beat.start()
+        try:
+            while not should_stop():
+                if self.draining:
+                    if self.in_flight() == 0:
+                        break
+                    time.sleep(0.05)
+                    continue
+                if not self._claim_some():
+                    self._wait()
+        finally:
+            self._executor.shutdown(wait=True)
+            self._stopped.set()
+            beat.join(timeout=5)
+            try:
+                self._register("stopped", started)
+            except NoetlError as exc:
+                log.warning("could not record the worker as stopped: %s", exc)
+        log.info("worker %s stopped: %s", self.worker_id, self.stats)
+        return self.stats
+
+    def _register(self, status: str, started: float) -> None:
+        self.store.register_worker(
+            WorkerRecord(
+                worker_id=self.worker_id,
+                pool=self.config.pool,
+                hostname=socket.gethostname(),
+                pid=os.getpid(),
+                status=status,
+                started_at=started,
+                heartbeat_at=time.time(),
+            )
+        )
+
+    def _claim_some(self) -> bool:
+        free = self.config.concurrency - self.in_flight()
+        if free <= 0:
+            time.sleep(0.005)
+            return True
+        try:
+            leases = self.store.claim(
+                self.worker_id, pool=self.config.pool, limit=free, lease_s=self.config.lease_s
+            )
+        except NoetlError as exc:  # the database is away: wait and try again
+            log.warning("claim failed: %s", exc)
+            time.sleep(self.config.poll_s)
+            return False
+        for lease in leases:
+            with self._lock:
+                self._in_flight[lease.task.task_id] = _InFlight(lease)
+            self._executor.submit(self._execute, lease)
+        return bool(leases)
+
+    def _wait(self) -> None:
+        try:
+            self.store.wait_for("tasks", self.config.poll_s)
+        except NoetlError:
+            time.sleep(self.config.poll_s)
+
+    # --- one task ------------------------------------------------------------------------
+
+    def _execute(self, lease: Lease) -> None:
+        task = lease.task
+        try:
+            outcome = self.tools.run(task)
+        except Exception as exc:  # the registry already guards; this is the last line
+            outcome = Outcome(task.task_id, ok=False, error=str(exc), error_type=type(exc).__name__)
+        with self._lock:
+            entry = self._in_flight.get(task.task_id)
+            lost = entry.lost if entry else True
+        if not lost:
+            self._report(lease, outcome)
+        else:
+            self.stats.lost += 1
+        with self._lock:
+            self._in_flight.pop(task.task_id, None)
+
+    def _report(self, lease: Lease, outcome: Outcome) -> None:
+        """Report the outcome with the lease's token, retrying while the database is away."""
+        deadline = time.monotonic() + max(self.config.lease_s, 5.0)
+        delay = 0.1
+        while True:
+            try:
+                accepted = self.store.complete(
+                    lease.task.task_id, lease.token, outcome.to_payload()
+                )
+            except NoetlError as exc:
+                if time.monotonic() > deadline:
+                    log.error("could not report %s: %s", lease.task.task_id, exc)
+                    self.stats.errors.append(str(exc))
+                    return
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            if accepted:
+                self.stats.completed += 1
+            else:
+                self.stats.rejected += 1
+                log.info("result of %s refused: lease no longer held", lease.task.task_id)
+            return
+
+    # --- heartbeats ----------------------------------------------------------------------
+
+    def _heartbeats(self) -> None:
+        interval = self.config.heartbeat_interval()
+        while not self._stopped.wait(interval):
+            self._beat_once()
+
+    def _beat_once(self) -> None:
+        with self._lock:
+            entries = list(self._in_flight.values())
+        for entry in entries:
+            try:
+                answer = self.store.heartbeat(
+                    entry.lease.task.task_id, entry.lease.token, lease_s=self.config.lease_s
+                )
+            except NoetlError as exc:
+                log.warning("heartbeat failed: %s", exc)
+                continue
+            if not answer.alive:
+                entry.lost = True
+            if answer.cancel:
+                entry.cancel = True
+        try:
+            if self.store.worker_heartbeat(self.worker_id) == "draining":
+                self.drain()
+        except NoetlError as exc:
+            log.warning("worker heartbeat failed: %s", exc)
