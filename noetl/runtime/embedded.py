@@ -120,22 +120,22 @@ class EmbeddedRuntime:
         merged = merge_workload(playbook.workload, workload or {})
         engine = Engine(self._graph(playbook))
         state = engine.new_state(execution_id)
-        self.store.create_execution(
-            ExecutionRecord(
-                execution_id=execution_id,
-                playbook_name=playbook.metadata.name,
-                playbook_path=path or playbook.metadata.path,
-                playbook_text=source_text,
-                workload=merged,
-                created_at=now,
-                updated_at=now,
-                parent_execution_id=parent_execution_id,
-            )
-        )
         execution = _Execution(engine=engine, state=state, started_at=now)
-        self._executions[execution_id] = execution
         decision = engine.start(state, merged, now)
-        self._commit([(execution, 0, decision)], now)
+        (initial,) = self._appends([(execution, 0, decision)], now)
+        record = ExecutionRecord(
+            execution_id=execution_id,
+            playbook_name=playbook.metadata.name,
+            playbook_path=path or playbook.metadata.path,
+            playbook_text=source_text,
+            workload=merged,
+            created_at=now,
+            updated_at=now,
+            parent_execution_id=parent_execution_id,
+        )
+        self.store.create_execution(record, initial)  # the row and its start: one transaction
+        self._executions[execution_id] = execution
+        self._dispatch([(execution, 0, decision)])
         return execution_id
 
     def cancel(self, execution_id: str) -> None:
@@ -244,6 +244,12 @@ class EmbeddedRuntime:
             self._commit(decisions, now)
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
+        self.store.commit(self._appends(decisions, now))
+        self._dispatch(decisions)
+
+    def _appends(
+        self, decisions: list[tuple[_Execution, int, Decision]], now: float
+    ) -> list[Append]:
         appends: list[Append] = []
         grouped: dict[str, tuple[_Execution, int, list[Event]]] = {}
         for execution, before, decision in decisions:
@@ -271,7 +277,9 @@ class EmbeddedRuntime:
                     now=now,
                 )
             )
-        self.store.commit(appends)
+        return appends
+
+    def _dispatch(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         for execution, _, decision in decisions:
             for command in decision.commands:
                 if isinstance(command, EnqueueTask):
