@@ -78,15 +78,15 @@ class Cluster:
     def _spawn(self, name: str, *args: str) -> Proc:
         log = self.workdir / f"{name}.log"
         env = {**os.environ, "NOETL_DB": self.db, "PYTHONUNBUFFERED": "1", **self.env}
-        fh = log.open("wb")
-        popen = subprocess.Popen(
-            [sys.executable, "-m", "noetl", *args],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with log.open("wb") as fh:  # the child keeps its own copy of the descriptor
+            popen = subprocess.Popen(
+                [sys.executable, "-m", "noetl", *args],
+                cwd=ROOT,
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         proc = Proc(name, popen, log)
         self.procs.append(proc)
         return proc
@@ -157,7 +157,7 @@ class Cluster:
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:
         response = httpx.get(
-            f"{self.url}/api/executions/{execution_id}/events", params={"limit": 100000}, timeout=30
+            f"{self.url}/api/executions/{execution_id}/events", params={"limit": 10000}, timeout=30
         )
         assert response.status_code == 200, response.text
         body = response.json()
