@@ -2,6 +2,7 @@
 
     python bench/run.py --workload chain --mode embedded --json
     python bench/run.py --workload fanout --mode embedded --n 10000 --json
+    python bench/run.py --workload chain --mode postgres --workers 2 --json
 
 Prints one JSON object: workload, mode, workers, n, wall_s, per_step_ms, items_per_s,
 peak_rss_mb (fields that do not apply are null). Wall time runs from the call that starts
@@ -12,17 +13,27 @@ descendants (the python tool's child processes included).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
 
 from noetl.dsl import load_playbook_text
 from noetl.runtime.local import embedded_runtime
+from noetl.store import open_store
 
 ADD_ONE = "def main(context, args):\n    return args['v'] + 1\n"
 DOUBLE = "def main(context, args):\n    return args['x'] * 2\n"
@@ -145,34 +156,141 @@ def run_embedded(workload: str, n: int, workers: int | None) -> dict[str, Any]:
             started = time.perf_counter()
             result = runtime.run(playbook, source_text=text)
             wall = time.perf_counter() - started
-    if result.status.value != "ok":
-        raise SystemExit(f"benchmark execution failed: {result.to_dict()}")
-    if workload == "chain" and result.context.get("v") != n:
-        raise SystemExit(f"chain computed {result.context.get('v')}, expected {n}")
-    if workload == "fanout" and len(result.context.get("doubled", [])) != n:
+    _check(workload, n, result.status.value, result.context)
+    count = workers or os.cpu_count() or 1
+    return _figures(workload, "embedded", count, n=n, wall=wall, peak_kb=rss.peak_kb)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def _scratch_database(admin_dsn: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database for one benchmark run (dropped afterwards)."""
+    name = f"noetl_bench_{os.getpid()}_{int(time.time())}"
+    with psycopg.connect(admin_dsn, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield urlsplit(admin_dsn)._replace(path="/" + name).geturl()
+    finally:
+        with psycopg.connect(admin_dsn, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _spawn(args: list[str], db: str, log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "NOETL_DB": db, "NOETL_LOG_LEVEL": "WARNING"}
+    with log.open("wb") as fh:
+        return subprocess.Popen(
+            [sys.executable, "-m", "noetl", *args], env=env, stdout=fh, stderr=subprocess.STDOUT
+        )
+
+
+def _start_and_wait(url: str, store: Any, text: str, timeout: float = 600) -> tuple[str, float]:
+    """Start an execution over the API; return its id and the seconds to its end."""
+    started = time.perf_counter()
+    response = httpx.post(f"{url}/api/executions", json={"playbook": text}, timeout=60)
+    response.raise_for_status()
+    execution_id = str(response.json()["execution_id"])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        record = store.get_execution(execution_id)
+        if record is not None and record.status.terminal:
+            return execution_id, time.perf_counter() - started
+        time.sleep(0.01)
+    raise SystemExit(f"execution {execution_id} did not finish in {timeout}s")
+
+
+def run_postgres(workload: str, n: int, workers: int, admin_dsn: str) -> dict[str, Any]:
+    """The server plus `workers` worker processes on a fresh PostgreSQL database."""
+    text = chain_playbook(n) if workload == "chain" else fanout_playbook(n)
+    with tempfile.TemporaryDirectory() as tmp, _scratch_database(admin_dsn) as db:
+        store = open_store(db)  # also creates the schema
+        port = _free_port()
+        procs = [_spawn(["server", "start", "--port", str(port)], db, Path(tmp) / "server.log")]
+        procs += [
+            _spawn(
+                ["worker", "start", "--concurrency", "4", "--poll", "0.2"],
+                db,
+                Path(tmp) / f"w{i}.log",
+            )
+            for i in range(workers)
+        ]
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise SystemExit((Path(tmp) / "server.log").read_text())
+                time.sleep(0.1)
+            _start_and_wait(url, store, chain_playbook(2 * workers))  # warm every worker
+            with RssSampler() as rss:
+                execution_id, wall = _start_and_wait(url, store, text)
+            record = store.get_execution(execution_id)
+            context = record.context if record else {}
+            status = record.status.value if record else "missing"
+        finally:
+            for proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for proc in procs:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            store.close()
+    _check(workload, n, status, context)
+    return _figures(workload, "postgres", workers, n=n, wall=wall, peak_kb=rss.peak_kb)
+
+
+def _check(workload: str, n: int, status: str, context: dict[str, Any]) -> None:
+    if status != "ok":
+        raise SystemExit(f"benchmark execution ended {status}")
+    if workload == "chain" and context.get("v") != n:
+        raise SystemExit(f"chain computed {context.get('v')}, expected {n}")
+    if workload == "fanout" and len(context.get("doubled", [])) != n:
         raise SystemExit("fanout collected the wrong number of items")
+
+
+def _figures(
+    workload: str, mode: str, workers: int, *, n: int, wall: float, peak_kb: int
+) -> dict[str, Any]:
     return {
         "workload": workload,
-        "mode": "embedded",
-        "workers": workers or os.cpu_count(),
+        "mode": mode,
+        "workers": workers,
         "n": n,
         "wall_s": round(wall, 4),
         "per_step_ms": round(wall * 1000 / n, 4) if workload == "chain" else None,
         "items_per_s": round(n / wall, 1) if workload == "fanout" else None,
-        "peak_rss_mb": round(rss.peak_kb / 1024, 1),
+        "peak_rss_mb": round(peak_kb / 1024, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workload", choices=["chain", "fanout"], required=True)
-    parser.add_argument("--mode", choices=["embedded"], default="embedded")
+    parser.add_argument("--mode", choices=["embedded", "postgres"], default="embedded")
+    parser.add_argument(
+        "--pg",
+        default=os.environ.get("NOETL_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
+        help="PostgreSQL DSN used to create a scratch database (postgres mode)",
+    )
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--n", type=int, default=None, help="steps (chain) or items (fanout)")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
     n = args.n or (1000 if args.workload == "chain" else 10000)
-    figures = run_embedded(args.workload, n, args.workers)
+    if args.mode == "embedded":
+        figures = run_embedded(args.workload, n, args.workers)
+    else:
+        figures = run_postgres(args.workload, n, args.workers or 1, args.pg)
     if args.json:
         print(json.dumps(figures))
     else:

@@ -290,3 +290,35 @@ def test_postgres_restart_during_a_run(cluster: Cluster, store: Store, tmp_path:
         names, 1
     )
     assert set(runs(out)) == set(names)
+
+
+def test_sigterm_drains_a_worker_and_drain_command_stops_the_rest(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs.txt"
+    server = cluster.start_server()
+    worker = cluster.start_worker("w1", lease_s=10.0, concurrency=1)
+    execution_id = cluster.start_execution(chain(["slow", "after"], 2.0), {"out": str(out)})
+    leased_by(store, f"{execution_id}.slow")
+    worker.signal(signal.SIGTERM)  # drain: the task in flight finishes, nothing new is taken
+    assert worker.popen.wait(timeout=30) == 0
+    assert "1 completed" in worker.output()
+    row = store.get_task(f"{execution_id}.slow")
+    assert row is not None and row["status"] == TaskStatus.DONE
+    assert runs(out) == {"slow": 1}  # `after` waits for a worker
+    second = cluster.start_worker("w2", lease_s=10.0, concurrency=1)
+    assert cluster.wait_finished(execution_id, timeout=60)["status"] == "ok"
+    proc = subprocess.run(
+        [sys.executable, "-m", "noetl", "worker", "drain", "--db", cluster.db],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "1 worker(s) asked to drain" in proc.stdout
+    assert second.popen.wait(timeout=30) == 0
+    assert server.stop() == 0
+    assert "noetl server stopped" in server.output()
+    statuses = {w.worker_id.split(":")[1]: w.status for w in store.list_workers()}
+    assert statuses == {str(worker.pid): "stopped", str(second.pid): "stopped"}
