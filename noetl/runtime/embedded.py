@@ -123,14 +123,13 @@ class EmbeddedRuntime:
         execution = _Execution(engine=engine, state=state, started_at=now)
         decision = engine.start(state, merged, now)
         (initial,) = self._appends([(execution, 0, decision)], now)
-        record = ExecutionRecord(
-            execution_id=execution_id,
-            playbook_name=playbook.metadata.name,
-            playbook_path=path or playbook.metadata.path,
-            playbook_text=source_text,
+        record = new_record(
+            playbook,
+            execution_id,
+            text=source_text,
+            path=path,
             workload=merged,
-            created_at=now,
-            updated_at=now,
+            now=now,
             parent_execution_id=parent_execution_id,
         )
         self.store.create_execution(record, initial)  # the row and its start: one transaction
@@ -308,6 +307,29 @@ class EmbeddedRuntime:
             graph = build_graph(playbook)
             self._graphs[id(playbook)] = graph
         return graph
+
+
+def new_record(
+    playbook: Playbook,
+    execution_id: str,
+    *,
+    text: str,
+    path: str | None,
+    workload: dict[str, Any],
+    now: float,
+    parent_execution_id: str | None,
+) -> ExecutionRecord:
+    """The `execution` row of a new execution of `playbook`."""
+    return ExecutionRecord(
+        execution_id=execution_id,
+        playbook_name=playbook.metadata.name,
+        playbook_path=path or playbook.metadata.path,
+        playbook_text=text,
+        workload=workload,
+        created_at=now,
+        updated_at=now,
+        parent_execution_id=parent_execution_id,
+    )
 
 
 def merge_workload(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:

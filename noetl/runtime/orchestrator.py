@@ -38,12 +38,11 @@ from noetl.engine import (
     fold,
 )
 from noetl.engine.types import Command, RequeueTask
-from noetl.runtime.embedded import merge_workload, new_execution_id
+from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import (
     Append,
     ConcurrencyError,
     Enqueue,
-    ExecutionRecord,
     Input,
     InputKind,
     NotFoundError,
@@ -105,14 +104,13 @@ class Orchestrator:
         merged = merge_workload(playbook.workload, workload or {})
         state = engine.new_state(execution_id)
         decision = engine.start(state, merged, now)
-        record = ExecutionRecord(
-            execution_id=execution_id,
-            playbook_name=playbook.metadata.name,
-            playbook_path=path or playbook.metadata.path,
-            playbook_text=text,
+        record = new_record(
+            playbook,
+            execution_id,
+            text=text,
+            path=path,
             workload=merged,
-            created_at=now,
-            updated_at=now,
+            now=now,
             parent_execution_id=parent_execution_id,
         )
         initial = self._append(

@@ -240,3 +240,21 @@ workflow:
     assert out["steps"]["start"]["status"] == "failed"
     assert "exited with code 7" in out["steps"]["start"]["error"]
     assert out["context"]["after"] == "recovered"
+
+
+@pytest.mark.services
+def test_run_on_postgres(pg_database: str) -> None:
+    proc = noetl("run", str(EXAMPLES / "fan_out_join.yaml"), "--json", "--db", pg_database)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["context"]["joined"]["total"] == 36
+    from noetl.store import open_store
+
+    store = open_store(pg_database)
+    try:
+        record = store.get_execution(out["execution_id"])
+        events = store.load_events(out["execution_id"])
+    finally:
+        store.close()
+    assert record is not None and record.status.value == "ok"
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
