@@ -72,12 +72,15 @@ class Orchestrator:
         pool: str = "default",
         cache_size: int = 10_000,
         input_lease_s: float = 30.0,
+        reap_interval_s: float = 0.5,
     ) -> None:
         self.store = store
         self.owner = owner
         self.clock = clock
         self.pool = pool
         self.input_lease_s = input_lease_s
+        self.reap_interval_s = reap_interval_s
+        self._last_reap = float("-inf")
         # start_execution runs in API threads while the loop thread decides: the caches
         # are shared, so every access to them holds this lock.
         self._lock = threading.Lock()
@@ -137,8 +140,12 @@ class Orchestrator:
     # --- the loop ------------------------------------------------------------------------
 
     def run_once(self, *, limit: int = 500) -> int:
-        """Reap expired leases, then decide on a batch of inputs. Returns inputs handled."""
-        self.store.reap_expired()
+        """Reap expired leases (at most every `reap_interval_s`), then decide on a batch of
+        inputs. Returns inputs handled."""
+        now = time.monotonic()
+        if now - self._last_reap >= self.reap_interval_s:
+            self._last_reap = now
+            self.store.reap_expired()
         inputs = self.store.claim_inputs(self.owner, limit=limit, lease_s=self.input_lease_s)
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
@@ -190,6 +197,10 @@ class Orchestrator:
             except ConcurrencyError:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)
                 self._forget(execution_id)
+            except Exception:
+                # The cached state already holds the events that were not written.
+                self._forget(execution_id)
+                raise
         log.warning("gave up deciding %d inputs of %s for now", len(items), execution_id)
         self._forget(execution_id)
 
@@ -257,15 +268,17 @@ class Orchestrator:
     # --- state cache ---------------------------------------------------------------------
 
     def _load(self, execution_id: str) -> _Cached | None:
-        """The execution's state, brought up to date from the log."""
+        """The execution's state: the cached one as it is (a commit on a stale state fails
+        with ConcurrencyError, which drops it from the cache), or one folded from the log."""
         with self._lock:
             cached = self._states.get(execution_id)
-        if cached is None:
-            record = self.store.get_execution(execution_id)
-            if record is None:
-                return None
-            engine = self._engine(record.playbook_text, record.playbook_path)
-            cached = _Cached(engine, engine.new_state(execution_id))
+        if cached is not None:
+            return cached
+        record = self.store.get_execution(execution_id)
+        if record is None:
+            return None
+        engine = self._engine(record.playbook_text, record.playbook_path)
+        cached = _Cached(engine, engine.new_state(execution_id))
         try:
             missing = self.store.load_events(execution_id, after_seq=cached.state.seq)
         except NotFoundError:
