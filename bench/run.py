@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -82,6 +83,50 @@ workflow:
     result:
       collect: {{into: doubled, mode: list}}
 """
+
+
+JOIN_STEPS = 4  # start, A, B, join
+BURST_STEPS = 5
+
+
+def join_playbook() -> str:
+    """W3: A and B in parallel, then a join gated on both."""
+    return f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: bench_join}}
+workflow:
+  - step: start
+    next: [A, B]
+  - step: A
+    tool: {{kind: python, code: {json.dumps(ADD_ONE)}, args: {{v: 1}}}}
+    result: {{as: a}}
+    next: join
+  - step: B
+    tool: {{kind: python, code: {json.dumps(ADD_ONE)}, args: {{v: 2}}}}
+    result: {{as: b}}
+    next: join
+  - step: join
+    when: "{{{{ done('A') and done('B') }}}}"
+    tool: {{kind: python, code: {json.dumps(ADD_ONE)}, args: {{v: "{{{{ a + b }}}}"}}}}
+    result: {{as: v}}
+"""
+
+
+def burst_playbook() -> str:
+    """W4: a 5-step sequential playbook (started many times at once)."""
+    return chain_playbook(BURST_STEPS).replace("bench_chain", "bench_burst")
+
+
+def _playbook_for(workload: str, n: int) -> str:
+    return {
+        "chain": lambda: chain_playbook(n),
+        "fanout": lambda: fanout_playbook(n),
+        "join": join_playbook,
+        "burst": burst_playbook,
+    }[workload]()
+
+
+MANY = {"join": (JOIN_STEPS, 6), "burst": (BURST_STEPS, BURST_STEPS)}  # steps, expected v
 
 
 class RssSampler:
@@ -145,8 +190,9 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def run_embedded(workload: str, n: int, workers: int | None) -> dict[str, Any]:
-    text = chain_playbook(n) if workload == "chain" else fanout_playbook(n)
+    text = _playbook_for(workload, n)
     playbook = load_playbook_text(text, f"bench_{workload}.yaml").require()
+    runs = n if workload in MANY else 1
     with tempfile.TemporaryDirectory() as tmp, RssSampler() as rss:
         db = str(Path(tmp) / "bench.db")
         with embedded_runtime(db, workers=workers) as runtime:
@@ -154,9 +200,11 @@ def run_embedded(workload: str, n: int, workers: int | None) -> dict[str, Any]:
             warm = load_playbook_text(chain_playbook(2), "warm.yaml").require()
             runtime.run(warm)
             started = time.perf_counter()
-            result = runtime.run(playbook, source_text=text)
+            ids = [runtime.start(playbook, source_text=text) for _ in range(runs)]
+            results = runtime.wait(ids)
             wall = time.perf_counter() - started
-    _check(workload, n, result.status.value, result.context)
+    for result in results:
+        _check(workload, n, result.status.value, result.context)
     count = workers or os.cpu_count() or 1
     return _figures(workload, "embedded", count, n=n, wall=wall, peak_kb=rss.peak_kb)
 
@@ -188,24 +236,38 @@ def _spawn(args: list[str], db: str, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
-def _start_and_wait(url: str, store: Any, text: str, timeout: float = 600) -> tuple[str, float]:
-    """Start an execution over the API; return its id and the seconds to its end."""
+def _start_and_wait(
+    url: str, store: Any, text: str, runs: int = 1, timeout: float = 600
+) -> tuple[list[str], float]:
+    """Start `runs` executions over the API at once; return their ids and the seconds from
+    the first request to the last terminal status."""
     started = time.perf_counter()
-    response = httpx.post(f"{url}/api/executions", json={"playbook": text}, timeout=60)
-    response.raise_for_status()
-    execution_id = str(response.json()["execution_id"])
+
+    def post(_: int) -> str:
+        response = httpx.post(f"{url}/api/executions", json={"playbook": text}, timeout=60)
+        response.raise_for_status()
+        return str(response.json()["execution_id"])
+
+    with ThreadPoolExecutor(max_workers=min(8, runs)) as pool:
+        ids = list(pool.map(post, range(runs)))
+    pending = set(ids)
     deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        record = store.get_execution(execution_id)
-        if record is not None and record.status.terminal:
-            return execution_id, time.perf_counter() - started
-        time.sleep(0.01)
-    raise SystemExit(f"execution {execution_id} did not finish in {timeout}s")
+    while pending and time.monotonic() < deadline:
+        for execution_id in list(pending):
+            record = store.get_execution(execution_id)
+            if record is not None and record.status.terminal:
+                pending.discard(execution_id)
+        if pending:
+            time.sleep(0.01)
+    if pending:
+        raise SystemExit(f"{len(pending)} executions did not finish in {timeout}s")
+    return ids, time.perf_counter() - started
 
 
 def run_postgres(workload: str, n: int, workers: int, admin_dsn: str) -> dict[str, Any]:
     """The server plus `workers` worker processes on a fresh PostgreSQL database."""
-    text = chain_playbook(n) if workload == "chain" else fanout_playbook(n)
+    text = _playbook_for(workload, n)
+    runs = n if workload in MANY else 1
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(admin_dsn) as db:
         store = open_store(db)  # also creates the schema
         port = _free_port()
@@ -232,10 +294,8 @@ def run_postgres(workload: str, n: int, workers: int, admin_dsn: str) -> dict[st
                 time.sleep(0.1)
             _start_and_wait(url, store, chain_playbook(2 * workers))  # warm every worker
             with RssSampler() as rss:
-                execution_id, wall = _start_and_wait(url, store, text)
-            record = store.get_execution(execution_id)
-            context = record.context if record else {}
-            status = record.status.value if record else "missing"
+                ids, wall = _start_and_wait(url, store, text, runs)
+            records = [store.get_execution(execution_id) for execution_id in ids]
         finally:
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
@@ -245,13 +305,18 @@ def run_postgres(workload: str, n: int, workers: int, admin_dsn: str) -> dict[st
                 except subprocess.TimeoutExpired:
                     proc.kill()
             store.close()
-    _check(workload, n, status, context)
+    for record in records:
+        if record is None:
+            raise SystemExit("an execution is missing")
+        _check(workload, n, record.status.value, record.context)
     return _figures(workload, "postgres", workers, n=n, wall=wall, peak_kb=rss.peak_kb)
 
 
 def _check(workload: str, n: int, status: str, context: dict[str, Any]) -> None:
     if status != "ok":
         raise SystemExit(f"benchmark execution ended {status}")
+    if workload in MANY and context.get("v") != MANY[workload][1]:
+        raise SystemExit(f"{workload} computed {context.get('v')}, expected {MANY[workload][1]}")
     if workload == "chain" and context.get("v") != n:
         raise SystemExit(f"chain computed {context.get('v')}, expected {n}")
     if workload == "fanout" and len(context.get("doubled", [])) != n:
@@ -261,21 +326,24 @@ def _check(workload: str, n: int, status: str, context: dict[str, Any]) -> None:
 def _figures(
     workload: str, mode: str, workers: int, *, n: int, wall: float, peak_kb: int
 ) -> dict[str, Any]:
+    steps = n * MANY[workload][0] if workload in MANY else n
     return {
         "workload": workload,
         "mode": mode,
         "workers": workers,
         "n": n,
         "wall_s": round(wall, 4),
-        "per_step_ms": round(wall * 1000 / n, 4) if workload == "chain" else None,
-        "items_per_s": round(n / wall, 1) if workload == "fanout" else None,
+        # chain: per step; join / burst: per step over all executions
+        "per_step_ms": round(wall * 1000 / steps, 4) if workload != "fanout" else None,
+        # fanout: loop items per second; join / burst: executions per second
+        "items_per_s": round(n / wall, 1) if workload != "chain" else None,
         "peak_rss_mb": round(peak_kb / 1024, 1),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workload", choices=["chain", "fanout"], required=True)
+    parser.add_argument("--workload", choices=["chain", "fanout", "join", "burst"], required=True)
     parser.add_argument("--mode", choices=["embedded", "postgres"], default="embedded")
     parser.add_argument(
         "--pg",
@@ -286,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=None, help="steps (chain) or items (fanout)")
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
-    n = args.n or (1000 if args.workload == "chain" else 10000)
+    n = args.n or {"chain": 1000, "fanout": 10000, "join": 200, "burst": 500}[args.workload]
     if args.mode == "embedded":
         figures = run_embedded(args.workload, n, args.workers)
     else:

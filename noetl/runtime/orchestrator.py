@@ -150,8 +150,8 @@ class Orchestrator:
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
             by_execution.setdefault(item.execution_id, []).append(item)
-        for execution_id, items in by_execution.items():
-            self._decide_inputs(execution_id, items)
+        if by_execution:
+            self._decide_batch(by_execution)
         return len(inputs)
 
     def serve(self, should_stop: Callable[[], bool], *, idle_wait: float = 0.5) -> None:
@@ -168,29 +168,61 @@ class Orchestrator:
 
     # --- deciding ------------------------------------------------------------------------
 
+    def _decide_batch(self, groups: dict[str, list[Input]]) -> None:
+        """Decide every execution's inputs and commit them all in ONE transaction; if any
+        execution advanced elsewhere, nothing is written and each is decided on its own."""
+        appends: list[Append] = []
+        decided: list[str] = []
+        now = self.clock()
+        try:
+            for execution_id, items in groups.items():
+                append = self._decide(execution_id, items, now)
+                if append is not None:
+                    appends.append(append)
+                    decided.append(execution_id)
+            if appends:
+                self.store.commit(appends)
+            return
+        except ConcurrencyError:
+            log.info("an execution of the batch advanced elsewhere; deciding one by one")
+        except Exception:
+            for execution_id in decided:  # their states hold events that were not written
+                self._forget(execution_id)
+            raise
+        for execution_id in decided:
+            self._forget(execution_id)
+        for execution_id, items in groups.items():
+            self._decide_inputs(execution_id, items)
+
+    def _decide(self, execution_id: str, items: Sequence[Input], now: float) -> Append | None:
+        """Decide on one execution's inputs (advancing its cached state); the append to
+        commit, or None when the execution is gone (its inputs are dropped)."""
+        cached = self._load(execution_id)
+        if cached is None:
+            self._drop_inputs(execution_id, items)
+            return None
+        state = cached.state
+        before = state.seq
+        events: list[Event] = []
+        commands: list[Command] = []
+        for item in items:
+            decision = self._decide_one(cached, item, now)
+            events.extend(decision.events)
+            commands.extend(decision.commands)
+        return self._append(
+            state,
+            before=before,
+            events=events,
+            commands=commands,
+            inputs_done=[i.id for i in items],
+            now=now,
+        )
+
     def _decide_inputs(self, execution_id: str, items: Sequence[Input], attempts: int = 3) -> None:
         for _ in range(attempts):
-            cached = self._load(execution_id)
-            if cached is None:
-                self._drop_inputs(execution_id, items)
+            append = self._decide(execution_id, items, self.clock())
+            if append is None:
                 return
-            state = cached.state
-            before = state.seq
-            events: list[Event] = []
-            commands: list[Command] = []
-            now = self.clock()
-            for item in items:
-                decision = self._decide_one(cached, item, now)
-                events.extend(decision.events)
-                commands.extend(decision.commands)
-            append = self._append(
-                state,
-                before=before,
-                events=events,
-                commands=commands,
-                inputs_done=[i.id for i in items],
-                now=now,
-            )
             try:
                 self.store.commit([append])
                 return
