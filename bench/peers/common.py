@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 WORKLOADS = ["chain", "fanout", "join", "burst"]
+STEPS_PER_RUN = {"join": 4, "burst": 5}  # as bench/run.py counts them (join: start, A, B, join)
 DEFAULT_N = {"chain": 1000, "fanout": 10000, "join": 200, "burst": 500}
 ADMIN_DSN = os.environ.get("NOETL_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -112,7 +113,7 @@ def check(workload: str, n: int, result: Any) -> None:
     elif workload == "fanout":
         expected = [2 * x for x in range(n)]
     elif workload == "join":
-        expected = [3] * n  # A returns 1, B returns 2, the join adds them
+        expected = [6] * n  # A = 1 + 1, B = 2 + 1, join = A + B + 1 (as bench/run.py)
     else:
         expected = [5] * n  # five steps, each adding 1
     if result != expected:
@@ -123,14 +124,16 @@ def check(workload: str, n: int, result: Any) -> None:
 def figures(
     workload: str, mode: str, workers: int, *, n: int, wall: float, peak_kb: int
 ) -> dict[str, Any]:
-    """Same keys as bench/run.py. chain: per step; fanout: items/s; join, burst: runs/s."""
+    """Same keys and rules as bench/run.py: chain per step; fanout items/s; join and burst
+    per step over all runs (4 and 5 steps a run) and runs/s."""
+    steps = n * STEPS_PER_RUN[workload] if workload in STEPS_PER_RUN else n
     return {
         "workload": workload,
         "mode": mode,
         "workers": workers,
         "n": n,
         "wall_s": round(wall, 4),
-        "per_step_ms": round(wall * 1000 / n, 4) if workload == "chain" else None,
+        "per_step_ms": round(wall * 1000 / steps, 4) if workload != "fanout" else None,
         "items_per_s": round(n / wall, 1) if workload != "chain" else None,
         "peak_rss_mb": round(peak_kb / 1024, 1),
     }

@@ -6,8 +6,8 @@
 - chain (W1): one workflow calling n steps in sequence, each adding 1 to the previous result.
 - fanout (W2): one workflow enqueuing n trivial steps on a queue (worker_concurrency 64) and
   collecting their results into a list; queues are DBOS's way to run steps in parallel.
-- join (W3): n runs, one after another, of a workflow that enqueues steps A and B and adds
-  their results.
+- join (W3): n runs started at once (DBOS.start_workflow) of a workflow that enqueues steps
+  A and B (each adding 1) and then runs a join step adding 1 to their sum.
 - burst (W4): n runs of a 5-step workflow started at once (DBOS.start_workflow), then all
   awaited.
 
@@ -44,16 +44,6 @@ def double(x: int) -> int:
     return x * 2
 
 
-@DBOS.step()
-def step_a() -> int:
-    return 1
-
-
-@DBOS.step()
-def step_b() -> int:
-    return 2
-
-
 @DBOS.workflow()
 def chain(n: int) -> int:
     v = 0
@@ -72,11 +62,10 @@ def fanout(n: int) -> list[int]:
 @DBOS.workflow()
 def join() -> int:
     queue = DBOS.retrieve_queue(QUEUE)
-    a = queue.enqueue(step_a)
-    b = queue.enqueue(step_b)
-    return int(a.get_result(polling_interval_sec=POLL)) + int(
-        b.get_result(polling_interval_sec=POLL)
-    )
+    a = queue.enqueue(add_one, 1)
+    b = queue.enqueue(add_one, 2)
+    a_value = int(a.get_result(polling_interval_sec=POLL))
+    return add_one(a_value + int(b.get_result(polling_interval_sec=POLL)))
 
 
 @DBOS.workflow()
@@ -92,9 +81,8 @@ def run(workload: str, n: int) -> Any:
         return DBOS.start_workflow(chain, n).get_result()
     if workload == "fanout":
         return DBOS.start_workflow(fanout, n).get_result()
-    if workload == "join":
-        return [DBOS.start_workflow(join).get_result() for _ in range(n)]
-    handles = [DBOS.start_workflow(five) for _ in range(n)]
+    runs = join if workload == "join" else five
+    handles = [DBOS.start_workflow(runs) for _ in range(n)]
     return [handle.get_result() for handle in handles]
 
 

@@ -6,8 +6,8 @@
 - chain (W1): one flow calling n tasks in sequence, each adding 1 to the previous result.
 - fanout (W2): one flow mapping a trivial task over range(n) (`task.map`) on a
   ThreadPoolTaskRunner(max_workers=64) and collecting the results into a list.
-- join (W3): n flow runs, one after another, each submitting tasks A and B and adding their
-  results.
+- join (W3): n flow runs started at once (one thread per run), each submitting tasks A and B
+  (each adding 1) and then running a join task adding 1 to their sum.
 - burst (W4): n flow runs of a 5-task flow started at once (one thread per run), then awaited.
 
 No PREFECT_API_URL is set, so Prefect starts its ephemeral API server (a subprocess, counted
@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -30,59 +29,7 @@ from common import RssSampler, check, emit, figures, parse_args, pg_url, scratch
 
 def bench(workload: str, n: int, mode: str) -> dict[str, Any]:
     # Prefect reads its settings when first imported, so the environment comes first.
-    from prefect import flow, task  # noqa: PLC0415
-    from prefect.task_runners import ThreadPoolTaskRunner  # noqa: PLC0415
-
-    @task
-    def add_one(v: int) -> int:
-        return v + 1
-
-    @task
-    def double(x: int) -> int:
-        return x * 2
-
-    @task
-    def step_a() -> int:
-        return 1
-
-    @task
-    def step_b() -> int:
-        return 2
-
-    @flow
-    def chain(n: int) -> int:
-        v = 0
-        for _ in range(n):
-            v = add_one(v)
-        return v
-
-    @flow(task_runner=ThreadPoolTaskRunner(max_workers=64))
-    def fanout(n: int) -> list[int]:
-        return list(double.map(range(n)).result())
-
-    @flow(task_runner=ThreadPoolTaskRunner(max_workers=2))
-    def join() -> int:
-        a = step_a.submit()
-        b = step_b.submit()
-        return int(a.result()) + int(b.result())
-
-    @flow
-    def five() -> int:
-        v = 0
-        for _ in range(5):
-            v = add_one(v)
-        return v
-
-    def run(workload: str, n: int) -> Any:
-        if workload == "chain":
-            return chain(n)
-        if workload == "fanout":
-            return fanout(n)
-        if workload == "join":
-            return [join() for _ in range(n)]
-        with ThreadPoolExecutor(max_workers=n) as pool:
-            futures = [pool.submit(five) for _ in range(n)]
-            return [future.result() for future in futures]
+    from prefect_flows import run  # noqa: PLC0415
 
     check(workload, 5, run(workload, 5))  # warm-up; also starts the ephemeral server
     with RssSampler() as rss:
@@ -93,6 +40,11 @@ def bench(workload: str, n: int, mode: str) -> dict[str, Any]:
 
 def main() -> int:
     args = parse_args(__doc__.splitlines()[0], ["sqlite", "postgres"])
+    if args.workload in ("join", "burst") and not os.environ.get("PREFECT_BENCH_TRY_MANY"):
+        # Not yet working: a 10-run W3 test did not finish in 120 s (concurrent flow runs
+        # from threads), and a killed run leaves the ephemeral API server behind.
+        print("prefect_bench: join/burst are not validated yet", file=sys.stderr)
+        return 2
     with tempfile.TemporaryDirectory() as home:
         os.environ.pop("PREFECT_API_URL", None)
         os.environ.update(
