@@ -26,6 +26,7 @@ import logging
 import os
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,6 +84,19 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 CHANNELS = {"tasks": "noetl_tasks", "inputs": "noetl_inputs"}
 CONNECT_TIMEOUT_S = 5
 RECONNECT_S = 5.0
+# A connection that finished a statement this recently is trusted without a round trip;
+# one idle for longer is checked on checkout (it may have died with a server restart).
+FRESH_S = 1.0
+_last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _check_if_idle(conn: Any) -> None:
+    """The pool's checkout check, skipped for a connection used within FRESH_S: the check
+    costs a round trip on every call, and a connection that just worked is very likely alive
+    (if not, the call fails as retryable and the pool replaces it)."""
+    if time.monotonic() - _last_used.get(conn, float("-inf")) < FRESH_S:
+        return
+    ConnectionPool.check_connection(conn)
 # The playbook catalog serializes versions of one path on (this, hashtext(path)).
 _PLAYBOOK_LOCK_SPACE = 0x6E6F6570
 
@@ -443,7 +457,7 @@ class PostgresStore:
             name="noetl",
             kwargs={"autocommit": True},
             # A connection the server dropped (restart, failover) is replaced on checkout.
-            check=ConnectionPool.check_connection,
+            check=_check_if_idle,
             timeout=timeout,
             # Retry a lost connection with backoff for a few seconds only, then let demand
             # grow the pool afresh: after a long outage it is back at once, not minutes on.
@@ -481,6 +495,7 @@ class PostgresStore:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise ValueError(f"{self.target} cannot store a value: {reason}") from None
         finally:
+            _last_used[conn] = time.monotonic()
             self._pool.putconn(conn)
 
     @contextmanager
