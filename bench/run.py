@@ -21,7 +21,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -31,6 +30,7 @@ from urllib.parse import urlsplit
 
 import httpx
 import psycopg
+from rss import RssSampler
 
 from noetl.dsl import load_playbook_text
 from noetl.runtime.local import embedded_runtime
@@ -127,66 +127,6 @@ def _playbook_for(workload: str, n: int) -> str:
 
 
 MANY = {"join": (JOIN_STEPS, 6), "burst": (BURST_STEPS, BURST_STEPS)}  # steps, expected v
-
-
-class RssSampler:
-    """Samples the resident memory of this process and its descendants (Linux /proc)."""
-
-    def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
-        self.peak_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def sample(self) -> None:
-        self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
-
-
-def _descendants(pid: int) -> list[int]:
-    """`pid` and every process below it, from /proc/<pid>/task/<tid>/children."""
-    found = [pid]
-    index = 0
-    while index < len(found):
-        current = found[index]
-        index += 1
-        try:
-            tids = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{current}/task/{tid}/children", encoding="ascii") as fh:
-                    found.extend(int(child) for child in fh.read().split())
-            except OSError:
-                continue
-    return found
-
-
-def _tree_rss_kb(root: int) -> int:
-    total = 0
-    for pid in _descendants(root):
-        try:
-            with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
-                total += int(fh.read().split()[1]) * _PAGE_KB
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
 def run_embedded(workload: str, n: int, workers: int | None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """Shared pieces of the peer benchmarks: figures, RSS sampling, scratch databases.
 
-Runs inside bench/peers/.venv (no NoETL imports), so it repeats the few helpers of
-bench/run.py that the peers need, with the same JSON keys.
+Runs inside bench/peers/.venv (no NoETL imports); the RSS sampler comes from bench/rss.py,
+which uses the standard library only. Figures use the same JSON keys as bench/run.py.
 """
 
 from __future__ import annotations
@@ -10,72 +10,29 @@ import argparse
 import contextlib
 import json
 import os
-import threading
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from rss import RssSampler
+
+__all__ = [
+    "RssSampler",
+    "check",
+    "emit",
+    "figures",
+    "parse_args",
+    "pg_url",
+    "scratch_postgres",
+    "timed",
+]
 
 WORKLOADS = ["chain", "fanout", "join", "burst"]
 STEPS_PER_RUN = {"join": 4, "burst": 5}  # as bench/run.py counts them (join: start, A, B, join)
 DEFAULT_N = {"chain": 1000, "fanout": 10000, "join": 200, "burst": 500}
 ADMIN_DSN = os.environ.get("NOETL_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test")
-_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
-
-
-def _descendants(pid: int) -> list[int]:
-    found = [pid]
-    index = 0
-    while index < len(found):
-        current = found[index]
-        index += 1
-        try:
-            tids = os.listdir(f"/proc/{current}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{current}/task/{tid}/children", encoding="ascii") as fh:
-                    found.extend(int(child) for child in fh.read().split())
-            except OSError:
-                continue
-    return found
-
-
-def _tree_rss_kb(root: int) -> int:
-    total = 0
-    for pid in _descendants(root):
-        try:
-            with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
-                total += int(fh.read().split()[1]) * _PAGE_KB
-        except (OSError, IndexError, ValueError):
-            continue
-    return total
-
-
-class RssSampler:
-    """Peak resident memory of this process and its descendants, sampled every 100 ms."""
-
-    def __init__(self, interval: float = 0.1) -> None:
-        self.interval = interval
-        self.peak_kb = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def __enter__(self) -> RssSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-        self.sample()
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            self.sample()
-
-    def sample(self) -> None:
-        self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
 
 
 @contextlib.contextmanager

@@ -1,0 +1,67 @@
+"""Peak resident memory of a process tree, sampled from Linux /proc (standard library only,
+so the peers' benchmarks in their own virtualenv use it too)."""
+
+from __future__ import annotations
+
+import os
+import threading
+
+
+class RssSampler:
+    """Samples the resident memory of this process and its descendants (Linux /proc)."""
+
+    def __init__(self, interval: float = 0.1) -> None:
+        self.interval = interval
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.interval):
+            self.sample()
+
+    def sample(self) -> None:
+        self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
+
+
+def _descendants(pid: int) -> list[int]:
+    """`pid` and every process below it, from /proc/<pid>/task/<tid>/children."""
+    found = [pid]
+    index = 0
+    while index < len(found):
+        current = found[index]
+        index += 1
+        try:
+            tids = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{current}/task/{tid}/children", encoding="ascii") as fh:
+                    found.extend(int(child) for child in fh.read().split())
+            except OSError:
+                continue
+    return found
+
+
+def _tree_rss_kb(root: int) -> int:
+    total = 0
+    for pid in _descendants(root):
+        try:
+            with open(f"/proc/{pid}/statm", encoding="ascii") as fh:
+                total += int(fh.read().split()[1]) * _PAGE_KB
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
