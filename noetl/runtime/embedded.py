@@ -15,13 +15,12 @@ import secrets
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
 from noetl.engine import (
-    CancelTasks,
     Decision,
     Engine,
     EnqueueTask,
@@ -77,7 +76,6 @@ class _Execution:
     engine: Engine
     state: ExecutionState
     started_at: float
-    canceled_tasks: set[str] = field(default_factory=set)
 
 
 class EmbeddedRuntime:
@@ -279,12 +277,12 @@ class EmbeddedRuntime:
         return appends
 
     def _dispatch(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
-        for execution, _, decision in decisions:
+        # CancelTasks needs no action here: a canceled task's late outcome is discarded by
+        # the engine (stopping the running python code is not done yet).
+        for _, _, decision in decisions:
             for command in decision.commands:
                 if isinstance(command, EnqueueTask):
                     self._pool.submit(self._execute, command.task)
-                elif isinstance(command, CancelTasks):
-                    execution.canceled_tasks.update(command.task_ids)
 
     def _execute(self, task: Task) -> None:
         """Worker thread: run one task and report its outcome (never raises)."""

@@ -97,6 +97,8 @@ def _check_if_idle(conn: Any) -> None:
     if time.monotonic() - _last_used.get(conn, float("-inf")) < FRESH_S:
         return
     ConnectionPool.check_connection(conn)
+
+
 # The playbook catalog serializes versions of one path on (this, hashtext(path)).
 _PLAYBOOK_LOCK_SPACE = 0x6E6F6570
 

@@ -48,7 +48,6 @@ class WorkerConfig:
 class _InFlight:
     lease: Lease
     lost: bool = False
-    cancel: bool = False
 
 
 @dataclass
@@ -218,10 +217,10 @@ class Worker:
             except NoetlError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
+            # `answer.cancel` (the execution was canceled) needs no action yet: the result
+            # is discarded by the engine; stopping the running task is still to come.
             if not answer.alive:
                 entry.lost = True
-            if answer.cancel:
-                entry.cancel = True
         try:
             if self.store.worker_heartbeat(self.worker_id) == "draining":
                 self.drain()
