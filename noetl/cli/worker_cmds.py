@@ -11,6 +11,7 @@ from types import FrameType
 import click
 
 from noetl.cli.run_cmd import db_option
+from noetl.runtime.decider import Decider
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
@@ -48,9 +49,24 @@ def worker_group() -> None:
     show_default=True,
     help="Polling interval when no notification arrives.",
 )
+@click.option(
+    "--continue/--no-continue",
+    "continue_",
+    default=True,
+    envvar="NOETL_WORKER_CONTINUE",
+    show_default=True,
+    help="Decide what follows a task that was its execution's only one in flight here, "
+    "and run the next task at once (else every outcome goes to the server).",
+)
 @db_option
 def worker_start(
-    *, pool: str, concurrency: int | None, lease_s: float, poll_s: float, db: str
+    *,
+    pool: str,
+    concurrency: int | None,
+    lease_s: float,
+    poll_s: float,
+    continue_: bool,
+    db: str,
 ) -> None:
     """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first)."""
     logging.basicConfig(
@@ -66,6 +82,7 @@ def worker_start(
                 store,
                 default_registry(python_pool),
                 WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
+                decider=Decider(store, pool=pool) if continue_ else None,
             )
 
             def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -80,7 +97,8 @@ def worker_start(
             )
             stats = worker.run(stop.is_set)
             click.echo(
-                f"worker {worker.worker_id} stopped: {stats.completed} completed, "
+                f"worker {worker.worker_id} stopped: {stats.completed + stats.continued} "
+                f"completed ({stats.continued} decided here), "
                 f"{stats.rejected} refused, {stats.lost} lost",
                 err=True,
             )

@@ -16,48 +16,26 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from noetl.dsl.graph import build_graph
-from noetl.dsl.validate import load_playbook_text
-from noetl.engine import (
-    CancelTasks,
-    Decision,
-    Engine,
-    EnqueueTask,
-    Event,
-    EventType,
-    ExecutionState,
-    fold,
-)
-from noetl.engine.types import Command, RequeueTask
+from noetl.engine import Decision, Event, EventType
+from noetl.engine.types import Command
+from noetl.runtime.decider import Cached, Decider
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import (
     Append,
     ConcurrencyError,
-    Enqueue,
     Input,
     InputKind,
-    NotFoundError,
-    Requeue,
     Store,
 )
 
 log = logging.getLogger("noetl.orchestrator")
 Clock = Callable[[], float]
-
-
-@dataclass
-class _Cached:
-    engine: Engine
-    state: ExecutionState
 
 
 class Orchestrator:
@@ -81,12 +59,7 @@ class Orchestrator:
         self.input_lease_s = input_lease_s
         self.reap_interval_s = reap_interval_s
         self._last_reap = float("-inf")
-        # start_execution runs in API threads while the loop thread decides: the caches
-        # are shared, so every access to them holds this lock.
-        self._lock = threading.Lock()
-        self._engines: dict[str, Engine] = {}
-        self._states: OrderedDict[str, _Cached] = OrderedDict()
-        self._cache_size = cache_size
+        self.decider = Decider(store, pool=pool, cache_size=cache_size)
 
     # --- starting and canceling ----------------------------------------------------------
 
@@ -100,7 +73,7 @@ class Orchestrator:
     ) -> str:
         """Validate a playbook, create its execution and dispatch its first tasks, in one
         transaction. Raises PlaybookError (with every diagnostic) for an invalid playbook."""
-        engine = self._engine(text, path)
+        engine = self.decider.engine(text, path)
         playbook = engine.playbook
         now = self.clock()
         execution_id = new_execution_id(now)
@@ -116,7 +89,7 @@ class Orchestrator:
             now=now,
             parent_execution_id=parent_execution_id,
         )
-        initial = self._append(
+        initial = self.decider.append(
             state,
             before=0,
             events=decision.events,
@@ -124,8 +97,10 @@ class Orchestrator:
             inputs_done=[],
             now=now,
         )
-        self.store.create_execution(record, initial)
-        self._remember(execution_id, _Cached(engine, state))
+        self.store.create_execution(
+            record, initial, compiled=playbook.model_dump_json(by_alias=True)
+        )
+        self.decider.remember(execution_id, Cached(engine, state))
         return execution_id
 
     def cancel(self, execution_id: str, *, by: str = "api") -> bool:
@@ -169,35 +144,52 @@ class Orchestrator:
     # --- deciding ------------------------------------------------------------------------
 
     def _decide_batch(self, groups: dict[str, list[Input]]) -> None:
-        """Decide every execution's inputs and commit them all in ONE transaction; if any
-        execution advanced elsewhere, nothing is written and each is decided on its own."""
-        appends: list[Append] = []
-        decided: list[str] = []
+        """Decide every execution's inputs and commit them all in ONE transaction.
+
+        If some executions advanced elsewhere (a worker continued them, or another server
+        decided first), nothing is written: the others' decisions still hold and are
+        committed again without them, and those are decided again on fresh state."""
+        appends: dict[str, Append] = {}
         now = self.clock()
         try:
             for execution_id, items in groups.items():
                 append = self._decide(execution_id, items, now)
                 if append is not None:
-                    appends.append(append)
-                    decided.append(execution_id)
-            if appends:
-                self.store.commit(appends)
-            return
-        except ConcurrencyError:
-            log.info("an execution of the batch advanced elsewhere; deciding one by one")
+                    appends[execution_id] = append
         except Exception:
-            for execution_id in decided:  # their states hold events that were not written
-                self._forget(execution_id)
+            self._forget_all(appends)  # their states hold events that were not written
             raise
-        for execution_id in decided:
-            self._forget(execution_id)
-        for execution_id, items in groups.items():
-            self._decide_inputs(execution_id, items)
+        again: list[str] = []
+        for _ in range(3):
+            if not appends:
+                break
+            try:
+                self.store.commit(list(appends.values()))
+                break
+            except ConcurrencyError as exc:
+                stale = [e for e in exc.execution_ids if e in appends] or list(appends)
+                log.info("%d executions of the batch advanced elsewhere", len(stale))
+                for execution_id in stale:
+                    self.decider.forget(execution_id)
+                    del appends[execution_id]
+                    again.append(execution_id)
+            except Exception:
+                self._forget_all(appends)
+                raise
+        else:
+            self._forget_all(appends)
+            again.extend(appends)
+        for execution_id in again:
+            self._decide_inputs(execution_id, groups[execution_id])
+
+    def _forget_all(self, execution_ids: Iterable[str]) -> None:
+        for execution_id in list(execution_ids):
+            self.decider.forget(execution_id)
 
     def _decide(self, execution_id: str, items: Sequence[Input], now: float) -> Append | None:
         """Decide on one execution's inputs (advancing its cached state); the append to
         commit, or None when the execution is gone (its inputs are dropped)."""
-        cached = self._load(execution_id)
+        cached = self.decider.load(execution_id)
         if cached is None:
             self._drop_inputs(execution_id, items)
             return None
@@ -209,7 +201,7 @@ class Orchestrator:
             decision = self._decide_one(cached, item, now)
             events.extend(decision.events)
             commands.extend(decision.commands)
-        return self._append(
+        return self.decider.append(
             state,
             before=before,
             events=events,
@@ -228,15 +220,15 @@ class Orchestrator:
                 return
             except ConcurrencyError:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)
-                self._forget(execution_id)
+                self.decider.forget(execution_id)
             except Exception:
                 # The cached state already holds the events that were not written.
-                self._forget(execution_id)
+                self.decider.forget(execution_id)
                 raise
         log.warning("gave up deciding %d inputs of %s for now", len(items), execution_id)
-        self._forget(execution_id)
+        self.decider.forget(execution_id)
 
-    def _decide_one(self, cached: _Cached, item: Input, now: float) -> Decision:
+    def _decide_one(self, cached: Cached, item: Input, now: float) -> Decision:
         state = cached.state
         if item.kind is InputKind.OUTCOME:
             event = Event(0, EventType.TOOL_PROCESSED, state.execution_id, now, None, item.payload)
@@ -249,37 +241,6 @@ class Orchestrator:
         else:  # pragma: no cover - InputKind is closed
             return Decision([], [])
         return cached.engine.decide(state, event, now)
-
-    def _append(
-        self,
-        state: ExecutionState,
-        *,
-        before: int,
-        events: Sequence[Event],
-        commands: Sequence[Command],
-        inputs_done: Sequence[int],
-        now: float,
-    ) -> Append:
-        finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
-        touched = set(state.steps) if finished else {e.step for e in events if e.step}
-        enqueue = [Enqueue(c.task, pool=self.pool) for c in commands if isinstance(c, EnqueueTask)]
-        requeue = [
-            Requeue(c.task_id, c.attempt, c.delay_s) for c in commands if isinstance(c, RequeueTask)
-        ]
-        cancel = [t for c in commands if isinstance(c, CancelTasks) for t in c.task_ids]
-        return Append(
-            execution_id=state.execution_id,
-            expected_seq=before,
-            events=list(events),
-            status=state.status if finished else None,
-            steps={name: state.steps[name].summary() for name in touched if name in state.steps},
-            context=dict(state.context) if finished else None,
-            now=now,
-            enqueue=enqueue,
-            requeue=requeue,
-            cancel_tasks=cancel,
-            inputs_done=list(inputs_done),
-        )
 
     def _drop_inputs(self, execution_id: str, items: Sequence[Input]) -> None:
         """Inputs for an execution that is gone or finished: consume them, change nothing."""
@@ -296,47 +257,3 @@ class Orchestrator:
         )
         with contextlib.suppress(ConcurrencyError):
             self.store.commit([append])
-
-    # --- state cache ---------------------------------------------------------------------
-
-    def _load(self, execution_id: str) -> _Cached | None:
-        """The execution's state: the cached one as it is (a commit on a stale state fails
-        with ConcurrencyError, which drops it from the cache), or one folded from the log."""
-        with self._lock:
-            cached = self._states.get(execution_id)
-        if cached is not None:
-            return cached
-        record = self.store.get_execution(execution_id)
-        if record is None:
-            return None
-        engine = self._engine(record.playbook_text, record.playbook_path)
-        cached = _Cached(engine, engine.new_state(execution_id))
-        try:
-            missing = self.store.load_events(execution_id, after_seq=cached.state.seq)
-        except NotFoundError:
-            return None
-        fold(cached.state, missing)
-        self._remember(execution_id, cached)
-        return cached
-
-    def _remember(self, execution_id: str, cached: _Cached) -> None:
-        with self._lock:
-            self._states[execution_id] = cached
-            self._states.move_to_end(execution_id)
-            while len(self._states) > self._cache_size:
-                self._states.popitem(last=False)
-
-    def _forget(self, execution_id: str) -> None:
-        with self._lock:
-            self._states.pop(execution_id, None)
-
-    def _engine(self, text: str, path: str | None) -> Engine:
-        key = hashlib.sha256(text.encode("utf-8")).hexdigest()
-        with self._lock:
-            engine = self._engines.get(key)
-        if engine is None:
-            playbook = load_playbook_text(text, path or "<inline>").require()
-            engine = Engine(build_graph(playbook))
-            with self._lock:
-                engine = self._engines.setdefault(key, engine)
-        return engine

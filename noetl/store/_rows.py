@@ -162,8 +162,18 @@ def prepare_initial(record: ExecutionRecord, initial: Append | None) -> Prepared
 def stale(item: PreparedAppend, current: int) -> ConcurrencyError:
     """The error of an append whose expected_seq is not the stored last sequence."""
     return ConcurrencyError(
-        f"execution {item.execution_id}: expected last seq {item.expected_seq}, store has {current}"
+        f"execution {item.execution_id}: expected last seq {item.expected_seq}, "
+        f"store has {current}",
+        [item.execution_id],
     )
+
+
+def stale_all(stale_items: Sequence[tuple[PreparedAppend, int]]) -> ConcurrencyError:
+    """One error naming every stale append of a commit (the first one in the message)."""
+    first = stale(*stale_items[0])
+    more = len(stale_items) - 1
+    text = f"{first}" + (f" (and {more} more executions)" if more else "")
+    return ConcurrencyError(text, [item.execution_id for item, _ in stale_items])
 
 
 def _task_row(execution_id: str, item: Enqueue) -> TaskRow:

@@ -2,14 +2,17 @@
 
 Every write runs inside a transaction the caller opened with BEGIN IMMEDIATE, so a read
 and the write that depends on it (pick ready tasks, then lease them) cannot interleave
-with another connection, in this process or another. Times come from the database clock
-(`db_now`, read once at the start of the transaction), never from Python's, so every
-process on one file judges leases by the same clock.
+with another connection, in this process or another. Times come from one clock (`db_now`,
+read once per operation): a SQLite file is only ever shared by processes of one machine,
+so they all judge leases by the same clock. It is the system clock in microseconds, not
+SQLite's `julianday('now')`, whose milliseconds tie too often to order a queue by.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
+from collections.abc import Sequence
 from typing import Any
 
 from noetl.store._rows import (
@@ -31,9 +34,6 @@ from noetl.store.base import (
     PlaybookRecord,
     WorkerRecord,
 )
-
-# Epoch seconds from SQLite's clock (julianday 2440587.5 is 1970-01-01T00:00:00Z).
-NOW_SQL = "(julianday('now') - 2440587.5) * 86400.0"
 
 # ?1 task_id ?2 execution_id ?3 step ?4 pool ?5 priority ?6 attempt ?7 payload ?8 delay ?9 now
 # Enqueueing an id again (a step run again) reuses the row and keeps its lease_token, so
@@ -115,8 +115,9 @@ ON CONFLICT (worker_id) DO UPDATE SET
 
 
 def db_now(conn: sqlite3.Connection) -> float:
-    """The database clock, in epoch seconds."""
-    return float(conn.execute(f"SELECT {NOW_SQL}").fetchone()[0])
+    """The queue clock, in epoch seconds (see the module docstring)."""
+    del conn  # kept in the signature: every caller holds the transaction it times
+    return time.time()
 
 
 def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
@@ -180,6 +181,51 @@ def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -
     )
     conn.execute(_INSERT_INPUT, (held[0], InputKind.OUTCOME.value, payload, now))
     return True
+
+
+def mark_done(conn: sqlite3.Connection, task_id: str, token: int) -> bool:
+    """The holder's task is done (no inbox input: its outcome was decided already)."""
+    if conn.execute(_HELD, (task_id, token)).fetchone() is None:
+        return False
+    conn.execute(
+        "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?",
+        (db_now(conn), task_id),
+    )
+    return True
+
+
+def lease_ids(
+    conn: sqlite3.Connection,
+    worker_id: str,
+    task_ids: Sequence[str],
+    execution_id: str,
+    lease_s: float,
+) -> list[Lease]:
+    """Lease the named queued tasks of `execution_id` to `worker_id` (just enqueued)."""
+    now = db_now(conn)
+    leases = []
+    for task_id in task_ids:
+        row = conn.execute(
+            "SELECT attempt, lease_token, payload FROM task_queue "
+            "WHERE task_id = ? AND execution_id = ? AND status = 'queued'",
+            (task_id, execution_id),
+        ).fetchone()
+        if row is None:
+            continue
+        attempt, token, payload = row
+        conn.execute(_LEASE, (worker_id, token + 1, now + lease_s, now, task_id))
+        leases.append(
+            lease_from_row(
+                {
+                    "payload": payload,
+                    "attempt": attempt,
+                    "lease_token": token + 1,
+                    "lease_expires_at": now + lease_s,
+                    "worker_id": worker_id,
+                }
+            )
+        )
+    return leases
 
 
 def reap_expired(conn: sqlite3.Connection, limit: int) -> int:

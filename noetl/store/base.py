@@ -18,7 +18,15 @@ from noetl.errors import NoetlError
 
 
 class ConcurrencyError(NoetlError):
-    """Another writer appended to the execution first (expected sequence did not match)."""
+    """Another writer appended to the execution first (expected sequence did not match).
+
+    `execution_ids` names the executions whose expected sequence did not match (every one
+    of a commit, where the adapter can tell), so a batch can be committed again without
+    them."""
+
+    def __init__(self, message: str, execution_ids: Sequence[str] = ()) -> None:
+        super().__init__(message)
+        self.execution_ids = tuple(execution_ids)
 
 
 class NotFoundError(NoetlError):
@@ -169,12 +177,19 @@ class WorkerRecord:
 class Store(Protocol):
     """Persistence of executions and their event logs."""
 
-    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+    def create_execution(
+        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+    ) -> None:
         """Insert a new execution row as given (`record.last_seq` must be 0) and, when
         given, apply `initial` (its first events, tasks...) in the SAME transaction, so an
-        execution never exists without its start.
+        execution never exists without its start. `compiled` (the validated playbook as
+        JSON) is kept for `get_compiled`.
 
         ConcurrencyError if an execution with that id already exists."""
+
+    def get_compiled(self, execution_id: str) -> str | None:
+        """The `compiled` playbook given at creation, or None (none given, or no such
+        execution)."""
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in ONE transaction; ConcurrencyError (and nothing written)
@@ -217,6 +232,24 @@ class Store(Protocol):
         """Record a worker's outcome: with the current token of a leased task, mark it done
         and add an OUTCOME input, atomically, and return True; otherwise change nothing
         and return False (a late or duplicate result)."""
+
+    def complete_and_commit(
+        self,
+        task_id: str,
+        token: int,
+        append: Append,
+        *,
+        worker_id: str,
+        lease: Sequence[str] = (),
+        lease_s: float = 30.0,
+    ) -> list[Lease] | None:
+        """A worker's outcome, decided where it ran: with the current token of a leased
+        task, in ONE transaction mark the task done (no inbox input), apply `append` as
+        `commit` does, and lease the tasks named in `lease` (queued by `append`) to
+        `worker_id` at once, without waking other workers for them. Returns those leases.
+
+        None (nothing written) when the token is not current; ConcurrencyError (nothing
+        written, the task still leased) when `append.expected_seq` is stale."""
 
     def reap_expired(self, *, limit: int = 100) -> int:
         """Mark leased tasks whose lease ran out (database clock) as expired and add a

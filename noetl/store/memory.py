@@ -33,6 +33,7 @@ from noetl.store._rows import (
     record_from_row,
     record_to_row,
     stale,
+    stale_all,
     task_from_row,
 )
 from noetl.store.base import (
@@ -59,6 +60,7 @@ class MemoryStore:
         self._executions: dict[str, dict[str, Any]] = {}
         self._events: dict[str, list[EventRow]] = {}
         self._steps: dict[str, dict[str, str]] = {}
+        self._compiled: dict[str, str | None] = {}
         # task_queue rows (TASK_COLUMNS plus "order", the insertion tie-break of claims).
         self._tasks: dict[str, dict[str, Any]] = {}
         self._task_order = itertools.count()
@@ -69,7 +71,9 @@ class MemoryStore:
         self._workers: dict[str, WorkerRecord] = {}
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
 
-    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+    def create_execution(
+        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+    ) -> None:
         """Insert a new execution row (and apply `initial`); ConcurrencyError if the id
         exists or `initial` does not start at sequence 0."""
         row = record_to_row(record)
@@ -80,6 +84,7 @@ class MemoryStore:
             if prepared is not None and prepared.expected_seq != 0:
                 raise stale(prepared, 0)
             self._executions[record.execution_id] = row
+            self._compiled[record.execution_id] = compiled
             self._events[record.execution_id] = []
             self._steps[record.execution_id] = {}
             if prepared is not None:
@@ -102,14 +107,17 @@ class MemoryStore:
         # Track last_seq as the earlier appends of this commit would leave it, so two
         # appends to one execution in one commit chain like they do in a transaction.
         last: dict[str, int] = {}
+        behind: list[tuple[PreparedAppend, int]] = []
         for item in prepared:
             row = self._executions.get(item.execution_id)
             if row is None:
                 raise NotFoundError(f"execution {item.execution_id} not found")
             current = last.get(item.execution_id, row["last_seq"])
             if current != item.expected_seq:
-                raise stale(item, current)
+                behind.append((item, current))
             last[item.execution_id] = item.last_seq
+        if behind:
+            raise stale_all(behind)
 
     def _apply(self, item: PreparedAppend, now: float) -> None:
         row = self._executions[item.execution_id]
@@ -175,6 +183,10 @@ class MemoryStore:
         """The task row, if it belongs to `execution_id` (an append touches only its own)."""
         row = self._tasks.get(task_id)
         return row if row is not None and row["execution_id"] == execution_id else None
+
+    def get_compiled(self, execution_id: str) -> str | None:
+        with self._lock:
+            return self._compiled.get(execution_id)
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -270,6 +282,44 @@ class MemoryStore:
             self._add_input(row["execution_id"], InputKind.OUTCOME, payload, time.time())
         self._notify("inputs")
         return True
+
+    def complete_and_commit(
+        self,
+        task_id: str,
+        token: int,
+        append: Append,
+        *,
+        worker_id: str,
+        lease: Sequence[str] = (),
+        lease_s: float = 30.0,
+    ) -> list[Lease] | None:
+        """Mark the task done, apply `append` and lease `lease` to `worker_id`, atomically
+        (see `Store.complete_and_commit`)."""
+        prepared = prepare(append)
+        leased = set(lease)
+        with self._lock:
+            row = self._held(task_id, token)
+            if row is None:
+                return None
+            self._check([prepared])
+            now = time.time()
+            row["status"] = TaskStatus.DONE
+            self._apply(prepared, now)
+            leases = []
+            for name in lease:
+                task = self._own_task(prepared.execution_id, name)
+                if task is None or task["status"] != TaskStatus.QUEUED:
+                    continue
+                task.update(
+                    status=TaskStatus.LEASED,
+                    worker_id=worker_id,
+                    lease_token=task["lease_token"] + 1,
+                    lease_expires_at=now + lease_s,
+                )
+                leases.append(lease_from_row(task))
+        if prepared.requeue or any(r[0] not in leased for r in prepared.enqueue):
+            self._notify("tasks")
+        return leases
 
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""

@@ -52,7 +52,7 @@ from noetl.store._rows import (
     prepare,
     prepare_initial,
     record_to_row,
-    stale,
+    stale_all,
     task_from_row,
 )
 from noetl.store.base import (
@@ -120,8 +120,8 @@ WITH e AS (
     ON CONFLICT (execution_id) DO NOTHING
     RETURNING execution_id
 )
-INSERT INTO execution_input (execution_id, playbook_text, workload)
-SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb FROM e
+INSERT INTO execution_input (execution_id, playbook_text, workload, compiled)
+SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb, %(compiled)s FROM e
 RETURNING execution_id
 """
 # NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
@@ -201,6 +201,21 @@ UPDATE task_queue t SET
 FROM picked WHERE t.task_id = picked.task_id
 RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
           t.priority, t.not_before, t.queue_order
+"""
+# The deciding worker's own task: done with its current token (first statement of
+# `complete_and_commit`; no row means the lease is gone and nothing is written).
+_DONE = """
+UPDATE task_queue SET status = 'done', updated_at = now()
+WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+RETURNING 1
+"""
+# Tasks just enqueued by the deciding worker, leased to it in the same transaction.
+_LEASE_IDS = """
+UPDATE task_queue SET
+    status = 'leased', lease_token = lease_token + 1, worker_id = %s,
+    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
+WHERE task_id = ANY(%s) AND execution_id = %s AND status = 'queued'
+RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
 """
 _HEARTBEAT = """
 UPDATE task_queue SET
@@ -427,6 +442,10 @@ def migrate_schema(dsn: str) -> list[Migration]:
     return [m for m in discover("postgres") if m.version in applied]
 
 
+class _LeaseLost(Exception):
+    """The deciding worker's task is no longer leased with its token (rolls back)."""
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -535,15 +554,18 @@ class PostgresStore:
 
     # --- executions and events -----------------------------------------------------------
 
-    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+    def create_execution(
+        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+    ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
         row = record_to_row(record)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
                 row[column] = _ts(row[column])
+        row["compiled"] = compiled
         prepared = prepare_initial(record, initial)
-        with self._transaction() as conn:
+        with self._connection() as conn, conn.pipeline(), conn.transaction():
             if conn.execute(_INSERT_EXECUTION, row).fetchone() is None:
                 raise ConcurrencyError(f"execution {record.execution_id} already exists")
             if prepared is not None:
@@ -554,25 +576,88 @@ class PostgresStore:
         prepared = [prepare(append) for append in appends]
         if not prepared:
             return
-        with self._transaction() as conn:
+        with self._connection() as conn, conn.pipeline(), conn.transaction():
             self._apply(conn, prepared)
 
-    def _apply(self, conn: Conn, prepared: list[PreparedAppend]) -> None:
+    def complete_and_commit(
+        self,
+        task_id: str,
+        token: int,
+        append: Append,
+        *,
+        worker_id: str,
+        lease: Sequence[str] = (),
+        lease_s: float = 30.0,
+    ) -> list[Lease] | None:
+        """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
+        transaction of two round trips (see `Store.complete_and_commit`)."""
+        prepared = prepare(append)
+        rows: list[tuple[Any, ...]] = []
+        try:
+            with self._connection() as conn, conn.pipeline():
+                with conn.transaction():
+                    # Sent together with the row lock of `_apply`: one round trip for both.
+                    done = conn.execute(_DONE, (task_id, token))
+                    self._apply(conn, [prepared], leased=frozenset(lease), held=done)
+                    if lease:
+                        cur = conn.execute(
+                            _LEASE_IDS,
+                            (worker_id, float(lease_s), list(lease), prepared.execution_id),
+                        )
+                # The writes, the leases and COMMIT went out together: their rows are here.
+                if lease:
+                    rows = cur.fetchall()
+        except _LeaseLost:
+            return None
+        return [
+            lease_from_row(
+                {
+                    "payload": payload,
+                    "attempt": attempt,
+                    "lease_token": lease_token,
+                    "lease_expires_at": _epoch(expires),
+                    "worker_id": holder,
+                }
+            )
+            for payload, attempt, lease_token, expires, holder in rows
+        ]
+
+    def _apply(
+        self,
+        conn: Conn,
+        prepared: list[PreparedAppend],
+        *,
+        leased: frozenset[str] = frozenset(),
+        held: Cursor | None = None,
+    ) -> None:
+        """Check every expected_seq under the executions' row locks, then queue every write
+        (in pipeline mode: they go out with the commit). `held`: the cursor of a statement
+        sent before the lock whose empty answer means "the worker's lease is gone"
+        (_LeaseLost, raised before anything is written)."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
-        last: dict[str, int] = dict(conn.execute(_LOCK_EXECUTIONS, (ids,)).fetchall())
+        locked = conn.execute(_LOCK_EXECUTIONS, (ids,))
+        if held is not None and held.fetchone() is None:
+            raise _LeaseLost("the task's lease is no longer held")
+        last: dict[str, int] = dict(locked.fetchall())
+        behind: list[tuple[PreparedAppend, int]] = []
         for item in prepared:
             current = last.get(item.execution_id)
             if current is None:
                 raise NotFoundError(f"execution {item.execution_id} not found")
             if current != item.expected_seq:
-                raise stale(item, current)
+                behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        # The checks are done: send every write at once and wait for the server once.
-        with conn.pipeline(), conn.cursor() as cur:
+        if behind:
+            raise stale_all(behind)
+        with conn.cursor() as cur:
             for item in prepared:
                 self._write(cur, item)
-            if any(item.wakes_workers for item in prepared):
+            # Tasks leased at once by the deciding worker need nobody woken.
+            if any(
+                item.requeue or any(row[0] not in leased for row in item.enqueue)
+                for item in prepared
+            ):
                 cur.execute("SELECT pg_notify('noetl_tasks', '')")
 
     @staticmethod
@@ -610,6 +695,13 @@ class PostgresStore:
             cur.execute(_CANCEL_TASKS, (item.cancel_tasks, eid))
         if item.inputs_done:
             cur.execute(_DELETE_INPUTS, (item.inputs_done, eid))
+
+    def get_compiled(self, execution_id: str) -> str | None:
+        with self._connection() as conn:
+            row = conn.execute(
+                "SELECT compiled FROM execution_input WHERE execution_id = %s", (execution_id,)
+            ).fetchone()
+        return None if row is None else row[0]
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

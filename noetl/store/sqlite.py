@@ -34,7 +34,7 @@ from noetl.store._rows import (
     prepare_initial,
     record_from_row,
     record_to_row,
-    stale,
+    stale_all,
 )
 from noetl.store.base import (
     Append,
@@ -64,8 +64,8 @@ _INSERT_EXECUTION = (
     f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
 )
 _INSERT_INPUT = (
-    "INSERT INTO execution_input (execution_id, playbook_text, workload) "
-    "VALUES (:execution_id, :playbook_text, :workload)"
+    "INSERT INTO execution_input (execution_id, playbook_text, workload, compiled) "
+    "VALUES (:execution_id, :playbook_text, :workload, :compiled)"
 )
 _SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
 _INSERT_EVENT = (
@@ -193,7 +193,9 @@ class SqliteStore:
                     conn.execute("ROLLBACK")
                 raise
 
-    def create_execution(self, record: ExecutionRecord, initial: Append | None = None) -> None:
+    def create_execution(
+        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+    ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
         row = record_to_row(record)
@@ -205,8 +207,9 @@ class SqliteStore:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
                 raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
-            conn.execute(_INSERT_INPUT, row)
+            conn.execute(_INSERT_INPUT, {**row, "compiled": compiled})
             if prepared is not None:
+                self._check(conn, [prepared])
                 self._write(conn, prepared)
 
     def commit(self, appends: Sequence[Append]) -> None:
@@ -215,16 +218,32 @@ class SqliteStore:
         if not prepared:
             return
         with self._transaction() as conn:
+            self._check(conn, prepared)
             for item in prepared:
                 self._write(conn, item)
 
     @staticmethod
+    def _check(conn: sqlite3.Connection, prepared: Sequence[PreparedAppend]) -> None:
+        """Every append continues its execution's stored last sequence (appends to one
+        execution chain as they would one after another), or ConcurrencyError naming all
+        that do not."""
+        last: dict[str, int] = {}
+        behind: list[tuple[PreparedAppend, int]] = []
+        for item in prepared:
+            current = last.get(item.execution_id)
+            if current is None:
+                row = conn.execute(_SELECT_LAST_SEQ, (item.execution_id,)).fetchone()
+                if row is None:
+                    raise NotFoundError(f"execution {item.execution_id} not found")
+                current = row[0]
+            if current != item.expected_seq:
+                behind.append((item, current))
+            last[item.execution_id] = item.last_seq
+        if behind:
+            raise stale_all(behind)
+
+    @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
-        row = conn.execute(_SELECT_LAST_SEQ, (item.execution_id,)).fetchone()
-        if row is None:
-            raise NotFoundError(f"execution {item.execution_id} not found")
-        if row[0] != item.expected_seq:
-            raise stale(item, row[0])
         if item.events:
             conn.executemany(_INSERT_EVENT, item.events)
         conn.execute(
@@ -241,6 +260,13 @@ class SqliteStore:
         if item.steps:
             conn.executemany(_UPSERT_STEP, item.steps)
         queue.apply_queue(conn, item)
+
+    def get_compiled(self, execution_id: str) -> str | None:
+        with self._use() as conn:
+            row = conn.execute(
+                "SELECT compiled FROM execution_input WHERE execution_id = ?", (execution_id,)
+            ).fetchone()
+        return None if row is None else row[0]
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
@@ -314,6 +340,26 @@ class SqliteStore:
         payload = dumps(outcome)
         with self._transaction() as conn:
             return queue.complete(conn, task_id, token, payload)
+
+    def complete_and_commit(
+        self,
+        task_id: str,
+        token: int,
+        append: Append,
+        *,
+        worker_id: str,
+        lease: Sequence[str] = (),
+        lease_s: float = 30.0,
+    ) -> list[Lease] | None:
+        """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
+        transaction (see `Store.complete_and_commit`)."""
+        prepared = prepare(append)
+        with self._transaction() as conn:
+            if not queue.mark_done(conn, task_id, token):
+                return None
+            self._check(conn, [prepared])
+            self._write(conn, prepared)
+            return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
 
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""

@@ -1,9 +1,22 @@
 """The worker of distributed mode: lease tasks from the store, run tools, report outcomes.
 
-A worker never decides routing or retries. It claims tasks (`FOR UPDATE SKIP LOCKED` on
-PostgreSQL), keeps their leases alive with heartbeats, runs each tool, and reports the
-outcome quoting its fencing token; a result with a stale token (the lease expired and the
-task went to someone else) is refused by the store and changes nothing.
+A worker claims tasks (`FOR UPDATE SKIP LOCKED` on PostgreSQL), keeps their leases alive
+with heartbeats, runs each tool, and reports the outcome quoting its fencing token; a
+result with a stale token (the lease expired and the task went to someone else) is refused
+by the store and changes nothing.
+
+Reporting takes one of two paths:
+
+* The inbox: the outcome goes to the store's inbox and a server's orchestrator decides
+  what follows. Failures always take this path, so retries, the DLQ and failure policies
+  are decided in one place.
+* The continuation (when a `Decider` is given): a successful task that was the only task
+  in flight of its execution is decided right here, by the same engine against the same
+  log, and committed in ONE transaction with the task's completion, under the expected
+  sequence number; the tasks it dispatches are leased to this worker in that transaction
+  and run at once. A chain of steps then costs one transaction per step instead of two
+  process hops through the database. If the execution moved meanwhile (a cancel, another
+  server), the commit fails, nothing is written, and the outcome takes the inbox path.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
 """
@@ -19,9 +32,11 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from noetl.engine import Event, EventType
 from noetl.engine.types import Outcome
 from noetl.errors import NoetlError
-from noetl.store.base import Lease, Store, WorkerRecord
+from noetl.runtime.decider import Decider
+from noetl.store.base import ConcurrencyError, Lease, Store, WorkerRecord
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.worker")
@@ -53,6 +68,7 @@ class _InFlight:
 @dataclass
 class WorkerStats:
     completed: int = 0
+    continued: int = 0  # outcomes decided here (the continuation path)
     rejected: int = 0
     lost: int = 0
     errors: list[str] = field(default_factory=list)
@@ -61,16 +77,25 @@ class WorkerStats:
 class Worker:
     """Runs tasks of one pool until stopped or drained."""
 
-    def __init__(self, store: Store, tools: ToolRegistry, config: WorkerConfig) -> None:
+    def __init__(
+        self,
+        store: Store,
+        tools: ToolRegistry,
+        config: WorkerConfig,
+        *,
+        decider: Decider | None = None,
+    ) -> None:
         self.store = store
         self.tools = tools
         self.config = config
+        self.decider = decider
         self.worker_id = config.worker_id or default_worker_id(config.pool)
         self.stats = WorkerStats()
         self._in_flight: dict[str, _InFlight] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
         self._stopped = threading.Event()
+        self._stripes = [threading.Lock() for _ in range(64)]
         self._executor = ThreadPoolExecutor(
             max_workers=config.concurrency, thread_name_prefix="noetl-task"
         )
@@ -160,6 +185,16 @@ class Worker:
     # --- one task ------------------------------------------------------------------------
 
     def _execute(self, lease: Lease) -> None:
+        """Run a task, then the tasks its continuation leased to this worker (the first in
+        this thread, any others in the pool)."""
+        current: Lease | None = lease
+        while current is not None:
+            follow = self._run(current)
+            current = follow[0] if follow else None
+            for extra in follow[1:]:
+                self._executor.submit(self._execute, extra)
+
+    def _run(self, lease: Lease) -> list[Lease]:
         task = lease.task
         try:
             outcome = self.tools.run(task)
@@ -168,15 +203,87 @@ class Worker:
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True
+        follow: list[Lease] = []
         if not lost:
-            self._report(lease, outcome)
+            follow = self._report(lease, outcome)
         else:
             self.stats.lost += 1
         with self._lock:
             self._in_flight.pop(task.task_id, None)
+            for nxt in follow:
+                self._in_flight[nxt.task.task_id] = _InFlight(nxt)
+        return follow
 
-    def _report(self, lease: Lease, outcome: Outcome) -> None:
-        """Report the outcome with the lease's token, retrying while the database is away."""
+    def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
+        """Report the outcome: by deciding its continuation here when that applies (the
+        leases it returns are this worker's next tasks), else through the inbox."""
+        if self.decider is not None and outcome.ok:
+            execution_id = lease.task.execution_id
+            # One thread at a time decides for an execution: they share its cached state.
+            with self._stripes[hash(execution_id) % len(self._stripes)]:
+                try:
+                    follow = self._continue(lease, outcome, self.decider)
+                except ConcurrencyError:
+                    self.decider.forget(execution_id)
+                    follow = None
+                except Exception as exc:
+                    # The database is away, or the playbook cannot be loaded: the inbox
+                    # path retries and reports with the full error handling of the server.
+                    log.warning(
+                        "continuing %s failed (%s); reporting it instead",
+                        lease.task.task_id,
+                        exc,
+                        exc_info=not isinstance(exc, NoetlError),
+                    )
+                    self.decider.forget(execution_id)
+                    follow = None
+            if follow is not None:
+                return follow
+        self._complete(lease, outcome)
+        return []
+
+    def _continue(self, lease: Lease, outcome: Outcome, decider: Decider) -> list[Lease] | None:
+        """Decide and commit what follows a successful task that was the only one in flight
+        of its execution; None when that does not apply (the outcome goes to the inbox)."""
+        task = lease.task
+        cached = decider.load(task.execution_id)
+        if cached is None:
+            return None
+        state = cached.state
+        if task.task_id not in state.tasks and not decider.catch_up(cached):
+            return None
+        if state.terminal or len(state.tasks) != 1 or task.task_id not in state.tasks:
+            return None
+        now = time.time()
+        before = state.seq
+        event = Event(
+            0, EventType.TOOL_PROCESSED, task.execution_id, now, None, outcome.to_payload()
+        )
+        decision = cached.engine.decide(state, event, now)
+        append = decider.append(
+            state, before=before, events=decision.events, commands=decision.commands, now=now
+        )
+        free = 0 if self.draining else self.config.concurrency - self.in_flight() + 1
+        lease_ids = [item.task.task_id for item in append.enqueue][: max(free, 0)]
+        leases = self.store.complete_and_commit(
+            task.task_id,
+            lease.token,
+            append,
+            worker_id=self.worker_id,
+            lease=lease_ids,
+            lease_s=self.config.lease_s,
+        )
+        if leases is None:
+            decider.forget(task.execution_id)  # its state holds a decision not written
+            self.stats.rejected += 1
+            log.info("result of %s refused: lease no longer held", task.task_id)
+            return []
+        self.stats.continued += 1
+        return leases
+
+    def _complete(self, lease: Lease, outcome: Outcome) -> None:
+        """Report the outcome to the inbox with the lease's token, retrying while the
+        database is away."""
         deadline = time.monotonic() + max(self.config.lease_s, 5.0)
         delay = 0.1
         while True:

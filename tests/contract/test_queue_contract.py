@@ -336,6 +336,92 @@ def test_complete_marks_done_and_adds_exactly_one_outcome(store: Store) -> None:
     assert [i.id for i in store.claim_inputs("o2")] == [inputs[0].id]
 
 
+# -- complete_and_commit: an outcome decided by the worker that ran it ---------------------
+
+
+def test_complete_and_commit_finishes_appends_and_leases_in_one_step(store: Store) -> None:
+    start(store, Enqueue(make_task("a")))
+    lease = claim_one(store, lease_s=LONG_S)
+    follow = Append(
+        "e1",
+        1,
+        [Event(2, "tool.processed", "e1", 2.0, "a", {"ok": True})],
+        steps={"a": {"status": "ok"}},
+        enqueue=[Enqueue(make_task("b")), Enqueue(make_task("c"))],
+        now=2.0,
+    )
+
+    leases = store.complete_and_commit("e1.a", lease.token, follow, worker_id="w1", lease=["e1.b"])
+
+    assert leases is not None
+    assert [(x.task.task_id, x.worker_id, x.token) for x in leases] == [("e1.b", "w1", 1)]
+    assert leases[0].task == make_task("b")
+    assert status(store, "e1.a") == TaskStatus.DONE
+    assert status(store, "e1.b") == TaskStatus.LEASED
+    assert status(store, "e1.c") == TaskStatus.QUEUED
+    assert last_seq(store) == 2
+    assert store.get_steps("e1") == {"a": {"status": "ok"}}
+    assert store.claim_inputs("o1") == []  # decided already: nothing for the orchestrator
+    assert steps_of(store.claim("w2", limit=10)) == ["c"]
+    assert store.heartbeat("e1.b", leases[0].token).alive is True
+
+
+def test_complete_and_commit_with_a_stale_token_writes_nothing(store: Store) -> None:
+    start(store, Enqueue(make_task("a")))
+    lease = claim_one(store, lease_s=TINY_S)
+    time.sleep(PAST_TINY_S)
+    assert store.reap_expired() == 1
+    follow = Append("e1", 1, [Event(2, "t", "e1", 2.0)], enqueue=[Enqueue(make_task("b"))])
+
+    assert store.complete_and_commit("e1.a", lease.token, follow, worker_id="w1") is None
+    assert last_seq(store) == 1
+    assert store.get_task("e1.b") is None
+    assert status(store, "e1.a") == TaskStatus.EXPIRED
+
+
+def test_complete_and_commit_on_a_stale_sequence_keeps_the_lease(store: Store) -> None:
+    start(store, Enqueue(make_task("a")))
+    lease = claim_one(store, lease_s=LONG_S)
+    change(store)  # nothing changes, but the check is still made at seq 1
+    store.commit([Append("e1", 1, [Event(2, "cancel", "e1", 2.0)])])
+    stale = Append("e1", 1, [Event(2, "t", "e1", 2.0)], enqueue=[Enqueue(make_task("b"))])
+
+    with pytest.raises(ConcurrencyError) as caught:
+        store.complete_and_commit("e1.a", lease.token, stale, worker_id="w1", lease=["e1.b"])
+
+    assert caught.value.execution_ids == ("e1",)
+    assert last_seq(store) == 2
+    assert store.get_task("e1.b") is None
+    assert status(store, "e1.a") == TaskStatus.LEASED  # so the outcome can still be reported
+    assert store.complete("e1.a", lease.token, {"task_id": "e1.a", "ok": True}) is True
+
+
+def test_a_concurrency_error_names_every_stale_execution(store: Store) -> None:
+    for execution_id in ("e1", "e2", "e3"):
+        start(store, execution_id=execution_id)
+
+    with pytest.raises(ConcurrencyError) as caught:
+        store.commit(
+            [
+                Append("e1", 0, [Event(1, "t", "e1", 1.0)]),
+                Append("e2", 1, [Event(2, "t", "e2", 1.0)]),
+                Append("e3", 5, []),
+            ]
+        )
+
+    assert sorted(caught.value.execution_ids) == ["e1", "e3"]
+    assert [last_seq(store, e) for e in ("e1", "e2", "e3")] == [1, 1, 1]
+
+
+def test_the_compiled_playbook_is_kept_with_the_execution(store: Store) -> None:
+    store.create_execution(make_record("e1"), compiled='{"k": "ü"}')
+    store.create_execution(make_record("e2"))
+
+    assert store.get_compiled("e1") == '{"k": "ü"}'
+    assert store.get_compiled("e2") is None
+    assert store.get_compiled("nope") is None
+
+
 def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(store: Store) -> None:
     start(store, Enqueue(make_task("a")), Enqueue(make_task("b")))
     lease = claim_one(store, "w1", lease_s=TINY_S)

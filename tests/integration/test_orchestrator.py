@@ -58,7 +58,9 @@ def test_batch_falls_back_when_another_server_advanced_an_execution(tmp_path: Pa
     for _ in range(10):
         work(store)
         first.run_once()
-    assert one in fallbacks  # the batch commit failed on the stale state and was redone
+    # The batch commit failed on `one`'s stale state: only `one` was decided again, and
+    # `two`'s decision was committed without it.
+    assert fallbacks == [one]
     for execution_id in (one, two):
         record = store.get_execution(execution_id)
         assert record is not None and record.status is ExecutionStatus.OK

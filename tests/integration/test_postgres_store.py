@@ -62,6 +62,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("execution_id", "text", "NO"),
         ("playbook_text", "text", "NO"),
         ("workload", "jsonb", "NO"),
+        ("compiled", "text", "YES"),
     ],
     "event_log": [
         ("execution_id", "text", "NO"),
@@ -222,12 +223,12 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
 
     applied = migrate_schema(pg_empty_database)
 
-    assert [m.label for m in applied] == ["0001_init", "0002_queue"]
+    assert [m.label for m in applied] == ["0001_init", "0002_queue", "0003_compiled"]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2], [], 2)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3], [], 3)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -262,8 +263,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2]]
-    assert schema_status(pg_empty_database).applied == [1, 2]
+    assert sorted(results) == [[], [], [], [1, 2, 3]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -296,11 +297,14 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    assert "applied 0001_init, 0002_queue" in first.stdout
-    assert "already initialized (schema version 2)" in second.stdout
+    assert "applied 0001_init, 0002_queue, 0003_compiled" in first.stdout
+    assert "already initialized (schema version 3)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 2" in migrate.stdout
-    assert status.stdout.splitlines()[1:] == ["applied:  0001_init, 0002_queue", "pending:  none"]
+    assert "at schema version 3" in migrate.stdout
+    assert status.stdout.splitlines()[1:] == [
+        "applied:  0001_init, 0002_queue, 0003_compiled",
+        "pending:  none",
+    ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
 
 
@@ -308,7 +312,10 @@ def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> Non
     status = noetl("db", "status", "--db", pg_empty_database)
 
     assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[1:] == ["applied:  none", "pending:  0001_init, 0002_queue"]
+    assert status.stdout.splitlines()[1:] == [
+        "applied:  none",
+        "pending:  0001_init, 0002_queue, 0003_compiled",
+    ]
     assert columns(pg_empty_database) == {}  # status changes nothing
 
 

@@ -35,6 +35,7 @@ EXPECTED_COLUMNS = {
         ("execution_id", "TEXT", 0, 1),
         ("playbook_text", "TEXT", 1, 0),
         ("workload", "TEXT", 1, 0),
+        ("compiled", "TEXT", 0, 0),
     ],
     "event_log": [
         ("execution_id", "TEXT", 1, 1),
@@ -242,7 +243,11 @@ def test_packaged_migrations() -> None:
         code = " ".join(line for line in statement.splitlines() if not line.startswith("--"))
         return " ".join(code.split()[:3])
 
-    assert [(m.version, m.name) for m in migrations] == [(1, "init"), (2, "queue")]
+    assert [(m.version, m.name) for m in migrations] == [
+        (1, "init"),
+        (2, "queue"),
+        (3, "compiled"),
+    ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
         "CREATE TABLE execution_input",
@@ -259,6 +264,9 @@ def test_packaged_migrations() -> None:
         "CREATE TABLE inbox",
         "CREATE TABLE playbook",
         "CREATE TABLE worker",
+    ]
+    assert [head(s) for s in split_statements(migrations[2].sql)] == [
+        "ALTER TABLE execution_input",
     ]
 
 
@@ -283,7 +291,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2]
+        assert [version for version, _ in applied] == [1, 2, 3]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -320,7 +328,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -333,7 +341,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (2)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (3)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------
