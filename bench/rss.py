@@ -65,3 +65,37 @@ def _tree_rss_kb(root: int) -> int:
 
 
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of one live process (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime
+
+
+def tree_cpu_seconds(root: int) -> float:
+    """CPU seconds of `root` and its live descendants."""
+    return sum(cpu_seconds(pid) for pid in _descendants(root))
+
+
+def postgres_cpu_seconds() -> float:
+    """CPU seconds of every live `postgres` process of this machine (the server's backends)."""
+    total = 0.0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/comm", encoding="ascii") as fh:
+                if fh.read().strip() != "postgres":
+                    continue
+        except OSError:
+            continue
+        total += cpu_seconds(int(name))
+    return total

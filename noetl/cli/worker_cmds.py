@@ -32,6 +32,13 @@ def worker_group() -> None:
     help="Tasks run at once (default: CPU count).",
 )
 @click.option(
+    "--python-processes",
+    type=click.IntRange(1, 512),
+    envvar="NOETL_WORKER_PYTHON_PROCESSES",
+    help="Child processes that run python tasks (default: the concurrency). Fewer than "
+    "the concurrency suits short tasks: the slots keep the queue busy, the processes the CPU.",
+)
+@click.option(
     "--lease",
     "lease_s",
     type=float,
@@ -63,6 +70,7 @@ def worker_start(
     *,
     pool: str,
     concurrency: int | None,
+    python_processes: int | None,
     lease_s: float,
     poll_s: float,
     continue_: bool,
@@ -77,7 +85,7 @@ def worker_start(
     store = open_store(db)
     stop = threading.Event()
     try:
-        with PythonPool(processes=count) as python_pool:
+        with PythonPool(processes=min(python_processes or count, count)) as python_pool:
             worker = Worker(
                 store,
                 default_registry(python_pool),

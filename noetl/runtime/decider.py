@@ -117,7 +117,14 @@ class Decider:
         """The store append of one decision: its events, queue changes and projections."""
         finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
         touched = set(state.steps) if finished else {e.step for e in events if e.step}
-        enqueue = [Enqueue(c.task, pool=self.pool) for c in commands if isinstance(c, EnqueueTask)]
+        # A task dispatched as the only one in flight is marked `solo`: its worker may
+        # decide what follows it (noetl.worker.runner) instead of reporting to a server.
+        solo = len(state.tasks) == 1 and not state.terminal
+        enqueue = [
+            Enqueue(c.task, pool=self.pool, solo=solo)
+            for c in commands
+            if isinstance(c, EnqueueTask)
+        ]
         requeue = [
             Requeue(c.task_id, c.attempt, c.delay_s) for c in commands if isinstance(c, RequeueTask)
         ]

@@ -189,7 +189,7 @@ def _task_row(execution_id: str, item: Enqueue) -> TaskRow:
         item.pool,
         item.priority,
         task.attempt,
-        dumps(task.to_dict()),
+        dumps({**task.to_dict(), "solo": True} if item.solo else task.to_dict()),
         item.delay_s,
     )
 
@@ -267,6 +267,7 @@ def lease_from_row(row: Mapping[str, Any]) -> Lease:
         token=row["lease_token"],
         expires_at=row["lease_expires_at"],
         worker_id=row["worker_id"],
+        solo=bool(data.get("solo", False)),
     )
 
 

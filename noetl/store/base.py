@@ -104,6 +104,9 @@ class Enqueue:
     pool: str = "default"
     priority: int = 0
     delay_s: float = 0.0
+    # A hint for the worker that runs it: when dispatched, it was the only task in flight
+    # of its execution (so its worker may well decide what follows; see Lease.solo).
+    solo: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,6 +127,7 @@ class Lease:
     token: int
     expires_at: float
     worker_id: str
+    solo: bool = False  # the Enqueue's hint
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,6 +236,10 @@ class Store(Protocol):
         """Record a worker's outcome: with the current token of a leased task, mark it done
         and add an OUTCOME input, atomically, and return True; otherwise change nothing
         and return False (a late or duplicate result)."""
+
+    def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
+        """`complete` for several (task_id, token, outcome) reports in one round trip: each
+        is accepted or refused on its own, as `complete` would; returns the accepted ids."""
 
     def complete_and_commit(
         self,

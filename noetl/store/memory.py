@@ -283,6 +283,12 @@ class MemoryStore:
         self._notify("inputs")
         return True
 
+    def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
+        """`complete` for each report; the accepted task ids."""
+        return {
+            task_id for task_id, token, outcome in reports if self.complete(task_id, token, outcome)
+        }
+
     def complete_and_commit(
         self,
         task_id: str,

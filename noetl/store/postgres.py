@@ -130,38 +130,52 @@ _LOCK_EXECUTIONS = (
     "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
     "ORDER BY execution_id FOR NO KEY UPDATE"
 )
-_INSERT_EVENT = (
-    "INSERT INTO event_log (execution_id, seq, type, ts, step, payload) "
-    "VALUES (%s, %s, %s, %s, %s, %s::jsonb)"
-)
-_UPDATE_EXECUTION = """
-UPDATE execution SET
-    last_seq = %(last_seq)s,
-    updated_at = %(now)s,
-    status = COALESCE(%(status)s::text, status),
-    finished_at = CASE WHEN %(status)s::text IS NULL THEN finished_at ELSE %(finished_at)s END,
-    context = COALESCE(%(context)s::jsonb, context)
-WHERE execution_id = %(execution_id)s
+# Set-based writes: one statement per kind of row for a whole commit (many executions,
+# many events), with the rows passed as arrays. PostgreSQL's cost is per statement far
+# more than per row, so a loop of a thousand items costs a few statements per commit.
+_INSERT_EVENTS = """
+INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
+SELECT e, s, t, ts, st, p::jsonb
+FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
+    AS u(e, s, t, ts, st, p)
 """
-_UPSERT_STEP = """
-INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (%s, %s, %s::jsonb, %s)
+_UPDATE_EXECUTIONS = """
+UPDATE execution x SET
+    last_seq = u.last_seq,
+    updated_at = u.now,
+    status = COALESCE(u.status, x.status),
+    finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
+    context = COALESCE(u.context::jsonb, x.context)
+FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[],
+            %s::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
+WHERE x.execution_id = u.execution_id
+"""
+_UPSERT_STEPS = """
+INSERT INTO step_state (execution_id, step, status, updated_at)
+SELECT e, st, s::jsonb, ts
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(e, st, s, ts)
 ON CONFLICT (execution_id, step) DO UPDATE SET
     status = excluded.status, updated_at = excluded.updated_at
 """
 # Queue changes are timed by now(): the database clock at the start of the transaction.
 # A task id enqueued again (a step called again) re-queues its row and keeps its
 # lease_token, so the fencing token only grows and an older lease stays fenced off.
-_ENQUEUE = """
+_ENQUEUE_ALL = """
 INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
                         not_before, status, created_at, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s::jsonb, now() + make_interval(secs => %s), 'queued',
-        now(), now())
+SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[],
+            %s::float8[]) AS u(t, e, st, pl, pr, a, p, d)
 ON CONFLICT (task_id) DO UPDATE SET
     execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
     priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
     lease_expires_at = NULL, worker_id = NULL, cancel_requested = false,
     not_before = excluded.not_before, payload = excluded.payload,
     updated_at = excluded.updated_at
+"""
+_DELETE_ALL_INPUTS = """
+DELETE FROM inbox i USING unnest(%s::bigint[], %s::text[]) AS d(id, e)
+WHERE i.id = d.id AND i.execution_id = d.e
 """
 # An append changes only the tasks and inputs of its own execution.
 _REQUEUE = """
@@ -179,7 +193,6 @@ UPDATE task_queue SET
     updated_at = now()
 WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
 """
-_DELETE_INPUTS = "DELETE FROM inbox WHERE id = ANY(%s) AND execution_id = %s"
 _SELECT_EVENTS = (
     "SELECT seq, type, ts, step, payload FROM event_log "
     "WHERE execution_id = %s AND seq > %s ORDER BY seq LIMIT %s"
@@ -234,6 +247,23 @@ WITH done AS (
     RETURNING id
 )
 SELECT id, pg_notify('noetl_inputs', '') FROM posted
+"""
+# `complete` for many reports in one statement; the notification is sent once per
+# transaction however many rows call it (PostgreSQL folds identical notifications).
+_COMPLETE_MANY = """
+WITH reports AS (
+    SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
+), done AS (
+    UPDATE task_queue t SET status = 'done', updated_at = now()
+    FROM reports r
+    WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+    RETURNING t.task_id, t.execution_id, r.payload
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'outcome', payload::jsonb, now() FROM done
+    RETURNING id
+)
+SELECT task_id, pg_notify('noetl_inputs', '') FROM done
 """
 _REAP = """
 WITH expired AS (
@@ -294,6 +324,17 @@ ON CONFLICT (worker_id) DO UPDATE SET
 
 
 # --- values ------------------------------------------------------------------------------
+
+
+def _columns(
+    rows: Sequence[tuple[Any, ...]], *, time_columns: tuple[int, ...] = ()
+) -> list[list[Any]]:
+    """Rows as one list per column (the arrays of an `unnest` statement); the columns at
+    `time_columns` hold epoch seconds, passed as timestamps."""
+    columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
+    for index in time_columns:
+        columns[index] = [_ts(value) for value in columns[index]]
+    return columns
 
 
 def _ts(seconds: float) -> datetime:
@@ -579,6 +620,14 @@ class PostgresStore:
         with self._connection() as conn, conn.pipeline(), conn.transaction():
             self._apply(conn, prepared)
 
+    def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
+        """`complete` for every report in one statement; the accepted task ids."""
+        if not reports:
+            return set()
+        columns = _columns([(task_id, token, dumps(o)) for task_id, token, o in reports])
+        with self._connection() as conn:
+            return {row[0] for row in conn.execute(_COMPLETE_MANY, columns).fetchall()}
+
     def complete_and_commit(
         self,
         task_id: str,
@@ -651,8 +700,7 @@ class PostgresStore:
         if behind:
             raise stale_all(behind)
         with conn.cursor() as cur:
-            for item in prepared:
-                self._write(cur, item)
+            self._write(cur, prepared)
             # Tasks leased at once by the deciding worker need nobody woken.
             if any(
                 item.requeue or any(row[0] not in leased for row in item.enqueue)
@@ -661,40 +709,54 @@ class PostgresStore:
                 cur.execute("SELECT pg_notify('noetl_tasks', '')")
 
     @staticmethod
-    def _write(cur: Cursor, item: PreparedAppend) -> None:
-        eid = item.execution_id
-        if item.events:
-            cur.executemany(
-                _INSERT_EVENT,
-                [(e, seq, type_, _ts(ts), step, p) for e, seq, type_, ts, step, p in item.events],
+    def _write(cur: Cursor, prepared: list[PreparedAppend]) -> None:
+        """Queue the writes of every append: one statement per kind of row."""
+        events = [row for item in prepared for row in item.events]
+        if events:
+            cur.execute(_INSERT_EVENTS, _columns(events, time_columns=(3,)))
+        # Appends to one execution chain: its row ends as the last one leaves it.
+        rows: dict[str, tuple[Any, ...]] = {}
+        for item in prepared:
+            old = rows.get(item.execution_id)
+            status, finished, context = (None, None, None) if old is None else old[3:]
+            if item.status is not None:
+                status = item.status.value
+                finished = _ts(item.now) if item.finished else None
+            if item.context is not None:
+                context = item.context
+            rows[item.execution_id] = (
+                item.execution_id,
+                item.last_seq,
+                _ts(item.now),
+                status,
+                finished,
+                context,
             )
-        now = _ts(item.now)
-        cur.execute(
-            _UPDATE_EXECUTION,
-            {
-                "last_seq": item.last_seq,
-                "now": now,
-                "status": None if item.status is None else item.status.value,
-                "finished_at": now if item.finished else None,
-                "context": item.context,
-                "execution_id": eid,
-            },
-        )
-        if item.steps:
-            cur.executemany(
-                _UPSERT_STEP, [(e, step, status, now) for e, step, status, _ in item.steps]
+        cur.execute(_UPDATE_EXECUTIONS, _columns(list(rows.values())))
+        steps = {
+            (e, step): (e, step, status, _ts(now))
+            for item in prepared
+            for e, step, status, now in item.steps
+        }
+        if steps:
+            cur.execute(_UPSERT_STEPS, _columns(list(steps.values())))
+        tasks = {row[0]: row for item in prepared for row in item.enqueue}
+        if tasks:
+            cur.execute(
+                _ENQUEUE_ALL, _columns([(*row[:7], float(row[7])) for row in tasks.values()])
             )
-        if item.enqueue:
-            cur.executemany(_ENQUEUE, [(*row[:7], float(row[7])) for row in item.enqueue])
-        if item.requeue:
-            cur.executemany(
-                _REQUEUE,
-                [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
-            )
-        if item.cancel_tasks:
-            cur.execute(_CANCEL_TASKS, (item.cancel_tasks, eid))
-        if item.inputs_done:
-            cur.execute(_DELETE_INPUTS, (item.inputs_done, eid))
+        for item in prepared:
+            eid = item.execution_id
+            if item.requeue:
+                cur.executemany(
+                    _REQUEUE,
+                    [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
+                )
+            if item.cancel_tasks:
+                cur.execute(_CANCEL_TASKS, (item.cancel_tasks, eid))
+        done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
+        if done:
+            cur.execute(_DELETE_ALL_INPUTS, _columns(done))
 
     def get_compiled(self, execution_id: str) -> str | None:
         with self._connection() as conn:
@@ -941,30 +1003,36 @@ class _Listener:
     """One connection LISTENing on the noetl channels in a daemon thread, started on the
     first `wait`; waiters sleep on a condition until a channel's counter moves.
 
-    Each thread remembers the counter it saw last, so a notification that arrives between
-    two waits of a thread wakes its next wait at once instead of being lost. While the
-    connection is down, waits simply time out (the caller polls) and the thread reconnects
-    with backoff; after a reconnect every waiter is woken, since notifications sent
-    meanwhile are gone.
+    It listens only on the channels somebody waits for (a worker on "tasks", a server on
+    "inputs"), so a notification wakes only the processes that need it. Each thread
+    remembers the counter it saw last, so a notification that arrives between two waits of
+    a thread wakes its next wait at once instead of being lost. While the connection is
+    down, waits simply time out (the caller polls) and the thread reconnects with backoff;
+    after a reconnect every waiter is woken, since notifications sent meanwhile are gone.
     """
 
-    POLL_S = 0.25  # how often the thread looks at its stop flag
+    POLL_S = 0.25  # how often the thread looks at its stop flag and for new channels
 
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
         self._cond = threading.Condition()
         self._counts = dict.fromkeys(CHANNELS.values(), 0)
+        self._wanted: set[str] = set()
+        self._listening: set[str] = set()
         self._seen = threading.local()
         self._stop = threading.Event()
-        self._ready = threading.Event()
         self._thread: threading.Thread | None = None
 
     def wait(self, channel: str, timeout: float) -> bool:
         deadline = time.monotonic() + max(0.0, timeout)
-        self._start()
-        self._ready.wait(max(0.0, min(timeout, CONNECT_TIMEOUT_S)))  # LISTEN is in place
+        self._start(channel)
         seen: dict[str, int] = self._seen.__dict__
         with self._cond:
+            # Until LISTEN is in place (or the connection failed), this is a plain sleep.
+            self._cond.wait_for(
+                lambda: channel in self._listening or self._stop.is_set(),
+                max(0.0, min(timeout, CONNECT_TIMEOUT_S)),
+            )
             last = seen.get(channel, self._counts[channel])
             woken = self._cond.wait_for(
                 lambda: self._counts[channel] != last or self._stop.is_set(),
@@ -973,8 +1041,9 @@ class _Listener:
             seen[channel] = self._counts[channel]
         return bool(woken) and not self._stop.is_set()
 
-    def _start(self) -> None:
+    def _start(self, channel: str) -> None:
         with self._cond:
+            self._wanted.add(channel)
             if self._thread is None and not self._stop.is_set():
                 self._thread = threading.Thread(
                     target=self._run, name="noetl-pg-listen", daemon=True
@@ -988,29 +1057,43 @@ class _Listener:
                     self._counts[channel] += 1
             self._cond.notify_all()
 
+    def _listen_new(self, conn: Conn) -> None:
+        """LISTEN on the channels waited for since the last call."""
+        with self._cond:
+            new = sorted(self._wanted - self._listening)
+        for channel in new:
+            conn.execute(f"LISTEN {channel}".encode())
+        if new:
+            with self._cond:
+                self._listening.update(new)
+                self._cond.notify_all()
+
     def _run(self) -> None:
         delay = 0.1
+        connected_before = False
         while not self._stop.is_set():
             try:
                 with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    for channel in CHANNELS.values():
-                        conn.execute(f"LISTEN {channel}".encode())
-                    if self._ready.is_set():  # a reconnect: what was sent meanwhile is lost
+                    with self._cond:
+                        self._listening.clear()
+                    self._listen_new(conn)
+                    if connected_before:  # a reconnect: what was sent meanwhile is lost
                         self._bump(list(CHANNELS.values()))
-                    self._ready.set()
+                    connected_before = True
                     delay = 0.1
                     while not self._stop.is_set():
                         for note in conn.notifies(timeout=self.POLL_S):
                             self._bump([note.channel])
+                        self._listen_new(conn)
             except psycopg.Error as exc:
                 log.debug("LISTEN connection failed (%s); polling until it is back", exc)
-                self._ready.set()  # waiters fall back to their timeout
+                with self._cond:  # waiters fall back to their timeout
+                    self._listening.clear()
                 self._stop.wait(delay)
                 delay = min(delay * 2, 5.0)
 
     def close(self) -> None:
         self._stop.set()
-        self._ready.set()
         with self._cond:
             self._cond.notify_all()
             thread = self._thread

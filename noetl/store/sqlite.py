@@ -341,6 +341,16 @@ class SqliteStore:
         with self._transaction() as conn:
             return queue.complete(conn, task_id, token, payload)
 
+    def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
+        """`complete` for each report, in one transaction; the accepted task ids."""
+        payloads = [(task_id, token, dumps(outcome)) for task_id, token, outcome in reports]
+        with self._transaction() as conn:
+            return {
+                task_id
+                for task_id, token, payload in payloads
+                if queue.complete(conn, task_id, token, payload)
+            }
+
     def complete_and_commit(
         self,
         task_id: str,

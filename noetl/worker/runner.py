@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import os
+import queue
 import socket
 import threading
 import time
@@ -40,6 +41,7 @@ from noetl.store.base import ConcurrencyError, Lease, Store, WorkerRecord
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.worker")
+REPORT_BATCH = 256  # outcomes sent to the inbox in one statement, at most
 
 
 def default_worker_id(pool: str) -> str:
@@ -63,6 +65,16 @@ class WorkerConfig:
 class _InFlight:
     lease: Lease
     lost: bool = False
+
+
+@dataclass
+class _Report:
+    """An outcome on its way to the inbox; `sent` is set once it was sent (or given up)."""
+
+    lease: Lease
+    outcome: Outcome
+    accepted: bool | None = None
+    sent: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass
@@ -96,6 +108,7 @@ class Worker:
         self._draining = threading.Event()
         self._stopped = threading.Event()
         self._stripes = [threading.Lock() for _ in range(64)]
+        self._reports: queue.SimpleQueue[_Report | None] | None = None
         self._executor = ThreadPoolExecutor(
             max_workers=config.concurrency, thread_name_prefix="noetl-task"
         )
@@ -124,6 +137,12 @@ class Worker:
         self._register("running", started)
         beat = threading.Thread(target=self._heartbeats, name="noetl-heartbeat", daemon=True)
         beat.start()
+        reports: queue.SimpleQueue[_Report | None] = queue.SimpleQueue()
+        reporter = threading.Thread(
+            target=self._reporter, args=(reports,), name="noetl-reporter", daemon=True
+        )
+        reporter.start()
+        self._reports = reports
         try:
             while not should_stop():
                 if self.draining:
@@ -135,6 +154,9 @@ class Worker:
                     self._wait()
         finally:
             self._executor.shutdown(wait=True)
+            self._reports = None
+            reports.put(None)
+            reporter.join(timeout=max(self.config.lease_s, 5.0) + 5)
             self._stopped.set()
             beat.join(timeout=5)
             try:
@@ -217,7 +239,7 @@ class Worker:
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
         """Report the outcome: by deciding its continuation here when that applies (the
         leases it returns are this worker's next tasks), else through the inbox."""
-        if self.decider is not None and outcome.ok:
+        if self.decider is not None and outcome.ok and lease.solo:
             execution_id = lease.task.execution_id
             # One thread at a time decides for an execution: they share its cached state.
             with self._stripes[hash(execution_id) % len(self._stripes)]:
@@ -282,29 +304,65 @@ class Worker:
         return leases
 
     def _complete(self, lease: Lease, outcome: Outcome) -> None:
-        """Report the outcome to the inbox with the lease's token, retrying while the
-        database is away."""
+        """Report the outcome to the inbox with the lease's token: through the reporter
+        thread while the worker runs (reports that wait meanwhile go in one statement),
+        directly otherwise."""
+        report = _Report(lease, outcome)
+        if self._reports is not None:
+            self._reports.put(report)
+            report.sent.wait()
+        else:
+            self._send([report])
+        if report.accepted is None:
+            return
+        if report.accepted:
+            self.stats.completed += 1
+        else:
+            self.stats.rejected += 1
+            log.info("result of %s refused: lease no longer held", lease.task.task_id)
+
+    def _reporter(self, reports: queue.SimpleQueue[_Report | None]) -> None:
+        """Send the reports waiting in the queue, together, until told to stop (None)."""
+        stopping = False
+        while not stopping:
+            first = reports.get()
+            if first is None:
+                return
+            batch = [first]
+            while len(batch) < REPORT_BATCH:
+                try:
+                    item = reports.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:
+                    stopping = True
+                    break
+                batch.append(item)
+            self._send(batch)
+
+    def _send(self, batch: list[_Report]) -> None:
+        """One `complete_many` for the batch, retried while the database is away (up to a
+        lease's length); every report is marked sent, accepted True/False or None."""
         deadline = time.monotonic() + max(self.config.lease_s, 5.0)
         delay = 0.1
-        while True:
-            try:
-                accepted = self.store.complete(
-                    lease.task.task_id, lease.token, outcome.to_payload()
-                )
-            except NoetlError as exc:
-                if time.monotonic() > deadline:
-                    log.error("could not report %s: %s", lease.task.task_id, exc)
-                    self.stats.errors.append(str(exc))
-                    return
-                time.sleep(delay)
-                delay = min(delay * 2, 2.0)
-                continue
-            if accepted:
-                self.stats.completed += 1
-            else:
-                self.stats.rejected += 1
-                log.info("result of %s refused: lease no longer held", lease.task.task_id)
-            return
+        items = [(r.lease.task.task_id, r.lease.token, r.outcome.to_payload()) for r in batch]
+        try:
+            while True:
+                try:
+                    accepted = self.store.complete_many(items)
+                    break
+                except NoetlError as exc:
+                    if time.monotonic() > deadline:
+                        log.error("could not report %d outcomes: %s", len(batch), exc)
+                        self.stats.errors.append(str(exc))
+                        return
+                    time.sleep(delay)
+                    delay = min(delay * 2, 2.0)
+            for report in batch:
+                report.accepted = report.lease.task.task_id in accepted
+        finally:
+            for report in batch:
+                report.sent.set()
 
     # --- heartbeats ----------------------------------------------------------------------
 

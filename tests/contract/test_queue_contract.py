@@ -366,6 +366,15 @@ def test_complete_and_commit_finishes_appends_and_leases_in_one_step(store: Stor
     assert store.heartbeat("e1.b", leases[0].token).alive is True
 
 
+def test_the_solo_hint_travels_with_the_task(store: Store) -> None:
+    start(store, Enqueue(make_task("a"), solo=True), Enqueue(make_task("b")))
+
+    leases = {lease.task.step: lease for lease in store.claim("w1", limit=10)}
+
+    assert (leases["a"].solo, leases["b"].solo) == (True, False)
+    assert leases["a"].task == make_task("a")  # the hint is not part of the task
+
+
 def test_complete_and_commit_with_a_stale_token_writes_nothing(store: Store) -> None:
     start(store, Enqueue(make_task("a")))
     lease = claim_one(store, lease_s=TINY_S)
@@ -420,6 +429,27 @@ def test_the_compiled_playbook_is_kept_with_the_execution(store: Store) -> None:
     assert store.get_compiled("e1") == '{"k": "ü"}'
     assert store.get_compiled("e2") is None
     assert store.get_compiled("nope") is None
+
+
+def test_complete_many_accepts_each_current_report_on_its_own(store: Store) -> None:
+    start(store, Enqueue(make_task("a")), Enqueue(make_task("b")), Enqueue(make_task("c")))
+    leases = {lease.task.step: lease for lease in store.claim("w1", limit=3, lease_s=LONG_S)}
+    reports = [
+        ("e1.a", leases["a"].token, {"task_id": "e1.a", "ok": True, "this": "é"}),
+        ("e1.b", leases["b"].token + 5, {"task_id": "e1.b", "ok": True}),  # stale token
+        ("e1.c", leases["c"].token, {"task_id": "e1.c", "ok": False, "error": "x"}),
+        ("e1.nope", 1, {"task_id": "e1.nope", "ok": True}),
+    ]
+
+    assert store.complete_many(reports) == {"e1.a", "e1.c"}
+    assert store.complete_many([]) == set()
+
+    assert [status(store, f"e1.{s}") for s in "abc"] == ["done", "leased", "done"]
+    payloads = sorted(
+        (i.payload["task_id"], i.payload.get("this")) for i in store.claim_inputs("o1")
+    )
+    assert payloads == [("e1.a", "é"), ("e1.c", None)]
+    assert store.complete_many(reports[:1]) == set()  # a duplicate report is refused
 
 
 def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(store: Store) -> None:
