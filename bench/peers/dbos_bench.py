@@ -7,27 +7,39 @@
 - fanout (W2): one workflow enqueuing n trivial steps on a queue (worker_concurrency 64) and
   collecting their results into a list; queues are DBOS's way to run steps in parallel.
 - join (W3): n runs started at once (DBOS.start_workflow) of a workflow that enqueues steps
-  A and B (each adding 1) and then runs a join step adding 1 to their sum.
+  A and B (each adding 1, run in parallel by the queue) and then runs a join step adding 1 to
+  their sum; figures per step (4 a run, as bench/run.py counts its own) and runs/s.
 - burst (W4): n runs of a 5-step workflow started at once (DBOS.start_workflow), then all
-  awaited.
+  awaited; figures per step (5 a run) and runs/s.
 
 `--mode sqlite` keeps the system database in a scratch SQLite file; `--mode postgres` in a
 scratch PostgreSQL database `peer_bench_<pid>` (created and dropped around the run). The
 clock runs from the call that starts the workflow(s) to the last result, after a warm-up run
 of the same workload with n=5. Queue polling interval: DBOS_BENCH_POLL seconds (default
 0.01, used for the queue and for awaiting enqueued steps; DBOS's own default is 1.0 for
-both, which bounds W2/W3 by the poll, not by DBOS's work).
+both, which bounds W2/W3 by the poll, not by DBOS's work). `--timeout` (default 600 s)
+bounds the whole script: past it, it prints a JSON object with an "error" field and exits 1.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from common import RssSampler, check, emit, figures, parse_args, pg_url, scratch_postgres, timed
+from common import (
+    RssSampler,
+    check,
+    emit,
+    figures,
+    hard_timeout,
+    parse_args,
+    pg_url,
+    scratch_dir,
+    scratch_postgres,
+    timed,
+)
 from dbos import DBOS, DBOSConfig
 
 POLL = float(os.environ.get("DBOS_BENCH_POLL", "0.01"))
@@ -108,8 +120,9 @@ def bench(workload: str, n: int, db_url: str, mode: str) -> dict[str, Any]:
 
 def main() -> int:
     args = parse_args(__doc__.splitlines()[0], ["sqlite", "postgres"])
+    hard_timeout(args, f"dbos-{args.mode}")
     if args.mode == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
+        with scratch_dir("dbos_bench_") as tmp:
             url = f"sqlite:///{Path(tmp) / 'dbos.sqlite'}"
             result = bench(args.workload, args.n, url, args.mode)
     else:
