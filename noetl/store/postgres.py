@@ -246,10 +246,9 @@ WITH done AS (
     SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
     RETURNING id
 )
-SELECT id, pg_notify('noetl_inputs', '') FROM posted
+SELECT id FROM posted
 """
-# `complete` for many reports in one statement; the notification is sent once per
-# transaction however many rows call it (PostgreSQL folds identical notifications).
+# `complete` for many reports in one statement.
 _COMPLETE_MANY = """
 WITH reports AS (
     SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
@@ -263,7 +262,7 @@ WITH reports AS (
     SELECT execution_id, 'outcome', payload::jsonb, now() FROM done
     RETURNING id
 )
-SELECT task_id, pg_notify('noetl_inputs', '') FROM done
+SELECT task_id FROM done
 """
 _REAP = """
 WITH expired AS (
@@ -284,7 +283,7 @@ WITH expired AS (
     FROM marked
     RETURNING id
 )
-SELECT id, pg_notify('noetl_inputs', '') FROM posted
+SELECT id FROM posted
 """
 _TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
 _SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
@@ -297,7 +296,7 @@ WITH posted AS (
     SELECT execution_id, %s, %s::jsonb, now() FROM execution WHERE execution_id = %s
     RETURNING id
 )
-SELECT id, pg_notify('noetl_inputs', '') FROM posted
+SELECT id FROM posted
 """
 _CLAIM_INPUTS = """
 WITH picked AS (
@@ -483,6 +482,15 @@ def migrate_schema(dsn: str) -> list[Migration]:
     return [m for m in discover("postgres") if m.version in applied]
 
 
+# Notifications are sent AFTER the writes they announce commit, each in a transaction of
+# its own (pipelined: no extra round trip). A NOTIFY holds a lock on the notification
+# queue from the commit of its transaction to the end of it, so notifying inside the
+# writing transaction would serialize every writer through its WAL flush. A process that
+# dies between the two loses the wake-up only: waiters poll.
+_NOTIFY_TASKS = "SELECT pg_notify('noetl_tasks', '')"
+_NOTIFY_INPUTS = "SELECT pg_notify('noetl_inputs', '')"
+
+
 class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
 
@@ -606,19 +614,25 @@ class PostgresStore:
                 row[column] = _ts(row[column])
         row["compiled"] = compiled
         prepared = prepare_initial(record, initial)
-        with self._connection() as conn, conn.pipeline(), conn.transaction():
-            if conn.execute(_INSERT_EXECUTION, row).fetchone() is None:
-                raise ConcurrencyError(f"execution {record.execution_id} already exists")
-            if prepared is not None:
-                self._apply(conn, [prepared])
+        with self._connection() as conn, conn.pipeline():
+            with conn.transaction():
+                if conn.execute(_INSERT_EXECUTION, row).fetchone() is None:
+                    raise ConcurrencyError(f"execution {record.execution_id} already exists")
+                if prepared is not None:
+                    self._apply(conn, [prepared])
+            if prepared is not None and self._wakes_workers([prepared]):
+                conn.execute(_NOTIFY_TASKS)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
         prepared = [prepare(append) for append in appends]
         if not prepared:
             return
-        with self._connection() as conn, conn.pipeline(), conn.transaction():
-            self._apply(conn, prepared)
+        with self._connection() as conn, conn.pipeline():
+            with conn.transaction():
+                self._apply(conn, prepared)
+            if self._wakes_workers(prepared):
+                conn.execute(_NOTIFY_TASKS)
 
     def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
         """`complete` for every report in one statement; the accepted task ids."""
@@ -626,7 +640,10 @@ class PostgresStore:
             return set()
         columns = _columns([(task_id, token, dumps(o)) for task_id, token, o in reports])
         with self._connection() as conn:
-            return {row[0] for row in conn.execute(_COMPLETE_MANY, columns).fetchall()}
+            with conn.pipeline():
+                done = conn.execute(_COMPLETE_MANY, columns)
+                conn.execute(_NOTIFY_INPUTS)
+            return {row[0] for row in done.fetchall()}
 
     def complete_and_commit(
         self,
@@ -647,13 +664,15 @@ class PostgresStore:
                 with conn.transaction():
                     # Sent together with the row lock of `_apply`: one round trip for both.
                     done = conn.execute(_DONE, (task_id, token))
-                    self._apply(conn, [prepared], leased=frozenset(lease), held=done)
+                    self._apply(conn, [prepared], held=done)
                     if lease:
                         cur = conn.execute(
                             _LEASE_IDS,
                             (worker_id, float(lease_s), list(lease), prepared.execution_id),
                         )
-                # The writes, the leases and COMMIT went out together: their rows are here.
+                if self._wakes_workers([prepared], frozenset(lease)):
+                    conn.execute(_NOTIFY_TASKS)
+                # The writes, the leases, COMMIT and a notification went out together.
                 if lease:
                     rows = cur.fetchall()
         except _LeaseLost:
@@ -676,7 +695,6 @@ class PostgresStore:
         conn: Conn,
         prepared: list[PreparedAppend],
         *,
-        leased: frozenset[str] = frozenset(),
         held: Cursor | None = None,
     ) -> None:
         """Check every expected_seq under the executions' row locks, then queue every write
@@ -701,12 +719,16 @@ class PostgresStore:
             raise stale_all(behind)
         with conn.cursor() as cur:
             self._write(cur, prepared)
-            # Tasks leased at once by the deciding worker need nobody woken.
-            if any(
-                item.requeue or any(row[0] not in leased for row in item.enqueue)
-                for item in prepared
-            ):
-                cur.execute("SELECT pg_notify('noetl_tasks', '')")
+
+    @staticmethod
+    def _wakes_workers(
+        prepared: list[PreparedAppend], leased: frozenset[str] = frozenset()
+    ) -> bool:
+        """Whether the appends make tasks claimable (tasks leased at once by the deciding
+        worker need nobody woken)."""
+        return any(
+            item.requeue or any(row[0] not in leased for row in item.enqueue) for item in prepared
+        )
 
     @staticmethod
     def _write(cur: Cursor, prepared: list[PreparedAppend]) -> None:
@@ -851,7 +873,10 @@ class PostgresStore:
         """With the current token: mark the task done and post its outcome, atomically."""
         payload = dumps(outcome)
         with self._connection() as conn:
-            return conn.execute(_COMPLETE, (task_id, token, payload)).fetchone() is not None
+            with conn.pipeline():
+                done = conn.execute(_COMPLETE, (task_id, token, payload))
+                conn.execute(_NOTIFY_INPUTS)
+            return done.fetchone() is not None
 
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
@@ -859,7 +884,10 @@ class PostgresStore:
         if limit == 0:
             return 0
         with self._connection() as conn:
-            return len(conn.execute(_REAP, (limit,)).fetchall())
+            reaped = len(conn.execute(_REAP, (limit,)).fetchall())
+            if reaped:
+                conn.execute(_NOTIFY_INPUTS)
+            return reaped
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         with self._connection() as conn:
@@ -878,7 +906,10 @@ class PostgresStore:
         NotFoundError if the execution does not exist."""
         values = (InputKind(kind).value, dumps(payload), execution_id)
         with self._connection() as conn:
-            row = conn.execute(_POST_INPUT, values).fetchone()
+            with conn.pipeline():
+                posted = conn.execute(_POST_INPUT, values)
+                conn.execute(_NOTIFY_INPUTS)
+            row = posted.fetchone()
         if row is None:
             raise NotFoundError(f"execution {execution_id} not found")
         return int(row[0])
