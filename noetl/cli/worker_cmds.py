@@ -82,7 +82,8 @@ def worker_start(
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
     count = concurrency or os.cpu_count() or 2
-    store = open_store(db)
+    # A connection for each task slot, the reporter, heartbeats and the claim loop.
+    store = open_store(db, connections=count + 4)
     stop = threading.Event()
     try:
         with PythonPool(processes=min(python_processes or count, count)) as python_pool:

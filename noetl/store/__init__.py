@@ -80,9 +80,12 @@ def _locate(url: str) -> tuple[str, str]:
     raise ConfigError(f"unknown store URL scheme {scheme!r}; {_EXPECTED}")
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, *, connections: int | None = None) -> Store:
     """Open the store a URL names: `memory://`, `sqlite:///abs/path.db`, a file path, or
     `postgresql://user:password@host:port/database` (also `postgres://`).
+
+    `connections`: the most database connections the store may hold at once (PostgreSQL;
+    default 10), to match the threads that use it.
 
     `sqlite://` is followed by the path as is, so `sqlite:///abs.db` is absolute and
     `sqlite://rel.db` is relative to the working directory. Raises ConfigError for
@@ -95,7 +98,9 @@ def open_store(url: str) -> Store:
         return SqliteStore(Path(where))
     from noetl.store import postgres  # noqa: PLC0415 - lazy, see __getattr__
 
-    return postgres.PostgresStore(where)
+    if connections is None:
+        return postgres.PostgresStore(where)
+    return postgres.PostgresStore(where, max_size=max(connections, 2))
 
 
 def display_url(url: str) -> str:
