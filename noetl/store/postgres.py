@@ -735,7 +735,7 @@ class PostgresStore:
         """Queue the writes of every append: one statement per kind of row."""
         events = [row for item in prepared for row in item.events]
         if events:
-            cur.execute(_INSERT_EVENTS, _columns(events, time_columns=(3,)))
+            cur.execute(_INSERT_EVENTS, _columns(events, time_columns=(3,)), binary=True)
         # Appends to one execution chain: its row ends as the last one leaves it.
         rows: dict[str, tuple[Any, ...]] = {}
         for item in prepared:
@@ -754,18 +754,20 @@ class PostgresStore:
                 finished,
                 context,
             )
-        cur.execute(_UPDATE_EXECUTIONS, _columns(list(rows.values())))
+        cur.execute(_UPDATE_EXECUTIONS, _columns(list(rows.values())), binary=True)
         steps = {
             (e, step): (e, step, status, _ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }
         if steps:
-            cur.execute(_UPSERT_STEPS, _columns(list(steps.values())))
+            cur.execute(_UPSERT_STEPS, _columns(list(steps.values())), binary=True)
         tasks = {row[0]: row for item in prepared for row in item.enqueue}
         if tasks:
             cur.execute(
-                _ENQUEUE_ALL, _columns([(*row[:7], float(row[7])) for row in tasks.values()])
+                _ENQUEUE_ALL,
+                _columns([(*row[:7], float(row[7])) for row in tasks.values()]),
+                binary=True,
             )
         for item in prepared:
             eid = item.execution_id

@@ -301,6 +301,8 @@ class Worker:
             log.info("result of %s refused: lease no longer held", task.task_id)
             return []
         self.stats.continued += 1
+        if state.terminal:
+            decider.forget(task.execution_id)  # finished: nothing more to decide for it
         return leases
 
     def _complete(self, lease: Lease, outcome: Outcome) -> None:
