@@ -15,6 +15,7 @@ from noetl.runtime.decider import Decider
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
 
@@ -65,6 +66,12 @@ def worker_group() -> None:
     help="Decide what follows a task that was its execution's only one in flight here, "
     "and run the next task at once (else every outcome goes to the server).",
 )
+@click.option(
+    "--secrets-file",
+    type=click.Path(dir_okay=False),
+    envvar="NOETL_SECRETS_FILE",
+    help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
+)
 @db_option
 def worker_start(
     *,
@@ -74,6 +81,7 @@ def worker_start(
     lease_s: float,
     poll_s: float,
     continue_: bool,
+    secrets_file: str | None,
     db: str,
 ) -> None:
     """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first)."""
@@ -89,7 +97,7 @@ def worker_start(
         with PythonPool(processes=min(python_processes or count, count)) as python_pool:
             worker = Worker(
                 store,
-                default_registry(python_pool),
+                default_registry(python_pool, secrets=default_provider(secrets_file)),
                 WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
                 decider=Decider(store, pool=pool) if continue_ else None,
             )

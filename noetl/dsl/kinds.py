@@ -146,6 +146,15 @@ SINK_SPECS: dict[str, type[SpecModel]] = {
 }
 
 
+# Spec fields taken literally, never rendered as templates: code, and SQL (its values come
+# from `args` as query parameters, so a template cannot inject SQL).
+LITERAL_SPEC_FIELDS: dict[str, frozenset[str]] = {
+    "python": frozenset({"code", "module", "callable"}),
+    "postgres": frozenset({"query"}),
+    "duckdb": frozenset({"query"}),
+}
+
+
 def spec_fields(model: type[SpecModel]) -> set[str]:
     """The keys a spec accepts (by alias)."""
     return {f.alias or name for name, f in model.model_fields.items()}

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from noetl.dsl.model import Step
+from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
 from noetl.engine.types import StepStatus
 
@@ -98,6 +99,7 @@ class TemplateContext:
         ctx["workload"] = state.workload
         ctx["execution_id"] = state.execution_id
         ctx["step"] = StepNamespace(state.steps)
+        ctx["secrets"] = SECRETS  # references only: see noetl.engine.secrets
         ctx.update(self.bind)
         ctx.update(self._loop_names())
         ctx.update(extra)

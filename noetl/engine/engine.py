@@ -15,7 +15,8 @@ from typing import Any
 from noetl.dsl.graph import Graph
 from noetl.dsl.model import Condition, Loop, Step, Tool
 from noetl.engine.context import TemplateContext
-from noetl.engine.render import Renderer
+from noetl.engine.render import Renderer, render_spec
+from noetl.engine.secrets import referenced
 from noetl.engine.state import ExecutionState, apply
 from noetl.engine.types import (
     CancelTasks,
@@ -280,7 +281,10 @@ class Engine:
             task_def = self.playbook.task(str(spec["name"]))
             kind, spec = task_def.tool.kind, task_def.tool.spec
             args = {**task_def.tool.args, **args}
-        rendered_args = self.renderer.render(args, ctx.build()) if args else {}
+        values = ctx.build()
+        rendered_args = self.renderer.render(args, values) if args else {}
+        rendered_spec = render_spec(self.renderer, kind, spec, values)
+        secrets = referenced(rendered_args) | referenced(rendered_spec)
         suffix = f".{index}" if index is not None else ""
         item_key = index if key is None else key
         task_key = f"{state.execution_id}:{step.step}" + (
@@ -292,13 +296,14 @@ class Engine:
             execution_id=state.execution_id,
             step=step.step,
             kind=kind,
-            spec=spec,
+            spec=rendered_spec,
             args=rendered_args,
             context=ctx.tool_view(),
             key=task_key,
             index=index,
             attempt=1,
             timeout_ms=timeout,
+            secrets=tuple(sorted(secrets)),
         )
 
     # --- outcomes ------------------------------------------------------------------------

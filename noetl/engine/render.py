@@ -28,6 +28,7 @@ from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from noetl.dsl.kinds import LITERAL_SPEC_FIELDS
 from noetl.errors import TemplateError
 
 DEFAULT_TIME_LIMIT_S = 1.0
@@ -198,6 +199,18 @@ class Renderer:
     def truthy(self, value: Any, context: Mapping[str, Any]) -> bool:
         """Render a condition and read it as a boolean (`"false"`, `"0"`, `""` are false)."""
         return to_bool(self.render(value, context))
+
+
+def render_spec(
+    renderer: Renderer, kind: str, spec: Mapping[str, Any], context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A tool's spec with its templates rendered, except the fields of its kind that are
+    taken literally (`LITERAL_SPEC_FIELDS`: code and SQL)."""
+    literal = LITERAL_SPEC_FIELDS.get(kind, frozenset())
+    return {
+        key: value if key in literal else renderer.render(value, context)
+        for key, value in spec.items()
+    }
 
 
 _FALSE_WORDS = frozenset({"", "false", "0", "no", "off", "none", "null"})

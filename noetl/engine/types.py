@@ -113,8 +113,17 @@ class Task:
     index: int | None = None
     attempt: int = 1
     timeout_ms: int | None = None
+    # Names of the secrets whose markers the rendered spec and args hold (resolved by the
+    # worker just before the call; see noetl.engine.secrets).
+    secrets: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
+        data = self._fields()
+        if self.secrets:
+            data["secrets"] = list(self.secrets)
+        return data
+
+    def _fields(self) -> dict[str, Any]:
         return {
             "task_id": self.task_id,
             "execution_id": self.execution_id,
@@ -143,6 +152,7 @@ class Task:
             index=data.get("index"),
             attempt=int(data.get("attempt", 1)),
             timeout_ms=data.get("timeout_ms"),
+            secrets=tuple(data.get("secrets") or ()),
         )
 
 

@@ -288,7 +288,7 @@ class EmbeddedRuntime:
         """Worker thread: run one task and report its outcome (never raises)."""
         started = time.perf_counter()
         try:
-            outcome = self.tools.get(task.kind).run(task)
+            outcome = self.tools.run(task)
         except Exception as exc:  # a tool must not take the runtime down
             outcome = Outcome(
                 task_id=task.task_id,

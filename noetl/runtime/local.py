@@ -9,6 +9,7 @@ from contextlib import contextmanager
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
 DEFAULT_DB = os.path.join(".noetl", "noetl.db")
@@ -16,14 +17,19 @@ DEFAULT_DB = os.path.join(".noetl", "noetl.db")
 
 @contextmanager
 def embedded_runtime(
-    db: str = DEFAULT_DB, *, workers: int | None = None
+    db: str = DEFAULT_DB, *, workers: int | None = None, secrets_file: str | None = None
 ) -> Iterator[EmbeddedRuntime]:
-    """An embedded runtime over the database `db`; everything is closed on exit."""
+    """An embedded runtime over the database `db`; everything is closed on exit. Secrets
+    come from the environment and the secrets file (`secrets_file`, else
+    `NOETL_SECRETS_FILE`)."""
     count = workers or os.cpu_count() or 2
+    provider = default_provider(secrets_file)
     store = open_store(db)
     try:
         with PythonPool(processes=count) as pool:
-            runtime = EmbeddedRuntime(store, default_registry(pool), workers=count)
+            runtime = EmbeddedRuntime(
+                store, default_registry(pool, secrets=provider), workers=count
+            )
             try:
                 yield runtime
             finally:

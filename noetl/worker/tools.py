@@ -13,6 +13,7 @@ from typing import Protocol
 
 from noetl.engine.types import Outcome, Task
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
 
 __all__ = [
     "NoopTool",
@@ -71,10 +72,13 @@ class UnknownTool:
 
 
 class ToolRegistry:
-    """Tools by kind."""
+    """Tools by kind, and the secret providers their tasks resolve against."""
 
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(
+        self, tools: Iterable[Tool] = (), *, secrets: SecretProvider | None = None
+    ) -> None:
         self._tools: dict[str, Tool] = {}
+        self.secrets = secrets
         for tool in tools:
             self.register(tool)
 
@@ -97,12 +101,18 @@ class ToolRegistry:
         return sorted(self._tools)
 
     def run(self, task: Task) -> Outcome:
-        """Run a task with the tool of its kind; never raises."""
+        """Run a task with the tool of its kind; never raises.
+
+        The task's secret references are resolved first (a missing secret fails the task),
+        the tool runs with the task's `SecretScope` current (`current_scope()`, for
+        credentials), and every secret value is masked in the outcome it returns."""
         started = time.perf_counter()
+        scope = SecretScope(self.secrets)
+        token = enter_scope(scope)
         try:
-            return self.get(task.kind).run(task)
+            outcome = self.get(task.kind).run(scope.resolve(task))
         except Exception as exc:  # a tool bug must cost one task, not the worker
-            return Outcome(
+            outcome = Outcome(
                 task_id=task.task_id,
                 ok=False,
                 error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
@@ -110,8 +120,13 @@ class ToolRegistry:
                 retryable=getattr(exc, "retryable", False) is True,
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
+        finally:
+            leave_scope(token)
+        return scope.mask_outcome(outcome)
 
 
-def default_registry(python_pool: PythonPool) -> ToolRegistry:
-    """The built-in tools available to the embedded runtime."""
-    return ToolRegistry([NoopTool(), PythonTool(python_pool)])
+def default_registry(
+    python_pool: PythonPool, *, secrets: SecretProvider | None = None
+) -> ToolRegistry:
+    """The built-in tools, resolving secrets against `secrets`."""
+    return ToolRegistry([NoopTool(), PythonTool(python_pool)], secrets=secrets)

@@ -1,0 +1,236 @@
+"""Secrets and credentials, resolved where a task runs and masked in what it reports.
+
+Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, such as
+`{"dsn": "postgresql://..."}`), or None when they do not know the name:
+
+* `EnvSecrets`: `NOETL_SECRET_<NAME>` and `NOETL_CREDENTIAL_<NAME>` (a credential's value
+  is JSON, or a plain string taken as `{"dsn": value}`).
+* `FileSecrets`: a YAML or JSON file with `secrets: {NAME: value}` and
+  `credentials: {NAME: {...}}` (`noetl worker start --secrets-file`, `NOETL_SECRETS_FILE`).
+* `ChainSecrets`: the first provider that knows a name wins. A vault or a cloud secret
+  manager is one more class with the same two methods.
+
+`SecretScope` is what one task sees: it resolves the markers of the task's secret names
+(`noetl.engine.secrets`) in the spec and args, hands credentials to tools, remembers every
+value it handed out, and masks them in the outcome (result, error, stdout), so a value
+never reaches the event log, the inbox, the DLQ, logs or API responses.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from noetl.engine.secrets import MARKER
+from noetl.engine.types import Outcome, Task
+from noetl.errors import ConfigError, FatalError
+
+MASK = "***"
+MIN_MASKED = 3  # shorter values are not masked: "a" would mask every "a" in a result
+
+
+class SecretError(FatalError):
+    """A secret or credential the task needs is not known to any provider."""
+
+
+class SecretProvider(Protocol):
+    def secret(self, name: str) -> str | None: ...
+
+    def credential(self, name: str) -> Mapping[str, Any] | None: ...
+
+
+class EnvSecrets:
+    """`NOETL_SECRET_<NAME>` and `NOETL_CREDENTIAL_<NAME>` from the environment."""
+
+    def __init__(self, environ: Mapping[str, str] | None = None) -> None:
+        self._environ = os.environ if environ is None else environ
+
+    def secret(self, name: str) -> str | None:
+        return self._environ.get(f"NOETL_SECRET_{name}")
+
+    def credential(self, name: str) -> Mapping[str, Any] | None:
+        raw = self._environ.get(f"NOETL_CREDENTIAL_{name}")
+        if raw is None:
+            return None
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return {"dsn": raw}
+        return value if isinstance(value, dict) else {"dsn": raw}
+
+
+class FileSecrets:
+    """`secrets:` and `credentials:` of a YAML or JSON file, read once."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        try:
+            data = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+        except OSError as exc:
+            raise ConfigError(f"secrets file {self.path}: {exc.strerror or exc}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" (line {mark.line + 1})" if mark is not None else ""
+            raise ConfigError(f"secrets file {self.path} is not valid YAML{where}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"secrets file {self.path} must be a mapping")
+        secrets, credentials = data.get("secrets") or {}, data.get("credentials") or {}
+        if not isinstance(secrets, dict) or not isinstance(credentials, dict):
+            raise ConfigError(f"secrets file {self.path}: `secrets` and `credentials` are maps")
+        for name, value in credentials.items():
+            if not isinstance(value, dict):
+                raise ConfigError(f"secrets file {self.path}: credential {name!r} is not a map")
+        self._secrets = {str(k): str(v) for k, v in secrets.items()}
+        self._credentials: dict[str, dict[str, Any]] = {str(k): v for k, v in credentials.items()}
+
+    def secret(self, name: str) -> str | None:
+        return self._secrets.get(name)
+
+    def credential(self, name: str) -> Mapping[str, Any] | None:
+        return self._credentials.get(name)
+
+
+class ChainSecrets:
+    """Asks each provider in turn."""
+
+    def __init__(self, providers: Sequence[SecretProvider]) -> None:
+        self.providers = list(providers)
+
+    def secret(self, name: str) -> str | None:
+        for provider in self.providers:
+            value = provider.secret(name)
+            if value is not None:
+                return value
+        return None
+
+    def credential(self, name: str) -> Mapping[str, Any] | None:
+        for provider in self.providers:
+            value = provider.credential(name)
+            if value is not None:
+                return value
+        return None
+
+
+def default_provider(secrets_file: str | None = None) -> SecretProvider:
+    """The environment, then the secrets file (`NOETL_SECRETS_FILE` when not given)."""
+    path = secrets_file or os.environ.get("NOETL_SECRETS_FILE")
+    providers: list[SecretProvider] = [EnvSecrets()]
+    if path:
+        providers.append(FileSecrets(path))
+    return ChainSecrets(providers)
+
+
+class SecretScope:
+    """The secrets of one task: resolve its markers, hand out credentials, mask values."""
+
+    def __init__(self, provider: SecretProvider | None) -> None:
+        self._provider = provider
+        self._values: set[str] = set()
+
+    def resolve(self, task: Task) -> Task:
+        """The task with the markers of its secret names replaced by their values."""
+        if not task.secrets:
+            return task
+        values: dict[str, str] = {}
+        for name in task.secrets:
+            value = self._provider.secret(name) if self._provider is not None else None
+            if value is None:
+                raise SecretError(
+                    f"secret {name!r} is not configured on this worker "
+                    f"(set NOETL_SECRET_{name} or add it to the secrets file)"
+                )
+            values[name] = value
+            self._remember(value)
+        return replace(
+            task,
+            spec=_substitute(task.spec, values),
+            args=_substitute(task.args, values),
+        )
+
+    def credential(self, name: str) -> dict[str, Any]:
+        """A named credential; its values are masked in the outcome like secrets."""
+        found = self._provider.credential(name) if self._provider is not None else None
+        if found is None:
+            raise SecretError(
+                f"credential {name!r} is not configured on this worker "
+                f"(set NOETL_CREDENTIAL_{name} or add it to the secrets file)"
+            )
+        for value in found.values():
+            if isinstance(value, str):
+                self._remember(value)
+        return dict(found)
+
+    def remember(self, value: str) -> None:
+        """Mask this value too (a tool found it, e.g. a password inside a DSN)."""
+        self._remember(value)
+
+    def _remember(self, value: str) -> None:
+        if len(value) >= MIN_MASKED:
+            self._values.add(value)
+
+    def mask(self, value: Any) -> Any:
+        """`value` with every handed-out secret replaced by `***` (strings, lists, maps)."""
+        if not self._values:
+            return value
+        return _mask(value, sorted(self._values, key=len, reverse=True))
+
+    def mask_outcome(self, outcome: Outcome) -> Outcome:
+        if not self._values:
+            return outcome
+        return replace(
+            outcome,
+            this=self.mask(outcome.this),
+            error=self.mask(outcome.error),
+            stdout=self.mask(outcome.stdout),
+        )
+
+
+def _substitute(value: Any, values: Mapping[str, str]) -> Any:
+    if isinstance(value, str):
+        if "<<secret:" not in value:
+            return value
+        return MARKER.sub(lambda m: values.get(m.group(1), m.group(0)), value)
+    if isinstance(value, dict):
+        return {k: _substitute(v, values) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_substitute(v, values) for v in value]
+    return value
+
+
+def _mask(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, dict):
+        return {_mask(k, secrets): _mask(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, secrets) for v in value]
+    return value
+
+
+_SCOPE: ContextVar[SecretScope | None] = ContextVar("noetl_secret_scope", default=None)
+
+
+def current_scope() -> SecretScope:
+    """The secret scope of the task running in this thread (`ToolRegistry.run` sets it);
+    an empty scope outside a task."""
+    scope = _SCOPE.get()
+    return scope if scope is not None else SecretScope(None)
+
+
+def enter_scope(scope: SecretScope) -> Any:
+    """Make `scope` current; returns the token for `leave_scope`."""
+    return _SCOPE.set(scope)
+
+
+def leave_scope(token: Any) -> None:
+    _SCOPE.reset(token)
