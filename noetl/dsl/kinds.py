@@ -46,6 +46,7 @@ class HttpSpec(SpecModel):
     json_body: Any = Field(default=None, alias="json")
     body: str | None = None
     follow_redirects: bool = True
+    timeout: float | None = Field(default=None, gt=0, description="seconds (default 30)")
 
     @field_validator("method", mode="before")
     @classmethod
