@@ -9,8 +9,8 @@ round is not run again for the next pair), for W1 chain, W2 fanout, W3 join and 
 
 - embedded (SQLite) against DBOS with a SQLite system database and Prefect with its
   ephemeral API server on SQLite (all four workloads);
-- postgres (server + 1 worker process) against DBOS on PostgreSQL (all four workloads), and
-  postgres with 2 worker processes against DBOS on PostgreSQL (W1 and W2).
+- postgres (server + 1 worker process, and server + 2 worker processes) against DBOS on
+  PostgreSQL (all four workloads).
 
 Each figure is normalised to milliseconds per step (W1), per item (W2) or per execution
 (W3, W4: wall time / executions started at once; a W3 execution is A and B in parallel
@@ -53,9 +53,11 @@ PAIRS = [
     ("join", "embedded", None, "dbos", "sqlite"),
     ("join", "embedded", None, "prefect", "sqlite"),
     ("join", "postgres", 1, "dbos", "postgres"),
+    ("join", "postgres", 2, "dbos", "postgres"),
     ("burst", "embedded", None, "dbos", "sqlite"),
     ("burst", "embedded", None, "prefect", "sqlite"),
     ("burst", "postgres", 1, "dbos", "postgres"),
+    ("burst", "postgres", 2, "dbos", "postgres"),
 ]
 # n per (quick, workload, who): steps (chain), items (fanout) or executions (join, burst).
 # Prefect's W3/W4 stay small: on SQLite its concurrent flow runs wait out 503 retries.
