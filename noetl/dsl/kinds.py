@@ -90,15 +90,90 @@ class NoopSpec(SpecModel):
     """Does nothing; its result is its rendered `args`."""
 
 
-TOOL_SPECS: dict[str, type[SpecModel]] = {
-    "python": PythonSpec,
-    "http": HttpSpec,
-    "postgres": PostgresSpec,
-    "duckdb": DuckdbSpec,
-    "playbook": PlaybookSpec,
-    "workbook": WorkbookSpec,
-    "noop": NoopSpec,
-}
+class PluginSpec(SpecModel):
+    """The spec of a third-party tool that declares no model: any keys."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+
+class _ToolKinds(dict[str, type[BaseModel]]):
+    """Tool kinds and their spec models: the built-ins, then the third-party tools of the
+    `noetl.tools` entry point group, loaded the first time a kind is not a built-in (or
+    when all kinds are listed), so commands that never meet one do not pay for the scan."""
+
+    _loaded = False
+
+    def _load(self) -> None:
+        if not self._loaded:
+            self._loaded = True
+            for kind, tool in plugin_tools().items():
+                self.setdefault(kind, getattr(tool, "spec_model", None) or PluginSpec)
+
+    def __missing__(self, kind: str) -> type[BaseModel]:
+        if self._loaded:
+            raise KeyError(kind)
+        self._load()
+        return self[kind]
+
+    def get(self, kind: str, default: Any = None) -> Any:
+        try:
+            return self[kind]
+        except KeyError:
+            return default
+
+    def __contains__(self, kind: object) -> bool:
+        return isinstance(kind, str) and self.get(kind) is not None
+
+    def __iter__(self) -> Any:
+        self._load()
+        return super().__iter__()
+
+    def items(self) -> Any:
+        self._load()
+        return super().items()
+
+    def keys(self) -> Any:
+        self._load()
+        return super().keys()
+
+
+TOOL_SPECS: dict[str, type[BaseModel]] = _ToolKinds(
+    {
+        "python": PythonSpec,
+        "http": HttpSpec,
+        "postgres": PostgresSpec,
+        "duckdb": DuckdbSpec,
+        "playbook": PlaybookSpec,
+        "workbook": WorkbookSpec,
+        "noop": NoopSpec,
+    }
+)
+BUILTIN_TOOL_KINDS = frozenset(dict.keys(TOOL_SPECS))
+
+_plugins: dict[str, Any] | None = None
+
+
+def plugin_tools() -> dict[str, Any]:
+    """Third-party tools by kind, from the `noetl.tools` entry point group (loaded once).
+
+    An entry point names a tool class (made with no arguments) or a tool object, with a
+    `kind` string, a `run(task) -> Outcome` method and, optionally, `spec_model` (a
+    pydantic model of its spec; without one any spec is accepted). A plugin cannot replace
+    a built-in kind."""
+    global _plugins  # noqa: PLW0603 - a process-wide cache of the entry point scan
+    if _plugins is None:
+        from importlib.metadata import entry_points  # noqa: PLC0415 - only when needed
+
+        found: dict[str, Any] = {}
+        for point in entry_points(group="noetl.tools"):
+            loaded = point.load()
+            tool = loaded() if isinstance(loaded, type) else loaded
+            kind = getattr(tool, "kind", None)
+            if not isinstance(kind, str) or kind in BUILTIN_TOOL_KINDS:
+                continue
+            found[kind] = tool
+        _plugins = found
+    return _plugins
 
 
 # --- sinks -------------------------------------------------------------------------------
@@ -156,6 +231,6 @@ LITERAL_SPEC_FIELDS: dict[str, frozenset[str]] = {
 }
 
 
-def spec_fields(model: type[SpecModel]) -> set[str]:
+def spec_fields(model: type[BaseModel]) -> set[str]:
     """The keys a spec accepts (by alias)."""
     return {f.alias or name for name, f in model.model_fields.items()}

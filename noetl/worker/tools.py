@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import Protocol
 
+from noetl.dsl.kinds import plugin_tools
 from noetl.engine.types import Outcome, Task
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
@@ -128,5 +129,9 @@ class ToolRegistry:
 def default_registry(
     python_pool: PythonPool, *, secrets: SecretProvider | None = None
 ) -> ToolRegistry:
-    """The built-in tools, resolving secrets against `secrets`."""
-    return ToolRegistry([NoopTool(), PythonTool(python_pool)], secrets=secrets)
+    """The built-in tools and the third-party tools of the `noetl.tools` entry point group
+    (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`."""
+    registry = ToolRegistry([NoopTool(), PythonTool(python_pool)], secrets=secrets)
+    for tool in plugin_tools().values():
+        registry.register(tool)
+    return registry
