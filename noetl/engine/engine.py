@@ -284,7 +284,10 @@ class Engine:
         values = ctx.build()
         rendered_args = self.renderer.render(args, values) if args else {}
         rendered_spec = render_spec(self.renderer, kind, spec, values)
+        sinks = self._sinks(step, values)
         secrets = referenced(rendered_args) | referenced(rendered_spec)
+        for sink in sinks:
+            secrets |= referenced(sink["spec"])
         suffix = f".{index}" if index is not None else ""
         item_key = index if key is None else key
         task_key = f"{state.execution_id}:{step.step}" + (
@@ -304,7 +307,38 @@ class Engine:
             attempt=1,
             timeout_ms=timeout,
             secrets=tuple(sorted(secrets)),
+            sinks=sinks,
+            # The worker needs the pick only to compute what its sinks write.
+            pick=step.result.pick if sinks and step.result is not None else None,
         )
+
+    def _sinks(self, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+        """The step's `result.sink` entries as the worker runs them, specs rendered now.
+
+        `args` is kept as a template: it may use `this` and `out`, which only the worker
+        has. `policy.on_sink_fail: async_ignore` makes every sink best-effort."""
+        if step.result is None or not step.result.sink:
+            return ()
+        all_async = self.playbook.policy.on_sink_fail == "async_ignore"
+        sinks: list[dict[str, Any]] = []
+        for index, sink in enumerate(step.result.sink):
+            try:
+                spec = render_spec(self.renderer, sink.kind, sink.spec, values)
+            except TemplateError as exc:
+                raise TemplateError(f"result.sink[{index}]: {exc}") from None
+            entry: dict[str, Any] = {
+                "kind": sink.kind,
+                "spec": spec,
+                # the validator's default id (noetl.dsl.checks), so ids it checked are unique
+                "id": sink.id or f"{sink.kind}_{index}",
+                "async": sink.async_ or all_async,
+                "timeout_ms": sink.timeout_ms,
+                "retry": sink.retry.model_dump(mode="json") if sink.retry else None,
+            }
+            if sink.args is not None:
+                entry["args"] = sink.args
+            sinks.append(entry)
+        return tuple(sinks)
 
     # --- outcomes ------------------------------------------------------------------------
 
@@ -476,8 +510,9 @@ class Engine:
                 collected = [(collect_key, result)]
             except TemplateError as exc:
                 ok, error = False, str(exc)
-        if ok and step.result is not None and step.result.sink:
-            ok, error = False, "result.sink: sinks are not available in this runtime yet"
+        if ok and step.result is not None and step.result.sink and step.tool is None:
+            # Sinks run on the worker after the tool; without a tool nothing would write.
+            ok, error = False, "result.sink needs a tool to run after (`tool: noop` will do)"
         if ok:
             payload["result"] = result
             updates = self._collect(state, step, collected or [])

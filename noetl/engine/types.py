@@ -100,6 +100,12 @@ class Task:
 
     `key` is the idempotency key `{execution_id}:{step}[:{index}]`; `task_id` is unique per
     dispatch and is what a result must quote to be accepted.
+
+    `sinks` are the step's `result.sink` entries, run by the worker after the tool (each a
+    map: `kind`, rendered `spec`, `id`, `async`, `timeout_ms`, `retry`, and the raw `args`
+    template when given; see `noetl.sinks`); `pick` is the raw `result.pick` template the
+    worker applies to `this` to get the `out` the sinks write. Both are empty for a step
+    without sinks, and left out of `to_dict` then.
     """
 
     task_id: str
@@ -116,11 +122,17 @@ class Task:
     # Names of the secrets whose markers the rendered spec and args hold (resolved by the
     # worker just before the call; see noetl.engine.secrets).
     secrets: tuple[str, ...] = ()
+    sinks: tuple[dict[str, Any], ...] = ()
+    pick: Any = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
         if self.secrets:
             data["secrets"] = list(self.secrets)
+        if self.sinks:
+            data["sinks"] = list(self.sinks)
+        if self.pick is not None:
+            data["pick"] = self.pick
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -153,12 +165,18 @@ class Task:
             attempt=int(data.get("attempt", 1)),
             timeout_ms=data.get("timeout_ms"),
             secrets=tuple(data.get("secrets") or ()),
+            sinks=tuple(dict(s) for s in data.get("sinks") or ()),
+            pick=data.get("pick"),
         )
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
-    """What a worker reports for a task."""
+    """What a worker reports for a task.
+
+    `sinks` holds one summary per sink the task ran (see `noetl.sinks`); the payload has
+    the key only when there are some.
+    """
 
     task_id: str
     ok: bool
@@ -168,6 +186,7 @@ class Outcome:
     retryable: bool = False
     stdout: str = ""
     duration_ms: float = 0.0
+    sinks: tuple[dict[str, Any], ...] = ()
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"task_id": self.task_id, "ok": self.ok, "this": self.this}
@@ -177,6 +196,8 @@ class Outcome:
             payload["retryable"] = self.retryable
         if self.stdout:
             payload["stdout"] = self.stdout
+        if self.sinks:
+            payload["sinks"] = list(self.sinks)
         payload["duration_ms"] = round(self.duration_ms, 3)
         return payload
 

@@ -13,6 +13,7 @@ from typing import Protocol
 
 from noetl.dsl.kinds import plugin_tools
 from noetl.engine.types import Outcome, Task
+from noetl.sinks import run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
 
@@ -112,6 +113,8 @@ class ToolRegistry:
         token = enter_scope(scope)
         try:
             outcome = self.get(task.kind).run(scope.resolve(task))
+            if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
+                outcome = run_sinks(task, outcome.this).apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
             outcome = Outcome(
                 task_id=task.task_id,

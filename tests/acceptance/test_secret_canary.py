@@ -1,0 +1,173 @@
+"""The secret canary: a unique secret value used in an HTTP header, a SQL parameter and a
+python argument must reach the services that need it and nowhere else: not the database,
+not the CLI's output or logs, not the API's responses. Checked after a success and after
+a failure, with the real CLI in a subprocess, a real HTTP server on loopback and the real
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import uuid
+import warnings
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl.runtime.orchestrator import Orchestrator
+from noetl.server.app import create_app
+from noetl.store import SqliteStore
+from tests.conftest import ROOT
+
+with warnings.catch_warnings():
+    # Starlette asks for `httpx2` instead of `httpx`; either drives the app the same way.
+    warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
+    from fastapi.testclient import TestClient
+
+PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: canary}}
+workload: {{fail: false}}
+workflow:
+  - step: call
+    tool:
+      kind: http
+      url: "{url}"
+      headers: {{Authorization: "Bearer {{{{ secrets.CANARY }}}}"}}
+    result: {{as: called}}
+    next: query
+  - step: query
+    tool:
+      kind: postgres
+      credential: warehouse
+      query: "SELECT length(%(token)s::text) AS n, %(token)s::text AS echoed"
+      args: {{token: "{{{{ secrets.CANARY }}}}"}}
+    result: {{as: queried}}
+    next: compute
+  - step: compute
+    tool:
+      kind: python
+      code: |
+        def main(context, args):
+            print("using", args["token"])
+            if args["fail"]:
+                raise ValueError("rejected " + args["token"])
+            return {{"length": len(args["token"]), "echo": args["token"]}}
+      args: {{token: "{{{{ secrets.CANARY }}}}", fail: "{{{{ workload.fail }}}}"}}
+    result: {{as: computed}}
+"""
+
+
+class Recorder(BaseHTTPRequestHandler):
+    """Answers 200 (or 500 when the path says so) echoing the Authorization header."""
+
+    seen: list[str] = []
+
+    def do_GET(self) -> None:
+        auth = self.headers.get("Authorization", "")
+        Recorder.seen.append(auth)
+        status = 500 if self.path.startswith("/fail") else 200
+        body = json.dumps({"you_sent": auth}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def http_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    Recorder.seen = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def run(
+    playbook: Path, db: Path, env: dict[str, str], *extra: str
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--db", str(db), *extra],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **env},
+    )
+
+
+def files_of(db: Path) -> bytes:
+    """Every byte SQLite keeps for the database: the file, its WAL and shared memory."""
+    return b"".join(p.read_bytes() for p in db.parent.glob(db.name + "*"))
+
+
+def api_texts(db: Path) -> str:
+    store = SqliteStore(db)
+    try:
+        client = TestClient(create_app(store, Orchestrator(store, owner="t"), version="t"))
+        [item] = client.get("/api/executions").json()["items"]
+        execution_id = item["execution_id"]
+        paths = [
+            "/api/executions",
+            f"/api/executions/{execution_id}",
+            f"/api/executions/{execution_id}/events?limit=1000",
+            f"/api/executions/{execution_id}/graph",
+        ]
+        responses = [client.get(path) for path in paths]
+        assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
+        return "\n".join(r.text for r in responses)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("outcome", ["success", "http_failure", "python_failure"])
+def test_a_secret_reaches_its_services_and_nothing_else(
+    outcome: str, tmp_path: Path, http_url: str, pg_dsn: str
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    url = f"{http_url}/{'fail' if outcome == 'http_failure' else 'ok'}"
+    playbook = tmp_path / "canary.yaml"
+    playbook.write_text(PLAYBOOK.format(url=url), encoding="utf-8")
+    db = tmp_path / "data" / "noetl.db"
+    env = {
+        "NOETL_SECRET_CANARY": canary,
+        "NOETL_CREDENTIAL_warehouse": json.dumps({"dsn": pg_dsn}),
+        "NOETL_LOG_LEVEL": "DEBUG",
+    }
+
+    extra = ("--set", "fail=true") if outcome == "python_failure" else ()
+    proc = run(playbook, db, env, *extra)
+
+    # The secret was really used where it was needed...
+    assert Recorder.seen == [f"Bearer {canary}"]
+    result = json.loads(proc.stdout)
+    if outcome == "success":
+        assert proc.returncode == 0, proc.stderr
+        assert result["context"]["queried"]["rows"][0]["n"] == len(canary)
+        assert result["context"]["computed"]["length"] == len(canary)
+        assert result["context"]["called"]["data"] == {"you_sent": "Bearer ***"}
+    else:
+        assert proc.returncode == 1
+        assert result["status"] == "fail"
+        expected = "HTTP 500" if outcome == "http_failure" else "rejected ***"
+        assert expected in json.dumps(result)
+    # ...and appears nowhere else.
+    assert canary not in proc.stdout
+    assert canary not in proc.stderr
+    assert canary.encode() not in files_of(db)
+    assert canary not in api_texts(db)
