@@ -134,7 +134,19 @@ def default_registry(
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`."""
-    registry = ToolRegistry([NoopTool(), PythonTool(python_pool)], secrets=secrets)
+    # the tools' libraries load only where tasks run
+    from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
+    from noetl.tools.http import HttpTool  # noqa: PLC0415
+    from noetl.tools.postgres import PostgresTool  # noqa: PLC0415
+
+    builtins: list[Tool] = [
+        NoopTool(),
+        PythonTool(python_pool),
+        HttpTool(),
+        PostgresTool(),
+        DuckdbTool(),
+    ]
+    registry = ToolRegistry(builtins, secrets=secrets)
     for tool in plugin_tools().values():
         registry.register(tool)
     return registry

@@ -119,10 +119,10 @@ def test_a_tool_that_raises_costs_one_task(
     assert (outcome.error_type, outcome.retryable) == (error_type, retryable)
 
 
-def test_default_registry_has_noop_and_python() -> None:
+def test_default_registry_has_the_built_in_tools() -> None:
     pool = FakePool()
     registry = default_registry(cast(PythonPool, pool))
-    assert registry.kinds() == ["noop", "python"]
+    assert registry.kinds() == ["duckdb", "http", "noop", "postgres", "python"]
     assert isinstance(registry.get("python"), PythonTool)
     task = make_task("python")
     assert registry.run(task).this == "from pool"
