@@ -51,6 +51,7 @@ class Orchestrator:
         cache_size: int = 10_000,
         input_lease_s: float = 30.0,
         reap_interval_s: float = 0.5,
+        maintain_interval_s: float = 5.0,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -59,6 +60,8 @@ class Orchestrator:
         self.input_lease_s = input_lease_s
         self.reap_interval_s = reap_interval_s
         self._last_reap = float("-inf")
+        self.maintain_interval_s = maintain_interval_s
+        self._last_maintain = time.monotonic()
         self.decider = Decider(store, pool=pool, cache_size=cache_size)
 
     # --- starting and canceling ----------------------------------------------------------
@@ -115,12 +118,16 @@ class Orchestrator:
     # --- the loop ------------------------------------------------------------------------
 
     def run_once(self, *, limit: int = 500) -> int:
-        """Reap expired leases (at most every `reap_interval_s`), then decide on a batch of
+        """Reap expired leases (at most every `reap_interval_s`), keep the queue tables
+        tidy (`Store.maintain`, every `maintain_interval_s`), then decide on a batch of
         inputs. Returns inputs handled."""
         now = time.monotonic()
         if now - self._last_reap >= self.reap_interval_s:
             self._last_reap = now
             self.store.reap_expired()
+        if now - self._last_maintain >= self.maintain_interval_s:
+            self._last_maintain = now
+            self.store.maintain()
         inputs = self.store.claim_inputs(self.owner, limit=limit, lease_s=self.input_lease_s)
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:

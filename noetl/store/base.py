@@ -259,6 +259,11 @@ class Store(Protocol):
         None (nothing written) when the token is not current; ConcurrencyError (nothing
         written, the task still leased) when `append.expected_seq` is stale."""
 
+    def maintain(self) -> None:
+        """Housekeeping of the queue tables, cheap enough to call every few seconds
+        (PostgreSQL: vacuum the queue and the inbox, whose rows are rewritten at a high
+        rate, so claims stay as fast as on a fresh table). A no-op where not needed."""
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Mark leased tasks whose lease ran out (database clock) as expired and add a
         LEASE_EXPIRED input for each; returns how many."""

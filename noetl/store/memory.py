@@ -327,6 +327,9 @@ class MemoryStore:
             self._notify("tasks")
         return leases
 
+    def maintain(self) -> None:
+        """Nothing to do: no dead rows pile up that claims must step over."""
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)

@@ -371,6 +371,9 @@ class SqliteStore:
             self._write(conn, prepared)
             return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
 
+    def maintain(self) -> None:
+        """Nothing to do: no dead rows pile up that claims must step over."""
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)

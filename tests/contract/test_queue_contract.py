@@ -898,3 +898,15 @@ def test_memory_wait_for_wakes_on_new_tasks_and_inputs() -> None:
     assert woke("inputs", store.reap_expired)
     # the other channel stays asleep
     assert not woke("tasks", lambda: store.post_input("e1", InputKind.CANCEL, {}), timeout=0.1)
+
+
+def test_maintain_keeps_the_queue_working(store: Store) -> None:
+    start(store, Enqueue(make_task("a")), Enqueue(make_task("b")))
+    lease = claim_one(store)
+    assert store.complete(lease.task.task_id, lease.token, {"task_id": "e1.a", "ok": True})
+
+    store.maintain()
+    store.maintain()  # twice in a row is fine
+
+    assert steps_of(store.claim("w1", limit=10)) == ["b"]
+    assert [i.kind for i in store.claim_inputs("o1")] == [InputKind.OUTCOME]

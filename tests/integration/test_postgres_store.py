@@ -588,3 +588,14 @@ def test_a_server_outage_fails_fast_and_retryable_then_the_store_recovers(
     finally:
         store.close()
         proxy.down()
+
+
+def test_maintain_vacuums_the_queue_tables(pg_store: PostgresStore, pg_database: str) -> None:
+    pg_store.maintain()
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT relname, vacuum_count FROM pg_stat_user_tables "
+            "WHERE relname IN ('task_queue', 'inbox') ORDER BY relname"
+        ).fetchall()
+    assert rows == [("inbox", 1), ("task_queue", 1)]
