@@ -1,0 +1,85 @@
+"""The secret canary in distributed mode: a server and a worker as real processes on a
+real PostgreSQL database. The secret is configured on the worker only; after a success and
+after a failure it must appear in no table, no process log and no API response."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psycopg
+import pytest
+
+from tests.acceptance.test_secret_canary import PLAYBOOK, Recorder, http_url  # noqa: F401
+from tests.distributed.cluster import Cluster
+
+
+@pytest.fixture
+def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
+    cl = Cluster(db=pg_database, workdir=tmp_path)
+    try:
+        yield cl
+    finally:
+        cl.stop_all()
+
+
+def database_text(dsn: str) -> str:
+    """Every row of every table of the database, as text."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        tables = [
+            row[0]
+            for row in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+            ).fetchall()
+        ]
+        return "\n".join(
+            str(conn.execute(f'SELECT t::text FROM "{table}" t').fetchall()) for table in tables
+        )
+
+
+@pytest.mark.parametrize("outcome", ["success", "python_failure"])
+def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
+    outcome: str,
+    cluster: Cluster,
+    http_url: str,  # noqa: F811 - the fixture, imported above
+    pg_dsn: str,
+) -> None:
+    canary = f"canary-{uuid.uuid4().hex}"
+    cluster.start_server()
+    cluster.env = {  # the worker alone knows the secret and the credential
+        "NOETL_SECRET_CANARY": canary,
+        "NOETL_CREDENTIAL_warehouse": json.dumps({"dsn": pg_dsn}),
+        "NOETL_LOG_LEVEL": "DEBUG",
+    }
+    cluster.start_worker("w1")
+    playbook = PLAYBOOK.format(url=f"{http_url}/ok")
+
+    execution_id = cluster.start_execution(playbook, {"fail": outcome == "python_failure"})
+    result = cluster.wait_finished(execution_id, timeout=60)
+
+    assert Recorder.seen == [f"Bearer {canary}"]
+    if outcome == "success":
+        assert result["status"] == "ok", result
+        assert result["context"]["computed"]["length"] == len(canary)
+    else:
+        assert result["status"] == "fail", result
+    responses = [
+        httpx.get(f"{cluster.url}{path}", timeout=30).text
+        for path in (
+            "/api/executions",
+            f"/api/executions/{execution_id}",
+            f"/api/executions/{execution_id}/events?limit=1000",
+        )
+    ]
+    cluster.stop_all()
+    logs = "\n".join(proc.output() for proc in cluster.procs)
+    assert "worker" in logs and "listening" in logs  # both processes' output was captured
+    for where, text in (
+        ("the database", database_text(cluster.db)),
+        ("the logs", logs),
+        ("the API", "\n".join(responses)),
+    ):
+        assert canary not in text, f"the secret leaked into {where}"
