@@ -18,12 +18,13 @@ import importlib
 import inspect
 import io
 import json
+import logging
 import os
 import signal
 import traceback
 from collections import OrderedDict
-from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -198,7 +199,7 @@ class Runner:
         code, module, name, args, context = request
         capture = _Capture()
         try:
-            with redirect_stdout(capture), redirect_stderr(capture):
+            with redirect_stdout(capture), redirect_stderr(capture), _logs_into(capture):
                 func, arity = self._resolve(code, module, name)
                 result = func(context, args) if arity == 2 else func(args) if arity else func()
                 if inspect.iscoroutine(result):
@@ -219,6 +220,24 @@ class Runner:
             error = f"result of {name}() is not JSON-serializable: {exc}"
             return (False, error, type(exc).__name__, False, capture.getvalue())
         return (True, text, capture.getvalue())
+
+
+@contextmanager
+def _logs_into(capture: _Capture) -> Iterator[None]:
+    """Records the user's code logs at INFO and above go to the captured output too, as
+    `LEVEL logger: message` lines, for the duration of one call."""
+    root = logging.getLogger()
+    handler = logging.StreamHandler(capture)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    level = root.level
+    root.addHandler(handler)
+    if level > logging.INFO or level == logging.NOTSET:
+        root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 def serve(reader: Connection, writer: Connection) -> None:

@@ -306,6 +306,23 @@ def test_stdout_and_stderr_are_captured(pool: PythonPool) -> None:
     assert failed.stdout == "before\n"
 
 
+def test_logs_of_the_call_are_captured_from_info_up(pool: PythonPool) -> None:
+    source = (
+        "import logging\n"
+        "log = logging.getLogger('etl.orders')\n"
+        "def main():\n"
+        "    log.debug('not kept')\n"
+        "    log.info('loaded %d rows', 3)\n"
+        "    logging.warning('careful')\n"
+        "    return 1\n"
+    )
+    first = pool.run(code(source))
+    second = pool.run(code(source))  # the handler of one call is gone by the next
+
+    assert first.stdout == "INFO etl.orders: loaded 3 rows\nWARNING root: careful\n"
+    assert second.stdout == first.stdout
+
+
 def test_stdout_is_truncated_to_64_kib(pool: PythonPool) -> None:
     source = "def main():\n    for _ in range(100):\n        print('é' * 1000)\n"
     outcome = pool.run(code(source))
