@@ -24,7 +24,6 @@ from __future__ import annotations
 import getpass
 import logging
 import os
-import threading
 import time
 import weakref
 from collections.abc import Iterator, Sequence
@@ -39,9 +38,10 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.errors import ConfigError
+from noetl.store import _pg_sql as sql
+from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
 from noetl.store._rows import (
     TASK_COLUMNS,
-    WORKER_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
@@ -81,8 +81,6 @@ log = logging.getLogger("noetl.store.postgres")
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-CHANNELS = {"tasks": "noetl_tasks", "inputs": "noetl_inputs"}
-CONNECT_TIMEOUT_S = 5
 RECONNECT_S = 5.0
 # A connection that finished a statement this recently is trusted without a round trip;
 # one idle for longer is checked on checkout (it may have died with a server restart).
@@ -101,226 +99,6 @@ def _check_if_idle(conn: Any) -> None:
 
 # The playbook catalog serializes versions of one path on (this, hashtext(path)).
 _PLAYBOOK_LOCK_SPACE = 0x6E6F6570
-
-# --- named queries -----------------------------------------------------------------------
-
-_EXECUTION_COLUMNS = (
-    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
-    "e.status, e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at, "
-    "e.finished_at"
-)
-_FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
-_INSERT_EXECUTION = """
-WITH e AS (
-    INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,
-                           parent_execution_id, last_seq, created_at, updated_at, finished_at)
-    VALUES (%(execution_id)s, %(playbook_name)s, %(playbook_path)s, %(status)s,
-            %(context)s::jsonb, %(parent_execution_id)s, 0, %(created_at)s, %(updated_at)s,
-            %(finished_at)s)
-    ON CONFLICT (execution_id) DO NOTHING
-    RETURNING execution_id
-)
-INSERT INTO execution_input (execution_id, playbook_text, workload, compiled)
-SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb, %(compiled)s FROM e
-RETURNING execution_id
-"""
-# NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
-# it (inbox rows from `complete`, `post_input`, the reaper) pass without waiting.
-_LOCK_EXECUTIONS = (
-    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
-    "ORDER BY execution_id FOR NO KEY UPDATE"
-)
-# Set-based writes: one statement per kind of row for a whole commit (many executions,
-# many events), with the rows passed as arrays. PostgreSQL's cost is per statement far
-# more than per row, so a loop of a thousand items costs a few statements per commit.
-_INSERT_EVENTS = """
-INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
-SELECT e, s, t, ts, st, p::jsonb
-FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
-    AS u(e, s, t, ts, st, p)
-"""
-_UPDATE_EXECUTIONS = """
-UPDATE execution x SET
-    last_seq = u.last_seq,
-    updated_at = u.now,
-    status = COALESCE(u.status, x.status),
-    finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
-    context = COALESCE(u.context::jsonb, x.context)
-FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[],
-            %s::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
-WHERE x.execution_id = u.execution_id
-"""
-_UPSERT_STEPS = """
-INSERT INTO step_state (execution_id, step, status, updated_at)
-SELECT e, st, s::jsonb, ts
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(e, st, s, ts)
-ON CONFLICT (execution_id, step) DO UPDATE SET
-    status = excluded.status, updated_at = excluded.updated_at
-"""
-# Queue changes are timed by now(): the database clock at the start of the transaction.
-# A task id enqueued again (a step called again) re-queues its row and keeps its
-# lease_token, so the fencing token only grows and an older lease stays fenced off.
-_ENQUEUE_ALL = """
-INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
-                        not_before, status, created_at, updated_at)
-SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[],
-            %s::float8[]) AS u(t, e, st, pl, pr, a, p, d)
-ON CONFLICT (task_id) DO UPDATE SET
-    execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
-    priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
-    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false,
-    not_before = excluded.not_before, payload = excluded.payload,
-    updated_at = excluded.updated_at
-"""
-_DELETE_ALL_INPUTS = """
-DELETE FROM inbox i USING unnest(%s::bigint[], %s::text[]) AS d(id, e)
-WHERE i.id = d.id AND i.execution_id = d.e
-"""
-# An append changes only the tasks and inputs of its own execution.
-_REQUEUE = """
-UPDATE task_queue SET
-    status = 'queued', attempt = %s, not_before = now() + make_interval(secs => %s),
-    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false, updated_at = now()
-WHERE task_id = %s AND execution_id = %s
-"""
-# A queued task is canceled outright; a leased one is flagged, and its holder learns it
-# from its next heartbeat.
-_CANCEL_TASKS = """
-UPDATE task_queue SET
-    status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
-    cancel_requested = cancel_requested OR status = 'leased',
-    updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
-"""
-_SELECT_EVENTS = (
-    "SELECT seq, type, ts, step, payload FROM event_log "
-    "WHERE execution_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-)
-_EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
-# The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
-# lease them. The token grows by one per claim. Every queue time is the database's now().
-_CLAIM = """
-WITH picked AS (
-    SELECT task_id FROM task_queue
-    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now()
-    ORDER BY priority DESC, not_before, queue_order
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE task_queue t SET
-    status = 'leased', lease_token = t.lease_token + 1, worker_id = %(worker_id)s,
-    lease_expires_at = now() + make_interval(secs => %(lease_s)s), updated_at = now()
-FROM picked WHERE t.task_id = picked.task_id
-RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
-          t.priority, t.not_before, t.queue_order
-"""
-# The deciding worker's own task: done with its current token (first statement of
-# `complete_and_commit`; no row means the lease is gone and nothing is written).
-_DONE = """
-UPDATE task_queue SET status = 'done', updated_at = now()
-WHERE task_id = %s AND lease_token = %s AND status = 'leased'
-RETURNING 1
-"""
-# Tasks just enqueued by the deciding worker, leased to it in the same transaction.
-_LEASE_IDS = """
-UPDATE task_queue SET
-    status = 'leased', lease_token = lease_token + 1, worker_id = %s,
-    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status = 'queued'
-RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
-"""
-_HEARTBEAT = """
-UPDATE task_queue SET
-    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-WHERE task_id = %s AND lease_token = %s AND status = 'leased'
-RETURNING cancel_requested
-"""
-_COMPLETE = """
-WITH done AS (
-    UPDATE task_queue SET status = 'done', updated_at = now()
-    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
-    RETURNING execution_id
-), posted AS (
-    INSERT INTO inbox (execution_id, kind, payload, created_at)
-    SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
-    RETURNING id
-)
-SELECT id FROM posted
-"""
-# `complete` for many reports in one statement.
-_COMPLETE_MANY = """
-WITH reports AS (
-    SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
-), done AS (
-    UPDATE task_queue t SET status = 'done', updated_at = now()
-    FROM reports r
-    WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
-    RETURNING t.task_id, t.execution_id, r.payload
-), posted AS (
-    INSERT INTO inbox (execution_id, kind, payload, created_at)
-    SELECT execution_id, 'outcome', payload::jsonb, now() FROM done
-    RETURNING id
-)
-SELECT task_id FROM done
-"""
-_REAP = """
-WITH expired AS (
-    SELECT task_id FROM task_queue
-    WHERE status = 'leased' AND lease_expires_at < now()
-    ORDER BY lease_expires_at, queue_order
-    LIMIT %s
-    FOR UPDATE SKIP LOCKED
-), marked AS (
-    UPDATE task_queue t SET status = 'expired', updated_at = now()
-    FROM expired WHERE t.task_id = expired.task_id
-    RETURNING t.task_id, t.execution_id, t.attempt, t.worker_id
-), posted AS (
-    INSERT INTO inbox (execution_id, kind, payload, created_at)
-    SELECT execution_id, 'lease_expired',
-           jsonb_build_object('task_id', task_id, 'attempt', attempt, 'worker_id', worker_id),
-           now()
-    FROM marked
-    RETURNING id
-)
-SELECT id FROM posted
-"""
-_TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
-_SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
-    ", ".join(f"{c}::text" if c == "payload" else c for c in TASK_COLUMNS)
-)
-# No row when the execution does not exist (NotFoundError).
-_POST_INPUT = """
-WITH posted AS (
-    INSERT INTO inbox (execution_id, kind, payload, created_at)
-    SELECT execution_id, %s, %s::jsonb, now() FROM execution WHERE execution_id = %s
-    RETURNING id
-)
-SELECT id FROM posted
-"""
-_CLAIM_INPUTS = """
-WITH picked AS (
-    SELECT id FROM inbox
-    WHERE claimed_until IS NULL OR claimed_until < now()
-    ORDER BY id
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE inbox i SET
-    claimed_by = %(owner)s, claimed_until = now() + make_interval(secs => %(lease_s)s)
-FROM picked WHERE i.id = picked.id
-RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
-"""
-_PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
-_WORKER_COLUMNS = ", ".join(WORKER_COLUMNS)
-_UPSERT_WORKER = f"""
-INSERT INTO worker ({_WORKER_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (worker_id) DO UPDATE SET
-    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
-    status = excluded.status, started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at
-"""
-
 
 # --- values ------------------------------------------------------------------------------
 
@@ -350,7 +128,7 @@ def _epoch_or_none(value: datetime | None) -> float | None:
 
 
 def _record(row: tuple[Any, ...]) -> ExecutionRecord:
-    """Build an ExecutionRecord from the columns of `_EXECUTION_COLUMNS`."""
+    """Build an ExecutionRecord from the columns of `sql.EXECUTION_COLUMNS`."""
     return ExecutionRecord(
         execution_id=row[0],
         playbook_name=row[1],
@@ -543,7 +321,7 @@ class PostgresStore:
                 f"{self.target}: the connection pool did not open within {timeout:g} s",
                 retryable=True,
             ) from None
-        self._listener = _Listener(self._conninfo)
+        self._listener = Listener(self._conninfo)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"
@@ -616,7 +394,7 @@ class PostgresStore:
         prepared = prepare_initial(record, initial)
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
-                if conn.execute(_INSERT_EXECUTION, row).fetchone() is None:
+                if conn.execute(sql.INSERT_EXECUTION, row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
                     self._apply(conn, [prepared])
@@ -641,7 +419,7 @@ class PostgresStore:
         columns = _columns([(task_id, token, dumps(o)) for task_id, token, o in reports])
         with self._connection() as conn:
             with conn.pipeline():
-                done = conn.execute(_COMPLETE_MANY, columns)
+                done = conn.execute(sql.COMPLETE_MANY, columns)
                 conn.execute(_NOTIFY_INPUTS)
             return {row[0] for row in done.fetchall()}
 
@@ -663,11 +441,11 @@ class PostgresStore:
             with self._connection() as conn, conn.pipeline():
                 with conn.transaction():
                     # Sent together with the row lock of `_apply`: one round trip for both.
-                    done = conn.execute(_DONE, (task_id, token))
+                    done = conn.execute(sql.DONE, (task_id, token))
                     self._apply(conn, [prepared], held=done)
                     if lease:
                         cur = conn.execute(
-                            _LEASE_IDS,
+                            sql.LEASE_IDS,
                             (worker_id, float(lease_s), list(lease), prepared.execution_id),
                         )
                 if self._wakes_workers([prepared], frozenset(lease)):
@@ -703,7 +481,7 @@ class PostgresStore:
         (_LeaseLost, raised before anything is written)."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
-        locked = conn.execute(_LOCK_EXECUTIONS, (ids,))
+        locked = conn.execute(sql.LOCK_EXECUTIONS, (ids,))
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -735,7 +513,7 @@ class PostgresStore:
         """Queue the writes of every append: one statement per kind of row."""
         events = [row for item in prepared for row in item.events]
         if events:
-            cur.execute(_INSERT_EVENTS, _columns(events, time_columns=(3,)), binary=True)
+            cur.execute(sql.INSERT_EVENTS, _columns(events, time_columns=(3,)), binary=True)
         # Appends to one execution chain: its row ends as the last one leaves it.
         rows: dict[str, tuple[Any, ...]] = {}
         for item in prepared:
@@ -754,18 +532,18 @@ class PostgresStore:
                 finished,
                 context,
             )
-        cur.execute(_UPDATE_EXECUTIONS, _columns(list(rows.values())), binary=True)
+        cur.execute(sql.UPDATE_EXECUTIONS, _columns(list(rows.values())), binary=True)
         steps = {
             (e, step): (e, step, status, _ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }
         if steps:
-            cur.execute(_UPSERT_STEPS, _columns(list(steps.values())), binary=True)
+            cur.execute(sql.UPSERT_STEPS, _columns(list(steps.values())), binary=True)
         tasks = {row[0]: row for item in prepared for row in item.enqueue}
         if tasks:
             cur.execute(
-                _ENQUEUE_ALL,
+                sql.ENQUEUE_ALL,
                 _columns([(*row[:7], float(row[7])) for row in tasks.values()]),
                 binary=True,
             )
@@ -773,14 +551,14 @@ class PostgresStore:
             eid = item.execution_id
             if item.requeue:
                 cur.executemany(
-                    _REQUEUE,
+                    sql.REQUEUE,
                     [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
                 )
             if item.cancel_tasks:
-                cur.execute(_CANCEL_TASKS, (item.cancel_tasks, eid))
+                cur.execute(sql.CANCEL_TASKS, (item.cancel_tasks, eid))
         done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
         if done:
-            cur.execute(_DELETE_ALL_INPUTS, _columns(done))
+            cur.execute(sql.DELETE_ALL_INPUTS, _columns(done))
 
     def get_compiled(self, execution_id: str) -> str | None:
         with self._connection() as conn:
@@ -795,9 +573,9 @@ class PostgresStore:
         """Events in sequence order after `after_seq`, at most `limit`."""
         check_page(limit)
         with self._connection() as conn:
-            rows = conn.execute(_SELECT_EVENTS, (execution_id, after_seq, limit)).fetchall()
+            rows = conn.execute(sql.SELECT_EVENTS, (execution_id, after_seq, limit)).fetchall()
             # Only an empty answer needs the extra lookup that tells "none" from "no such".
-            if not rows and conn.execute(_EXISTS, (execution_id,)).fetchone() is None:
+            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
                 raise NotFoundError(f"execution {execution_id} not found")
         return [
             Event(seq, type_, execution_id, _epoch(ts), step, payload)
@@ -807,7 +585,7 @@ class PostgresStore:
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         with self._connection() as conn:
             row = conn.execute(
-                f"SELECT {_EXECUTION_COLUMNS} FROM {_FROM} WHERE e.execution_id = %s",
+                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} WHERE e.execution_id = %s",
                 (execution_id,),
             ).fetchone()
         return None if row is None else _record(row)
@@ -821,7 +599,7 @@ class PostgresStore:
         params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
         with self._connection() as conn:
             rows = conn.execute(
-                f"SELECT {_EXECUTION_COLUMNS} FROM {_FROM} {where} "
+                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} {where} "
                 "ORDER BY e.created_at DESC, e.created_order DESC LIMIT %s OFFSET %s",
                 (*params, limit, offset),
             ).fetchall()
@@ -834,7 +612,7 @@ class PostgresStore:
                 "ORDER BY created_order",
                 (execution_id,),
             ).fetchall()
-            if not rows and conn.execute(_EXISTS, (execution_id,)).fetchone() is None:
+            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
                 raise NotFoundError(f"execution {execution_id} not found")
         return {step: status for step, status in rows}
 
@@ -849,7 +627,7 @@ class PostgresStore:
             return []
         params = {"pool": pool, "limit": limit, "worker_id": worker_id, "lease_s": float(lease_s)}
         with self._connection() as conn:
-            rows = conn.execute(_CLAIM, params).fetchall()
+            rows = conn.execute(sql.CLAIM, params).fetchall()
         # RETURNING does not keep the order of the inner SELECT.
         rows.sort(key=lambda row: (-row[5], row[6], row[7]))
         return [
@@ -868,7 +646,7 @@ class PostgresStore:
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease held with `token`; alive False when it is no longer held."""
         with self._connection() as conn:
-            row = conn.execute(_HEARTBEAT, (float(lease_s), task_id, token)).fetchone()
+            row = conn.execute(sql.HEARTBEAT, (float(lease_s), task_id, token)).fetchone()
         return Heartbeat(alive=False) if row is None else Heartbeat(alive=True, cancel=row[0])
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
@@ -876,7 +654,7 @@ class PostgresStore:
         payload = dumps(outcome)
         with self._connection() as conn:
             with conn.pipeline():
-                done = conn.execute(_COMPLETE, (task_id, token, payload))
+                done = conn.execute(sql.COMPLETE, (task_id, token, payload))
                 conn.execute(_NOTIFY_INPUTS)
             return done.fetchone() is not None
 
@@ -895,18 +673,18 @@ class PostgresStore:
         if limit == 0:
             return 0
         with self._connection() as conn:
-            reaped = len(conn.execute(_REAP, (limit,)).fetchall())
+            reaped = len(conn.execute(sql.REAP, (limit,)).fetchall())
             if reaped:
                 conn.execute(_NOTIFY_INPUTS)
             return reaped
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         with self._connection() as conn:
-            row = conn.execute(_SELECT_TASK, (task_id,)).fetchone()
+            row = conn.execute(sql.SELECT_TASK, (task_id,)).fetchone()
         if row is None:
             return None
         values = dict(zip(TASK_COLUMNS, row, strict=True))
-        for column in _TIME_COLUMNS:
+        for column in sql.TIME_COLUMNS:
             values[column] = _epoch_or_none(values[column])
         return task_from_row(values)
 
@@ -918,7 +696,7 @@ class PostgresStore:
         values = (InputKind(kind).value, dumps(payload), execution_id)
         with self._connection() as conn:
             with conn.pipeline():
-                posted = conn.execute(_POST_INPUT, values)
+                posted = conn.execute(sql.POST_INPUT, values)
                 conn.execute(_NOTIFY_INPUTS)
             row = posted.fetchone()
         if row is None:
@@ -932,7 +710,7 @@ class PostgresStore:
             return []
         params = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
         with self._connection() as conn:
-            rows = conn.execute(_CLAIM_INPUTS, params).fetchall()
+            rows = conn.execute(sql.CLAIM_INPUTS, params).fetchall()
         rows.sort(key=lambda row: row[0])
         columns = ("id", "execution_id", "kind", "payload", "created_at")
         return [
@@ -955,7 +733,7 @@ class PostgresStore:
                 "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PLAYBOOK_LOCK_SPACE, path)
             )
             row = conn.execute(
-                f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s "
+                f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s "
                 "ORDER BY version DESC LIMIT 1",
                 (path,),
             ).fetchone()
@@ -964,13 +742,13 @@ class PostgresStore:
                 return latest
             version = 1 if latest is None else latest.version + 1
             conn.execute(
-                f"INSERT INTO playbook ({_PLAYBOOK_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
+                f"INSERT INTO playbook ({sql.PLAYBOOK_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
                 (path, version, name, text, _ts(now)),
             )
         return PlaybookRecord(path, version, name, text, _epoch(_ts(now)))
 
     def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
-        query = f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s"
+        query = f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s"
         params: tuple[Any, ...] = (path,)
         if version is None:
             query += " ORDER BY version DESC LIMIT 1"
@@ -984,7 +762,7 @@ class PostgresStore:
     def list_playbooks(self) -> list[PlaybookRecord]:
         with self._connection() as conn:
             rows = conn.execute(
-                f"SELECT DISTINCT ON (path) {_PLAYBOOK_COLUMNS} FROM playbook "
+                f"SELECT DISTINCT ON (path) {sql.PLAYBOOK_COLUMNS} FROM playbook "
                 "ORDER BY path, version DESC"
             ).fetchall()
         return [_playbook(row) for row in rows]
@@ -1002,7 +780,7 @@ class PostgresStore:
             _ts(record.heartbeat_at),
         )
         with self._connection() as conn:
-            conn.execute(_UPSERT_WORKER, values)
+            conn.execute(sql.UPSERT_WORKER, values)
 
     def worker_heartbeat(self, worker_id: str) -> str:
         """Record the worker alive (database clock); its status, `draining` to stop."""
@@ -1028,7 +806,7 @@ class PostgresStore:
     def list_workers(self) -> list[WorkerRecord]:
         with self._connection() as conn:
             rows = conn.execute(
-                f"SELECT {_WORKER_COLUMNS} FROM worker ORDER BY worker_id"
+                f"SELECT {sql.WORKER_COLUMN_LIST} FROM worker ORDER BY worker_id"
             ).fetchall()
         return [_worker(row) for row in rows]
 
@@ -1036,108 +814,3 @@ class PostgresStore:
         """Stop listening and close every connection; the store cannot be used afterwards."""
         self._listener.close()
         self._pool.close()
-
-
-# --- LISTEN / NOTIFY ---------------------------------------------------------------------
-
-
-class _Listener:
-    """One connection LISTENing on the noetl channels in a daemon thread, started on the
-    first `wait`; waiters sleep on a condition until a channel's counter moves.
-
-    It listens only on the channels somebody waits for (a worker on "tasks", a server on
-    "inputs"), so a notification wakes only the processes that need it. Each thread
-    remembers the counter it saw last, so a notification that arrives between two waits of
-    a thread wakes its next wait at once instead of being lost. While the connection is
-    down, waits simply time out (the caller polls) and the thread reconnects with backoff;
-    after a reconnect every waiter is woken, since notifications sent meanwhile are gone.
-    """
-
-    POLL_S = 0.25  # how often the thread looks at its stop flag and for new channels
-
-    def __init__(self, conninfo: str) -> None:
-        self._conninfo = conninfo
-        self._cond = threading.Condition()
-        self._counts = dict.fromkeys(CHANNELS.values(), 0)
-        self._wanted: set[str] = set()
-        self._listening: set[str] = set()
-        self._seen = threading.local()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def wait(self, channel: str, timeout: float) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout)
-        self._start(channel)
-        seen: dict[str, int] = self._seen.__dict__
-        with self._cond:
-            # Until LISTEN is in place (or the connection failed), this is a plain sleep.
-            self._cond.wait_for(
-                lambda: channel in self._listening or self._stop.is_set(),
-                max(0.0, min(timeout, CONNECT_TIMEOUT_S)),
-            )
-            last = seen.get(channel, self._counts[channel])
-            woken = self._cond.wait_for(
-                lambda: self._counts[channel] != last or self._stop.is_set(),
-                max(0.0, deadline - time.monotonic()),
-            )
-            seen[channel] = self._counts[channel]
-        return bool(woken) and not self._stop.is_set()
-
-    def _start(self, channel: str) -> None:
-        with self._cond:
-            self._wanted.add(channel)
-            if self._thread is None and not self._stop.is_set():
-                self._thread = threading.Thread(
-                    target=self._run, name="noetl-pg-listen", daemon=True
-                )
-                self._thread.start()
-
-    def _bump(self, channels: Sequence[str]) -> None:
-        with self._cond:
-            for channel in channels:
-                if channel in self._counts:
-                    self._counts[channel] += 1
-            self._cond.notify_all()
-
-    def _listen_new(self, conn: Conn) -> None:
-        """LISTEN on the channels waited for since the last call."""
-        with self._cond:
-            new = sorted(self._wanted - self._listening)
-        for channel in new:
-            conn.execute(f"LISTEN {channel}".encode())
-        if new:
-            with self._cond:
-                self._listening.update(new)
-                self._cond.notify_all()
-
-    def _run(self) -> None:
-        delay = 0.1
-        connected_before = False
-        while not self._stop.is_set():
-            try:
-                with psycopg.connect(self._conninfo, autocommit=True) as conn:
-                    with self._cond:
-                        self._listening.clear()
-                    self._listen_new(conn)
-                    if connected_before:  # a reconnect: what was sent meanwhile is lost
-                        self._bump(list(CHANNELS.values()))
-                    connected_before = True
-                    delay = 0.1
-                    while not self._stop.is_set():
-                        for note in conn.notifies(timeout=self.POLL_S):
-                            self._bump([note.channel])
-                        self._listen_new(conn)
-            except psycopg.Error as exc:
-                log.debug("LISTEN connection failed (%s); polling until it is back", exc)
-                with self._cond:  # waiters fall back to their timeout
-                    self._listening.clear()
-                self._stop.wait(delay)
-                delay = min(delay * 2, 5.0)
-
-    def close(self) -> None:
-        self._stop.set()
-        with self._cond:
-            self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join(timeout=self.POLL_S + CONNECT_TIMEOUT_S + 1)

@@ -1,0 +1,226 @@
+"""PostgreSQL statements of the store (`noetl.store.postgres`), one named query each.
+
+Every time in the queue is the database's `now()`; writes of a commit are set-based (one
+statement per kind of row, rows passed as arrays through `unnest`).
+"""
+
+from __future__ import annotations
+
+from noetl.store._rows import TASK_COLUMNS, WORKER_COLUMNS
+
+EXECUTION_COLUMNS = (
+    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
+    "e.status, e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at, "
+    "e.finished_at"
+)
+FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
+INSERT_EXECUTION = """
+WITH e AS (
+    INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,
+                           parent_execution_id, last_seq, created_at, updated_at, finished_at)
+    VALUES (%(execution_id)s, %(playbook_name)s, %(playbook_path)s, %(status)s,
+            %(context)s::jsonb, %(parent_execution_id)s, 0, %(created_at)s, %(updated_at)s,
+            %(finished_at)s)
+    ON CONFLICT (execution_id) DO NOTHING
+    RETURNING execution_id
+)
+INSERT INTO execution_input (execution_id, playbook_text, workload, compiled)
+SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb, %(compiled)s FROM e
+RETURNING execution_id
+"""
+# NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
+# it (inbox rows from `complete`, `post_input`, the reaper) pass without waiting.
+LOCK_EXECUTIONS = (
+    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
+    "ORDER BY execution_id FOR NO KEY UPDATE"
+)
+# Set-based writes: one statement per kind of row for a whole commit (many executions,
+# many events), with the rows passed as arrays. PostgreSQL's cost is per statement far
+# more than per row, so a loop of a thousand items costs a few statements per commit.
+INSERT_EVENTS = """
+INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
+SELECT e, s, t, ts, st, p::jsonb
+FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
+    AS u(e, s, t, ts, st, p)
+"""
+UPDATE_EXECUTIONS = """
+UPDATE execution x SET
+    last_seq = u.last_seq,
+    updated_at = u.now,
+    status = COALESCE(u.status, x.status),
+    finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
+    context = COALESCE(u.context::jsonb, x.context)
+FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[],
+            %s::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
+WHERE x.execution_id = u.execution_id
+"""
+UPSERT_STEPS = """
+INSERT INTO step_state (execution_id, step, status, updated_at)
+SELECT e, st, s::jsonb, ts
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(e, st, s, ts)
+ON CONFLICT (execution_id, step) DO UPDATE SET
+    status = excluded.status, updated_at = excluded.updated_at
+"""
+# Queue changes are timed by now(): the database clock at the start of the transaction.
+# A task id enqueued again (a step called again) re-queues its row and keeps its
+# lease_token, so the fencing token only grows and an older lease stays fenced off.
+ENQUEUE_ALL = """
+INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
+                        not_before, status, created_at, updated_at)
+SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
+FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[],
+            %s::float8[]) AS u(t, e, st, pl, pr, a, p, d)
+ON CONFLICT (task_id) DO UPDATE SET
+    execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
+    priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
+    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false,
+    not_before = excluded.not_before, payload = excluded.payload,
+    updated_at = excluded.updated_at
+"""
+DELETE_ALL_INPUTS = """
+DELETE FROM inbox i USING unnest(%s::bigint[], %s::text[]) AS d(id, e)
+WHERE i.id = d.id AND i.execution_id = d.e
+"""
+# An append changes only the tasks and inputs of its own execution.
+REQUEUE = """
+UPDATE task_queue SET
+    status = 'queued', attempt = %s, not_before = now() + make_interval(secs => %s),
+    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false, updated_at = now()
+WHERE task_id = %s AND execution_id = %s
+"""
+# A queued task is canceled outright; a leased one is flagged, and its holder learns it
+# from its next heartbeat.
+CANCEL_TASKS = """
+UPDATE task_queue SET
+    status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
+    cancel_requested = cancel_requested OR status = 'leased',
+    updated_at = now()
+WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
+"""
+SELECT_EVENTS = (
+    "SELECT seq, type, ts, step, payload FROM event_log "
+    "WHERE execution_id = %s AND seq > %s ORDER BY seq LIMIT %s"
+)
+EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
+# The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
+# lease them. The token grows by one per claim. Every queue time is the database's now().
+CLAIM = """
+WITH picked AS (
+    SELECT task_id FROM task_queue
+    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now()
+    ORDER BY priority DESC, not_before, queue_order
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE task_queue t SET
+    status = 'leased', lease_token = t.lease_token + 1, worker_id = %(worker_id)s,
+    lease_expires_at = now() + make_interval(secs => %(lease_s)s), updated_at = now()
+FROM picked WHERE t.task_id = picked.task_id
+RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
+          t.priority, t.not_before, t.queue_order
+"""
+# The deciding worker's own task: done with its current token (first statement of
+# `complete_and_commit`; no row means the lease is gone and nothing is written).
+DONE = """
+UPDATE task_queue SET status = 'done', updated_at = now()
+WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+RETURNING 1
+"""
+# Tasks just enqueued by the deciding worker, leased to it in the same transaction.
+LEASE_IDS = """
+UPDATE task_queue SET
+    status = 'leased', lease_token = lease_token + 1, worker_id = %s,
+    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
+WHERE task_id = ANY(%s) AND execution_id = %s AND status = 'queued'
+RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
+"""
+HEARTBEAT = """
+UPDATE task_queue SET
+    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
+WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+RETURNING cancel_requested
+"""
+COMPLETE = """
+WITH done AS (
+    UPDATE task_queue SET status = 'done', updated_at = now()
+    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    RETURNING execution_id
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
+    RETURNING id
+)
+SELECT id FROM posted
+"""
+# `complete` for many reports in one statement.
+COMPLETE_MANY = """
+WITH reports AS (
+    SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
+), done AS (
+    UPDATE task_queue t SET status = 'done', updated_at = now()
+    FROM reports r
+    WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+    RETURNING t.task_id, t.execution_id, r.payload
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'outcome', payload::jsonb, now() FROM done
+    RETURNING id
+)
+SELECT task_id FROM done
+"""
+REAP = """
+WITH expired AS (
+    SELECT task_id FROM task_queue
+    WHERE status = 'leased' AND lease_expires_at < now()
+    ORDER BY lease_expires_at, queue_order
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), marked AS (
+    UPDATE task_queue t SET status = 'expired', updated_at = now()
+    FROM expired WHERE t.task_id = expired.task_id
+    RETURNING t.task_id, t.execution_id, t.attempt, t.worker_id
+), posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, 'lease_expired',
+           jsonb_build_object('task_id', task_id, 'attempt', attempt, 'worker_id', worker_id),
+           now()
+    FROM marked
+    RETURNING id
+)
+SELECT id FROM posted
+"""
+TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
+SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
+    ", ".join(f"{c}::text" if c == "payload" else c for c in TASK_COLUMNS)
+)
+# No row when the execution does not exist (NotFoundError).
+POST_INPUT = """
+WITH posted AS (
+    INSERT INTO inbox (execution_id, kind, payload, created_at)
+    SELECT execution_id, %s, %s::jsonb, now() FROM execution WHERE execution_id = %s
+    RETURNING id
+)
+SELECT id FROM posted
+"""
+CLAIM_INPUTS = """
+WITH picked AS (
+    SELECT id FROM inbox
+    WHERE claimed_until IS NULL OR claimed_until < now()
+    ORDER BY id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE inbox i SET
+    claimed_by = %(owner)s, claimed_until = now() + make_interval(secs => %(lease_s)s)
+FROM picked WHERE i.id = picked.id
+RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
+"""
+PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
+WORKER_COLUMN_LIST = ", ".join(WORKER_COLUMNS)
+UPSERT_WORKER = f"""
+INSERT INTO worker ({WORKER_COLUMN_LIST}) VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+"""
