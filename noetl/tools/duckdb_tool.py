@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -44,6 +43,7 @@ from pydantic import ValidationError
 from noetl.dsl.kinds import DuckdbSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
+from noetl.tools._outcome import outcome_of
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, query_result
 
 __all__ = ["DuckdbTool"]
@@ -61,24 +61,7 @@ class DuckdbTool:
         self.max_rows = max_rows
 
     def run(self, task: Task) -> Outcome:
-        started = time.perf_counter()
-        try:
-            this = self._run(task)
-        except NoetlError as exc:
-            return Outcome(
-                task_id=task.task_id,
-                ok=False,
-                error=str(exc),
-                error_type=type(exc).__name__,
-                retryable=exc.retryable,
-                duration_ms=(time.perf_counter() - started) * 1000,
-            )
-        return Outcome(
-            task_id=task.task_id,
-            ok=True,
-            this=this,
-            duration_ms=(time.perf_counter() - started) * 1000,
-        )
+        return outcome_of(task, self._run)
 
     def _run(self, task: Task) -> dict[str, Any]:
         spec = _spec(task.spec)
