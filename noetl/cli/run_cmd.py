@@ -47,6 +47,12 @@ db_option = click.option(
     envvar="NOETL_WORKERS",
     help="Worker processes (default: CPU count).",
 )
+@click.option(
+    "--secrets-file",
+    type=click.Path(dir_okay=False),
+    envvar="NOETL_SECRETS_FILE",
+    help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
+)
 @db_option
 def run_cmd(
     *,
@@ -55,6 +61,7 @@ def run_cmd(
     workload_file: Path | None,
     as_json: bool,
     workers: int | None,
+    secrets_file: str | None,
     db: str,
 ) -> None:
     """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise."""
@@ -67,7 +74,7 @@ def run_cmd(
     workload = read_workload(workload_file) if workload_file else {}
     workload = apply_sets(workload, sets)
     text = loaded.source.text if loaded.source else ""
-    with embedded_runtime(db, workers=workers) as runtime:
+    with embedded_runtime(db, workers=workers, secrets_file=secrets_file) as runtime:
         result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))

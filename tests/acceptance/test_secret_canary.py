@@ -171,3 +171,36 @@ def test_a_secret_reaches_its_services_and_nothing_else(
     assert canary not in proc.stderr
     assert canary.encode() not in files_of(db)
     assert canary not in api_texts(db)
+
+
+SECRET_LENGTH = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: secret_length}
+workflow:
+  - step: s
+    tool:
+      kind: python
+      code: "def main(context, args):\\n    return len(args['t'])\\n"
+      args: {t: "{{ secrets.T }}"}
+    result: {as: n}
+"""
+
+
+def test_secrets_from_a_file_and_a_bad_file_named(tmp_path: Path) -> None:
+    playbook = tmp_path / "p.yaml"
+    playbook.write_text(SECRET_LENGTH, encoding="utf-8")
+    good = tmp_path / "secrets.yaml"
+    good.write_text("secrets: {T: seven77}\n", encoding="utf-8")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("secrets: [unclosed\n", encoding="utf-8")
+    db = tmp_path / "db.sqlite"
+
+    ok = run(playbook, db, {}, "--secrets-file", str(good))
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["context"]["n"] == len("seven77")
+
+    failed = run(playbook, db, {}, "--secrets-file", str(bad))
+    assert failed.returncode == 3  # an environment problem
+    assert f"secrets file {bad} is not valid YAML (line" in failed.stderr
+    assert "Traceback" not in failed.stderr
