@@ -14,19 +14,29 @@
 
 Each error knows whether it may be retried (`retryable`). The CLI maps errors to exit codes
 in one place (`noetl.cli.main`), the server to HTTP status in one place.
+
+Outcomes cross process boundaries as data, so the engine classifies a failed outcome by its
+`error_type` name, its `retryable` flag and (for `HttpError`) its status: `error_class`
+says `transient`, `fatal` or `other`; `classify` says whether it is retryable (seed 000,
+"When to Retry"). The engine's retry policy (`noetl.engine.retry`) builds on it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from noetl.dsl.diagnostics import Diagnostic
 
 __all__ = [
+    "FATAL_ERROR_TYPES",
+    "RETRYABLE_HTTP_STATUS",
+    "TRANSIENT_ERROR_TYPES",
     "CancelError",
     "ConfigError",
+    "ErrorClass",
     "FatalError",
     "NoetlError",
     "PlaybookError",
@@ -34,6 +44,9 @@ __all__ = [
     "SinkError",
     "TaskTimeoutError",
     "TemplateError",
+    "classify",
+    "error_class",
+    "http_status",
 ]
 
 
@@ -79,3 +92,104 @@ class SinkError(FatalError):
 
 class CancelError(NoetlError):
     """The execution was canceled by a user or an operator."""
+
+
+# --- classifying an outcome ------------------------------------------------------------
+
+# Error type names (as outcomes report them: the exception's class name) a second attempt
+# may get past: timeouts, lost or refused connections, broken responses, database
+# serialization failures and deadlocks, a busy store.
+TRANSIENT_ERROR_TYPES = frozenset(
+    {
+        "RetryableError",
+        "TaskTimeoutError",
+        "TimeoutError",
+        "Timeout",
+        "TimeoutException",
+        "ConnectTimeout",
+        "ReadTimeout",
+        "WriteTimeout",
+        "PoolTimeout",
+        "ConnectionError",
+        "ConnectError",
+        "ConnectionResetError",
+        "ConnectionRefusedError",
+        "ConnectionAbortedError",
+        "BrokenPipeError",
+        "NetworkError",
+        "ReadError",
+        "WriteError",
+        "RemoteProtocolError",
+        "ProxyError",
+        "SerializationError",
+        "SerializationFailure",
+        "DeadlockError",
+        "DeadlockDetected",
+        "StoreUnavailableError",
+    }
+)
+# Error type names retrying cannot help, whatever the outcome's `retryable` flag says:
+# invalid input or configuration, a template or secret that does not resolve, a sink that
+# failed after its own retries, a canceled run.
+FATAL_ERROR_TYPES = frozenset(
+    {
+        "FatalError",
+        "TemplateError",
+        "SinkError",
+        "SecretError",
+        "PlaybookError",
+        "ConfigError",
+        "ValidationError",
+        "CancelError",
+    }
+)
+# HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.
+RETRYABLE_HTTP_STATUS = frozenset({408, 429})
+
+
+class ErrorClass(StrEnum):
+    """What a failed outcome says about trying again."""
+
+    TRANSIENT = "transient"  # a retry may succeed: retried by default
+    FATAL = "fatal"  # a retry cannot succeed: never retried
+    OTHER = "other"  # not known either way: retried only under an explicit `retry`
+
+
+def http_status(value: Any) -> int | None:
+    """The status of an HTTP-shaped value (a map with an integer `status_code`), else None."""
+    if isinstance(value, Mapping):
+        status = value.get("status_code")
+        if isinstance(status, int) and not isinstance(status, bool):
+            return status
+    return None
+
+
+def error_class(outcome: Mapping[str, Any]) -> ErrorClass | None:
+    """The class of a failed outcome payload (`ok`, `error_type`, `retryable`, `this`);
+    None for a successful one.
+
+    In order: a fatal error type is fatal even when flagged retryable (a CancelError is,
+    unless the worker flagged it: its pool was closing); an `HttpError` is transient for
+    408, 429 and 5xx and fatal for other 4xx; then the `retryable` flag; then the
+    transient error types; anything else is `other`."""
+    if outcome.get("ok"):
+        return None
+    error_type = outcome.get("error_type")
+    retryable = outcome.get("retryable") is True
+    if error_type in FATAL_ERROR_TYPES and not (error_type == "CancelError" and retryable):
+        return ErrorClass.FATAL
+    if error_type == "HttpError":
+        status = http_status(outcome.get("this"))
+        if status is None:
+            status = http_status(outcome)
+        if status is not None and status >= 400:
+            transient = status in RETRYABLE_HTTP_STATUS or status >= 500
+            return ErrorClass.TRANSIENT if transient else ErrorClass.FATAL
+    if retryable or error_type in TRANSIENT_ERROR_TYPES:
+        return ErrorClass.TRANSIENT
+    return ErrorClass.OTHER
+
+
+def classify(outcome: Mapping[str, Any]) -> bool:
+    """Whether a failed outcome payload is retryable (transient); False for a success."""
+    return error_class(outcome) is ErrorClass.TRANSIENT

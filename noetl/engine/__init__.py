@@ -1,6 +1,7 @@
 """The pure engine: events in, new events and commands out. No I/O."""
 
 from noetl.engine.engine import Engine
+from noetl.engine.retry import RetryDefaults
 from noetl.engine.state import ExecutionState, StepRun, apply, fold
 from noetl.engine.types import (
     CancelTasks,
@@ -24,6 +25,7 @@ __all__ = [
     "ExecutionState",
     "ExecutionStatus",
     "Outcome",
+    "RetryDefaults",
     "StepRun",
     "StepStatus",
     "Task",

@@ -2,20 +2,36 @@
 
 `Engine.start` and `Engine.decide` take the state, an input and `now`, and return a
 `Decision`: the events to append (in order; the state has already been advanced by them)
-and the commands for the runtime (enqueue a task, cancel tasks). No I/O, no clock, no
-randomness: the same inputs always give the same events. Mistakes in a playbook found at
-run time (a bad template, a missing key) become failed steps, never exceptions.
+and the commands for the runtime (enqueue a task, requeue one, cancel tasks). No I/O, no
+clock, no randomness: the same inputs always give the same events. Mistakes in a playbook
+found at run time (a bad template, a missing key) become failed steps, never exceptions.
+
+Retries (`noetl.engine.retry`): each task outcome is assessed with its step's retry policy;
+a retry is `retry.started` plus a `RequeueTask` of the same task id with the next attempt
+and a delay; attempts that run out give `retry.processed` (status `exhausted`), and the
+task fails as any failed task does.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from noetl.dsl.graph import Graph
 from noetl.dsl.model import Condition, Loop, Step, Tool
 from noetl.engine.context import TemplateContext
 from noetl.engine.render import Renderer, render_spec
+from noetl.engine.retry import (
+    RetryAction,
+    RetryDefaults,
+    RetryRule,
+    Verdict,
+    assess,
+    jitter_key,
+    rule_for,
+)
 from noetl.engine.secrets import referenced
 from noetl.engine.state import ExecutionState, apply
 from noetl.engine.types import (
@@ -31,6 +47,17 @@ from noetl.engine.types import (
     Task,
 )
 from noetl.errors import TemplateError
+
+
+@dataclass(frozen=True, slots=True)
+class _Attempt:
+    """The outcome of one attempt (`number`, from 1) of one task."""
+
+    task_id: str
+    step: Step
+    index: int | None
+    outcome: dict[str, Any]
+    number: int
 
 
 class _Turn:
@@ -49,7 +76,12 @@ class Engine:
     """Decides what happens next in executions of one playbook graph."""
 
     def __init__(
-        self, graph: Graph, renderer: Renderer | None = None, *, max_lease_expiries: int = 3
+        self,
+        graph: Graph,
+        renderer: Renderer | None = None,
+        *,
+        max_lease_expiries: int = 3,
+        retry_defaults: RetryDefaults | None = None,
     ) -> None:
         self.max_lease_expiries = max_lease_expiries
         self.graph = graph
@@ -57,6 +89,13 @@ class Engine:
         self.renderer = renderer or Renderer()
         self.order = graph.order
         self.position = {name: index for index, name in enumerate(self.order)}
+        # The policy of a step without `retry` (from the configuration; seed 000 defaults).
+        self.retry_defaults = retry_defaults or RetryDefaults()
+        self.retry_rules: dict[str, RetryRule] = {
+            step.step: rule_for(step, self.playbook, self.retry_defaults)
+            for step in self.playbook.workflow
+            if step.tool is not None
+        }
 
     # --- inputs --------------------------------------------------------------------------
 
@@ -345,14 +384,15 @@ class Engine:
     def _on_lease_expired(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
         """A worker lost its lease (crashed, stalled): run the task again, up to a limit.
 
-        The reclaim counts as an attempt; past `max_lease_expiries` the task fails."""
+        The reclaim counts as an attempt; past `max_lease_expiries` expiries in a row (with
+        no outcome in between) the task fails, and its retries end there."""
         task_id = event.payload.get("task_id")
         entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
         if entry is None or not isinstance(task_id, str):
             return  # already finished or canceled
-        attempt = state.attempts.get(task_id, 1) + 1
-        if attempt > self.max_lease_expiries:
-            error = f"the worker's lease expired {attempt - 1} times (worker lost or stalled)"
+        expired = state.reclaims.get(task_id, 0) + 1
+        if expired >= self.max_lease_expiries:
+            error = f"the worker's lease expired {expired} times (worker lost or stalled)"
             outcome = {
                 "task_id": task_id,
                 "ok": False,
@@ -360,8 +400,9 @@ class Engine:
                 "error_type": "LeaseExpired",
             }
             lost = Event(0, EventType.TOOL_PROCESSED, state.execution_id, turn.now, None, outcome)
-            self._on_outcome(state, turn, lost)
+            self._on_outcome(state, turn, lost, lease_lost=True)
             return
+        attempt = state.attempts.get(task_id, 1) + 1
         payload = {
             "task_id": task_id,
             "attempt": attempt,
@@ -370,17 +411,35 @@ class Engine:
         self._emit(state, turn, EventType.TASK_RECLAIMED, entry[0], payload)
         turn.commands.append(RequeueTask(task_id, attempt))
 
-    def _on_outcome(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
+    def _on_outcome(
+        self, state: ExecutionState, turn: _Turn, event: Event, *, lease_lost: bool = False
+    ) -> None:
         task_id = event.payload.get("task_id")
         entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
-        if entry is None:
+        if entry is None or not isinstance(task_id, str):
             return  # a late or duplicate result: discarded
         name, index = entry
         payload = dict(event.payload)
+        attempt = state.attempts.get(task_id, 1)
+        if attempt > 1:
+            payload.setdefault("attempt", attempt)  # a first attempt's payload stays as sent
         self._emit(state, turn, EventType.TOOL_PROCESSED, name, payload)
         ok = bool(payload.get("ok"))
         step = self.graph.nodes[name].step
         error = None if ok else str(payload.get("error") or "tool failed")
+        done = _Attempt(task_id, step, index, payload, attempt)
+        if lease_lost:
+            verdict = Verdict(RetryAction.EXHAUSTED, reason="lease_expired")
+        else:
+            verdict = self._assess(state, done)
+        if verdict.action is RetryAction.RETRY:
+            self._retry(state, turn, done, verdict)
+            return
+        if verdict.action is RetryAction.EXHAUSTED:
+            self._exhausted(state, turn, done, verdict)
+        if verdict.error is not None:
+            error = verdict.error if ok else f"{verdict.error} (the tool failed: {error})"
+            ok = False
         if index is None:
             self._finish_step(state, turn, name, ok=ok, this=payload.get("this"), error=error)
         else:
@@ -388,6 +447,72 @@ class Engine:
                 state, turn, step, index, ok=ok, this=payload.get("this"), error=error
             )
             self._advance_loop(state, turn, step)
+
+    # --- retries -------------------------------------------------------------------------
+
+    def _assess(self, state: ExecutionState, done: _Attempt) -> Verdict:
+        """The retry policy's verdict on the outcome of one attempt of a task."""
+        step, index = done.step, done.index
+        run = state.steps[step.step]
+
+        def check(condition: Condition, names: Mapping[str, Any]) -> bool:
+            item = run.items[index] if index is not None else None
+            ctx = self._ctx(state, step, run.bind, index=index, item=item)
+            return self.renderer.truthy(condition, ctx.build(**names))
+
+        key = jitter_key(state.execution_id, step.step, done.number, index)
+        rule = self.retry_rules[step.step]
+        return assess(rule, done.outcome, done.number, check, step=step.step, key=key)
+
+    def _retry(self, state: ExecutionState, turn: _Turn, done: _Attempt, verdict: Verdict) -> None:
+        """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
+        payload: dict[str, Any] = {"task_id": done.task_id}
+        if done.index is not None:
+            payload["index"] = done.index
+        payload.update(
+            attempt=done.number + 1,
+            max_attempts=self.retry_rules[done.step.step].max_attempts,
+            delay_ms=round(verdict.delay_s * 1000),
+            reason=verdict.reason,
+        )
+        payload.update(_failure(done.outcome))
+        self._emit(state, turn, EventType.RETRY_STARTED, done.step.step, payload)
+        turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
+
+    def _exhausted(
+        self, state: ExecutionState, turn: _Turn, done: _Attempt, verdict: Verdict
+    ) -> None:
+        """Seed 001's `step_retry_exhausted`. It holds what a dead-letter entry needs: the
+        task id (the message id), step (envelope), loop index and key, tool kind, attempts
+        and the last error; the task itself is in the `step.started` or
+        `loop.iteration.started` event that dispatched this task id."""
+        name = done.step.step
+        payload: dict[str, Any] = {"task_id": done.task_id}
+        if done.index is not None:
+            payload["index"] = done.index
+            key = state.steps[name].keys.get(done.index)
+            if key is not None:
+                payload["key"] = key
+        payload.update(status="exhausted", reason=verdict.reason, attempts=done.number)
+        if verdict.reason != "lease_expired":
+            payload["max_attempts"] = self.retry_rules[name].max_attempts
+        payload["kind"] = self._kind(done.step)
+        payload.update(_failure(done.outcome))
+        if verdict.error is not None:
+            payload["error"] = verdict.error
+        self._emit(state, turn, EventType.RETRY_PROCESSED, name, payload)
+
+    def _kind(self, step: Step) -> str | None:
+        """The kind of tool a step's tasks run (a workbook call: its task's tool)."""
+        tool = step.tool
+        if tool is None:
+            return None
+        if tool.kind == "workbook":
+            try:
+                return self.playbook.task(str(tool.spec.get("name"))).tool.kind
+            except KeyError:
+                return tool.kind
+        return tool.kind
 
     def _outputs(
         self, state: ExecutionState, step: Step, this: Any, index: int | None, item: Any
@@ -676,3 +801,13 @@ class Engine:
         apply(state, event)
         turn.events.append(event)
         return event
+
+
+def _failure(outcome: dict[str, Any]) -> dict[str, Any]:
+    """The error of a failed outcome, for retry events (nothing for a success)."""
+    if outcome.get("ok"):
+        return {}
+    return {
+        "error": str(outcome.get("error") or "tool failed"),
+        "error_type": outcome.get("error_type"),
+    }

@@ -81,6 +81,8 @@ class ExecutionState:
     seq: int = 0
     tasks: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # tasks past their first attempt
+    # Lease expiries of a task since its last outcome (the engine caps them).
+    reclaims: dict[str, int] = field(default_factory=dict)
     # Derived indexes kept by the reducer so a decision costs the same in a long workflow:
     parked: dict[str, None] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
@@ -199,6 +201,7 @@ def _iteration_started(state: ExecutionState, event: Event) -> None:
 def _tool_processed(state: ExecutionState, event: Event) -> None:
     task_id = event.payload["task_id"]
     state.attempts.pop(task_id, None)
+    state.reclaims.pop(task_id, None)
     if state.tasks.pop(task_id, None) is not None:
         _run(state, event).in_flight -= 1
 
@@ -250,7 +253,18 @@ def _step_skipped(state: ExecutionState, event: Event) -> None:
 
 
 def _task_reclaimed(state: ExecutionState, event: Event) -> None:
-    state.attempts[event.payload["task_id"]] = int(event.payload["attempt"])
+    task_id = event.payload["task_id"]
+    state.attempts[task_id] = int(event.payload["attempt"])
+    state.reclaims[task_id] = state.reclaims.get(task_id, 0) + 1
+
+
+def _retry_started(state: ExecutionState, event: Event) -> None:
+    """A task whose outcome was just processed runs again: it is in flight once more."""
+    task_id = event.payload["task_id"]
+    index = event.payload.get("index")
+    state.tasks[task_id] = (event.step or "", None if index is None else int(index))
+    state.attempts[task_id] = int(event.payload["attempt"])
+    _run(state, event).in_flight += 1
 
 
 def _task_canceled(state: ExecutionState, event: Event) -> None:
@@ -295,6 +309,7 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.STEP_SKIPPED: _step_skipped,
     EventType.TASK_CANCELED: _task_canceled,
     EventType.TASK_RECLAIMED: _task_reclaimed,
+    EventType.RETRY_STARTED: _retry_started,
     EventType.COMPENSATION_STARTED: _compensation_started,
     EventType.WORKFLOW_FINISHED: _workflow_finished,
 }

@@ -33,6 +33,9 @@ class EventType(StrEnum):
     NEXT_EVALUATED = "next.evaluated"
     TASK_CANCELED = "task.canceled"
     TASK_RECLAIMED = "task.reclaimed"
+    # seed 001's step_retry (a task runs again) and step_retry_exhausted (status exhausted)
+    RETRY_STARTED = "retry.started"
+    RETRY_PROCESSED = "retry.processed"
     COMPENSATION_STARTED = "compensation.started"
 
 

@@ -10,6 +10,7 @@ folding every event emitted so far into a fresh state gives the engine's state.
 
 from __future__ import annotations
 
+import dataclasses
 import textwrap
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -29,6 +30,8 @@ from noetl.engine import (
     fold,
 )
 from noetl.engine.render import Renderer
+from noetl.engine.retry import RetryDefaults
+from noetl.engine.types import RequeueTask
 
 Handler = Callable[[Task], Any]
 Order = Literal["fifo", "lifo"]
@@ -62,6 +65,16 @@ class WorkerError(Exception):
     """Raise from a handler to fail a task with exactly this message."""
 
 
+class TaskFailure(Exception):
+    """Raise from a handler to fail a task with this message, error type and retryability."""
+
+    def __init__(self, error: str, error_type: str, *, retryable: bool = False) -> None:
+        super().__init__(error)
+        self.error = error
+        self.error_type = error_type
+        self.retryable = retryable
+
+
 @dataclass
 class Harness:
     """Drives one execution of one playbook through the engine."""
@@ -72,7 +85,8 @@ class Harness:
     workload: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     inputs: list[Event] = field(default_factory=list)
-    commands: list[EnqueueTask | CancelTasks] = field(default_factory=list)
+    commands: list[EnqueueTask | CancelTasks | RequeueTask] = field(default_factory=list)
+    requeued: list[RequeueTask] = field(default_factory=list)
     dispatched: list[Task] = field(default_factory=list)
     pending: list[Task] = field(default_factory=list)
     canceled: list[str] = field(default_factory=list)
@@ -90,9 +104,10 @@ class Harness:
         workload: dict[str, Any] | None = None,
         execution_id: str = "e1",
         renderer: Renderer | None = None,
+        retry_defaults: RetryDefaults | None = None,
     ) -> Harness:
         playbook = load_playbook_text(text).require()
-        engine = Engine(build_graph(playbook), renderer)
+        engine = Engine(build_graph(playbook), renderer, retry_defaults=retry_defaults)
         return cls(
             engine=engine,
             state=engine.new_state(execution_id),
@@ -111,10 +126,17 @@ class Harness:
         workbook: str = "",
         renderer: Renderer | None = None,
         start: bool = True,
+        retry_defaults: RetryDefaults | None = None,
     ) -> Harness:
         """Build from the YAML of the workflow steps, and start it (unless `start=False`)."""
         text = playbook_text(steps, policy=policy, workbook=workbook)
-        harness = cls.from_text(text, handlers=handlers, workload=workload, renderer=renderer)
+        harness = cls.from_text(
+            text,
+            handlers=handlers,
+            workload=workload,
+            renderer=renderer,
+            retry_defaults=retry_defaults,
+        )
         if start:
             harness.start()
         return harness
@@ -136,10 +158,11 @@ class Harness:
         return self._absorb(decision)
 
     def outcome(
-        self, task_id: str, *, ok: bool, this: Any = None, error: str | None = None
+        self, task_id: str, *, ok: bool, this: Any = None, error: str | None = None, **extra: Any
     ) -> Decision:
-        """Report a task outcome (`tool.processed`) for any task id, known or not."""
-        payload = {"task_id": task_id, "ok": ok, "this": this, "error": error}
+        """Report a task outcome (`tool.processed`) for any task id, known or not (`extra`
+        keys, such as `error_type` and `retryable`, are added to the payload)."""
+        payload = {"task_id": task_id, "ok": ok, "this": this, "error": error, **extra}
         event = Event(
             0, EventType.TOOL_PROCESSED.value, self.state.execution_id, 0.0, None, payload
         )
@@ -167,8 +190,13 @@ class Harness:
             elif isinstance(command, CancelTasks):
                 self.canceled.extend(command.task_ids)
                 self.pending = [t for t in self.pending if t.task_id not in command.task_ids]
-            # A RequeueTask puts a task that is still pending back in the queue: the fake
-            # worker keeps it pending, so nothing changes here.
+            elif isinstance(command, RequeueTask):
+                # A task still pending (a lost lease) stays so; one that reported an outcome
+                # (a retry) is pending again, with its next attempt.
+                self.requeued.append(command)
+                if command.task_id not in self.pending_ids():
+                    first = next(t for t in self.dispatched if t.task_id == command.task_id)
+                    self.pending.append(dataclasses.replace(first, attempt=command.attempt))
         self.check_contract()
         return decision
 
@@ -200,6 +228,14 @@ class Harness:
             return self.outcome(task.task_id, ok=True, this=task.args)
         try:
             this = handler(task)
+        except TaskFailure as exc:
+            return self.outcome(
+                task.task_id,
+                ok=False,
+                error=exc.error,
+                error_type=exc.error_type,
+                retryable=exc.retryable,
+            )
         except Exception as exc:
             return self.outcome(task.task_id, ok=False, error=str(exc))
         return self.outcome(task.task_id, ok=True, this=this)

@@ -1,0 +1,278 @@
+"""Retries, decided by the engine from a task's outcome (seed 001). Pure: no I/O, no clock,
+no randomness, so replaying a log reproduces every decision and every delay.
+
+* `rule_for` resolves the policy of a step: `retry` inside its `tool`, else on the step,
+  else on the workbook task its tool calls, else the engine's `RetryDefaults` (seed 000:
+  6 attempts, 200 ms, x2, 30 s cap, jitter), which retries transient errors only. A `retry`
+  block takes the DSL's defaults for the keys it leaves out (`noetl.dsl.model.RetryPolicy`).
+* `backoff_delay` is the wait after a failed attempt: `exponential`, `linear` or `fixed`
+  from `initial_delay`, capped at `max_delay`; with jitter, scaled by a factor in
+  [0.5, 1) drawn from a sha256 of (execution, step, loop index, attempt).
+* `assess` decides: finish with the outcome, retry after a delay, or stop because the
+  attempts are used up (exhausted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from noetl.dsl.model import Condition, Playbook, RetryPolicy, Step
+from noetl.errors import ErrorClass, TemplateError, error_class, http_status
+
+__all__ = [
+    "Backoff",
+    "RetryAction",
+    "RetryDefaults",
+    "RetryRule",
+    "Verdict",
+    "assess",
+    "backoff_delay",
+    "jitter_factor",
+    "jitter_key",
+    "retry_names",
+    "rule_for",
+]
+
+Backoff = Literal["exponential", "linear", "fixed"]
+Source = Literal["tool", "step", "workbook", "default"]
+# Renders a condition against the step's template names plus `names`; may raise
+# TemplateError.
+Check = Callable[[Condition, Mapping[str, Any]], bool]
+
+
+@dataclass(frozen=True, slots=True)
+class RetryDefaults:
+    """The policy of a step without any `retry` (from the configuration; seed 000)."""
+
+    max_attempts: int = 6
+    initial_delay: float = 0.2
+    backoff_multiplier: float = 2.0
+    max_delay: float = 30.0
+    jitter: bool = True
+    backoff: Backoff = "exponential"
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise ValueError("retry defaults: max_attempts must be at least 1")
+        if self.initial_delay < 0 or self.max_delay < 0:
+            raise ValueError("retry defaults: delays must not be negative")
+        if self.backoff_multiplier < 1:
+            raise ValueError("retry defaults: backoff_multiplier must be at least 1")
+        if self.backoff not in ("exponential", "linear", "fixed"):
+            raise ValueError(f"retry defaults: unknown backoff {self.backoff!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class RetryRule:
+    """The effective retry policy of one step; `source` says where it came from."""
+
+    max_attempts: int
+    initial_delay: float
+    backoff_multiplier: float
+    max_delay: float
+    jitter: bool
+    backoff: Backoff
+    retry_when: Condition | None = None
+    stop_when: Condition | None = None
+    source: Source = "default"
+
+    @property
+    def configured(self) -> bool:
+        """Written in the playbook (retries any non-fatal failure), not the default policy
+        (retries transient failures only)."""
+        return self.source != "default"
+
+    @classmethod
+    def of_defaults(cls, defaults: RetryDefaults) -> RetryRule:
+        return cls(
+            max_attempts=defaults.max_attempts,
+            initial_delay=defaults.initial_delay,
+            backoff_multiplier=defaults.backoff_multiplier,
+            max_delay=defaults.max_delay,
+            jitter=defaults.jitter,
+            backoff=defaults.backoff,
+        )
+
+    @classmethod
+    def of_block(cls, block: RetryPolicy, source: Source) -> RetryRule:
+        return cls(
+            max_attempts=block.max_attempts,
+            initial_delay=block.initial_delay,
+            backoff_multiplier=block.backoff_multiplier,
+            max_delay=block.max_delay,
+            jitter=block.jitter,
+            backoff=block.backoff,
+            retry_when=block.retry_when,
+            stop_when=block.stop_when,
+            source=source,
+        )
+
+
+def rule_for(step: Step, playbook: Playbook, defaults: RetryDefaults) -> RetryRule:
+    """The retry policy of a step's tasks: tool, then step, then workbook task, then default.
+
+    The call site wins over the workbook: `retry` on the step's `tool` or on the step
+    overrides the one on the workbook task's tool."""
+    tool = step.tool
+    if tool is not None and tool.retry is not None:
+        return RetryRule.of_block(tool.retry, "tool")
+    if step.retry is not None:
+        return RetryRule.of_block(step.retry, "step")
+    if tool is not None and tool.kind == "workbook":
+        try:
+            task = playbook.task(str(tool.spec.get("name")))
+        except KeyError:
+            task = None  # the validator reports it; the dispatch fails the step
+        if task is not None and task.tool.retry is not None:
+            return RetryRule.of_block(task.tool.retry, "workbook")
+    return RetryRule.of_defaults(defaults)
+
+
+# --- delays ------------------------------------------------------------------------------
+
+
+def jitter_key(execution_id: str, step: str, attempt: int, index: int | None = None) -> str:
+    """What the jitter of the delay after `attempt` is drawn from (the loop index keeps the
+    items of one loop from retrying in lockstep)."""
+    where = step if index is None else f"{step}[{index}]"
+    return f"{execution_id}:{where}:{attempt}"
+
+
+def jitter_factor(key: str) -> float:
+    """A number in [0, 1) fixed by `key`: the first 8 bytes of its sha256."""
+    digest = hashlib.sha256(key.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def backoff_delay(rule: RetryRule, attempt: int, key: str) -> float:
+    """Seconds to wait after failed attempt `attempt` (1, 2, ...) before the next one.
+
+    exponential: `initial_delay * backoff_multiplier ** (attempt - 1)`; linear:
+    `initial_delay * attempt`; fixed: `initial_delay`; capped at `max_delay`. Jitter scales
+    the capped delay by a factor in [0.5, 1) (half fixed, half drawn from `key`), so a delay
+    never passes the cap and retries of one execution still spread out."""
+    n = max(attempt, 1)
+    if rule.initial_delay <= 0:
+        base = 0.0
+    elif rule.backoff == "fixed":
+        base = rule.initial_delay
+    elif rule.backoff == "linear":
+        base = rule.initial_delay * n
+    else:
+        try:
+            base = rule.initial_delay * rule.backoff_multiplier ** (n - 1)
+        except OverflowError:
+            base = math.inf
+    delay = min(base, rule.max_delay)
+    if rule.jitter:
+        delay *= 0.5 + jitter_factor(key) / 2
+    return delay
+
+
+# --- deciding ----------------------------------------------------------------------------
+
+
+class RetryAction(StrEnum):
+    FINISH = "finish"  # the outcome stands
+    RETRY = "retry"  # run the task again after `delay_s`
+    EXHAUSTED = "exhausted"  # a retry was wanted, but no attempt is left
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do with a task's outcome.
+
+    `reason` says why a retry was wanted: `retry_when` (the condition was true),
+    `transient` (a transient error), `failed` (another non-fatal failure under a `retry`
+    written in the playbook). `error`, when set, fails the task with that message: a
+    `retry_when` / `stop_when` that could not be evaluated, or a successful output that
+    `retry_when` still rejected when the attempts ran out."""
+
+    action: RetryAction
+    reason: str | None = None
+    delay_s: float = 0.0
+    error: str | None = None
+
+
+FINISH = Verdict(RetryAction.FINISH)
+
+
+def retry_names(
+    outcome: Mapping[str, Any], attempt: int, rule: RetryRule, step: str
+) -> dict[str, Any]:
+    """The names `retry_when` and `stop_when` see, besides the step's usual ones (seed 001).
+
+    `this` / `result` (the tool's output; an HTTP error's status and headers), `data`
+    (`this.data` when `this` has one, else `this`), `status_code` (the HTTP status when
+    `this` is HTTP-shaped, else 0: no HTTP answer), `success`, `error` and `error_type`
+    (None on success), `retryable`, `attempt` (the one that just ended, from 1),
+    `max_attempts`, and `node_id` (the step's name)."""
+    this = outcome.get("this")
+    ok = bool(outcome.get("ok"))
+    data = this.get("data") if isinstance(this, Mapping) and "data" in this else this
+    return {
+        "this": this,
+        "result": this,
+        "data": data,
+        "status_code": http_status(this) or 0,
+        "success": ok,
+        "error": None if ok else str(outcome.get("error") or "tool failed"),
+        "error_type": None if ok else outcome.get("error_type"),
+        "retryable": error_class(outcome) is ErrorClass.TRANSIENT,
+        "attempt": attempt,
+        "max_attempts": rule.max_attempts,
+        "node_id": step,
+    }
+
+
+def assess(
+    rule: RetryRule,
+    outcome: Mapping[str, Any],
+    attempt: int,
+    check: Check,
+    *,
+    step: str,
+    key: str,
+) -> Verdict:
+    """Decide what follows the outcome of attempt `attempt` (from 1) of a task.
+
+    1. A fatal error is never retried. 2. Whether a retry is wanted: `retry_when` when the
+    rule has one (it may reject a successful output); else never for a success; else, for
+    a failure, always under a playbook `retry` and only when transient under the default.
+    3. `stop_when`, when true, cancels a wanted retry. 4. A wanted retry runs if attempts
+    are left (after `backoff_delay`), else the task is exhausted.
+    Templates are evaluated only when they can change the answer, so a run without
+    retries evaluates nothing."""
+    ok = bool(outcome.get("ok"))
+    kind = error_class(outcome)
+    if kind is ErrorClass.FATAL or (ok and rule.retry_when is None):
+        return FINISH
+    names: dict[str, Any] | None = None
+    if rule.retry_when is not None:
+        names = retry_names(outcome, attempt, rule, step)
+        try:
+            wanted = check(rule.retry_when, names)
+        except TemplateError as exc:
+            return Verdict(RetryAction.FINISH, error=f"retry.retry_when: {exc}")
+        reason = "retry_when"
+    else:
+        wanted = rule.configured or kind is ErrorClass.TRANSIENT
+        reason = "transient" if kind is ErrorClass.TRANSIENT else "failed"
+    if not wanted:
+        return FINISH
+    if rule.stop_when is not None:
+        names = names or retry_names(outcome, attempt, rule, step)
+        try:
+            if check(rule.stop_when, names):
+                return FINISH
+        except TemplateError as exc:
+            return Verdict(RetryAction.FINISH, error=f"retry.stop_when: {exc}")
+    if attempt >= rule.max_attempts:
+        error = None if not ok else f"retry_when was still true after {attempt} attempts"
+        return Verdict(RetryAction.EXHAUSTED, reason=reason, error=error)
+    return Verdict(RetryAction.RETRY, reason=reason, delay_s=backoff_delay(rule, attempt, key))
