@@ -11,6 +11,7 @@ from types import FrameType
 import click
 
 from noetl.cli.run_cmd import db_option
+from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
@@ -95,11 +96,18 @@ def worker_start(
     stop = threading.Event()
     try:
         with PythonPool(processes=min(python_processes or count, count)) as python_pool:
+            decider = Decider(store, pool=pool)
+            # Child executions (the playbook tool) are created in the store, their tasks
+            # in this worker's pool; a hard stop ends the waits (the lease then expires and
+            # the re-run task finds its child).
+            launcher = StoreLauncher(decider, stopping=stop.is_set)
             worker = Worker(
                 store,
-                default_registry(python_pool, secrets=default_provider(secrets_file)),
+                default_registry(
+                    python_pool, secrets=default_provider(secrets_file), launcher=launcher
+                ),
                 WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
-                decider=Decider(store, pool=pool) if continue_ else None,
+                decider=decider if continue_ else None,
             )
 
             def _on_signal(signum: int, frame: FrameType | None) -> None:

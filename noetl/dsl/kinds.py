@@ -77,7 +77,8 @@ class PlaybookSpec(SpecModel):
     """Run another playbook (registered path or file) as a child execution."""
 
     path: str
-    version: str | None = None
+    # A catalog version: a number, or a template that renders to one.
+    version: int | str | None = None
 
 
 class WorkbookSpec(SpecModel):

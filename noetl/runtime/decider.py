@@ -15,12 +15,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from noetl.dsl.graph import build_graph
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import CancelTasks, Engine, EnqueueTask, Event, EventType, ExecutionState, fold
 from noetl.engine.types import Command, RequeueTask
+from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, Enqueue, NotFoundError, Requeue, Store
 
 
@@ -61,6 +63,44 @@ class Decider:
             with self._lock:
                 engine = self._engines.setdefault(key, engine)
         return engine
+
+    def start(
+        self,
+        text: str,
+        *,
+        path: str | None,
+        workload: dict[str, Any] | None,
+        parent_execution_id: str | None,
+        now: float,
+        execution_id: str | None = None,
+    ) -> str:
+        """Validate a playbook, create its execution (`execution_id`, else a new id) and
+        dispatch its first tasks, in one transaction; returns the id. Raises PlaybookError
+        (with every diagnostic) for an invalid playbook, ConcurrencyError when an execution
+        with that id exists already (nothing is written then)."""
+        engine = self.engine(text, path)
+        playbook = engine.playbook
+        execution_id = execution_id or new_execution_id(now)
+        merged = merge_workload(playbook.workload, workload or {})
+        state = engine.new_state(execution_id)
+        decision = engine.start(state, merged, now)
+        record = new_record(
+            playbook,
+            execution_id,
+            text=text,
+            path=path,
+            workload=merged,
+            now=now,
+            parent_execution_id=parent_execution_id,
+        )
+        initial = self.append(
+            state, before=0, events=decision.events, commands=decision.commands, now=now
+        )
+        self.store.create_execution(
+            record, initial, compiled=playbook.model_dump_json(by_alias=True)
+        )
+        self.remember(execution_id, Cached(engine, state))
+        return execution_id
 
     def load(self, execution_id: str) -> Cached | None:
         """The execution's state: the cached one as it is (a commit on a stale state fails

@@ -5,6 +5,12 @@ tools and hand outcomes back through a queue; the orchestrator drains every outc
 is ready, lets the engine decide on each, and writes all resulting events and projection
 changes in ONE store transaction before dispatching the new tasks. So the database never
 holds a task whose dispatch event is missing, and per-step cost does not grow with the log.
+
+Tasks whose tool waits for other tasks (`playbook`: a child execution in this same
+runtime) run in threads of their own, not in the bounded pool: a parent waiting in a pool
+slot could otherwise hold the slot its child needs. Such a tool starts its child from its
+own thread (`start` and the orchestrator's turn hold one lock), and `wait` drives the
+children of the executions it waits for too, canceling those whose parent finished.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import secrets
+import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -31,7 +38,7 @@ from noetl.engine import (
     Outcome,
     Task,
 )
-from noetl.store.base import Append, ExecutionRecord, Store
+from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
 Clock = Callable[[], float]
@@ -100,6 +107,14 @@ class EmbeddedRuntime:
         self._executions: dict[str, _Execution] = {}
         self._graphs: dict[int, Graph] = {}
         self._cancel_requests: queue.SimpleQueue[str] = queue.SimpleQueue()
+        # `start` may be called from a tool's thread (a child execution): it and the
+        # deciding part of a turn hold this lock.
+        self._lock = threading.RLock()
+        self._children: dict[str, list[str]] = {}
+        self._parents: dict[str, str] = {}
+        self._waiters: set[threading.Thread] = set()
+        self._orphans: set[str] = set()  # children asked to cancel: their parent finished
+        self._closed = threading.Event()
 
     # --- public --------------------------------------------------------------------------
 
@@ -111,29 +126,38 @@ class EmbeddedRuntime:
         source_text: str = "",
         path: str | None = None,
         parent_execution_id: str | None = None,
+        execution_id: str | None = None,
     ) -> str:
-        """Create an execution and dispatch its first tasks; returns its id."""
-        now = self.clock()
-        execution_id = new_execution_id(now)
-        merged = merge_workload(playbook.workload, workload or {})
-        engine = Engine(self._graph(playbook))
-        state = engine.new_state(execution_id)
-        execution = _Execution(engine=engine, state=state, started_at=now)
-        decision = engine.start(state, merged, now)
-        (initial,) = self._appends([(execution, 0, decision)], now)
-        record = new_record(
-            playbook,
-            execution_id,
-            text=source_text,
-            path=path,
-            workload=merged,
-            now=now,
-            parent_execution_id=parent_execution_id,
-        )
-        self.store.create_execution(record, initial)  # the row and its start: one transaction
-        self._executions[execution_id] = execution
-        self._dispatch([(execution, 0, decision)])
-        return execution_id
+        """Create an execution (`execution_id`, else a new id) and dispatch its first
+        tasks; returns its id. Thread-safe. ConcurrencyError when an execution with the
+        given id exists already (nothing is written then)."""
+        with self._lock:
+            now = self.clock()
+            execution_id = execution_id or new_execution_id(now)
+            if execution_id in self._executions:
+                raise ConcurrencyError(f"execution {execution_id} exists", [execution_id])
+            merged = merge_workload(playbook.workload, workload or {})
+            engine = Engine(self._graph(playbook))
+            state = engine.new_state(execution_id)
+            execution = _Execution(engine=engine, state=state, started_at=now)
+            decision = engine.start(state, merged, now)
+            (initial,) = self._appends([(execution, 0, decision)], now)
+            record = new_record(
+                playbook,
+                execution_id,
+                text=source_text,
+                path=path,
+                workload=merged,
+                now=now,
+                parent_execution_id=parent_execution_id,
+            )
+            self.store.create_execution(record, initial)  # the row and its start: one write
+            self._executions[execution_id] = execution
+            if parent_execution_id is not None and parent_execution_id in self._executions:
+                self._children.setdefault(parent_execution_id, []).append(execution_id)
+                self._parents[execution_id] = parent_execution_id
+            self._dispatch([(execution, 0, decision)])
+            return execution_id
 
     def cancel(self, execution_id: str) -> None:
         """Ask for an execution to be canceled (thread-safe; takes effect at the next turn)."""
@@ -148,11 +172,11 @@ class EmbeddedRuntime:
     ) -> list[RunResult]:
         """Drive executions until all are finished; returns their results in order."""
         ids = list(execution_ids)
-        pending = {i for i in ids if not self._executions[i].state.terminal}
+        pending = self._unfinished(ids)
         last_progress = 0.0
         while pending:
             self._turn(timeout=progress_interval)
-            pending = {i for i in pending if not self._executions[i].state.terminal}
+            pending = self._unfinished(ids)
             if on_progress is not None and time.monotonic() - last_progress >= progress_interval:
                 last_progress = time.monotonic()
                 on_progress({i: self._executions[i].state for i in ids})
@@ -189,7 +213,15 @@ class EmbeddedRuntime:
     def state(self, execution_id: str) -> ExecutionState:
         return self._executions[execution_id].state
 
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called (tools waiting for children give up then)."""
+        return self._closed.is_set()
+
     def close(self) -> None:
+        self._closed.set()
+        for thread in self._waiters.copy():
+            thread.join(timeout=5.0)
         self._pool.shutdown(wait=True, cancel_futures=True)
 
     def __enter__(self) -> EmbeddedRuntime:
@@ -210,6 +242,10 @@ class EmbeddedRuntime:
                 batch.append(self._outcomes.get_nowait())
             except queue.Empty:
                 break
+        with self._lock:
+            self._decide(batch)
+
+    def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
         decisions: list[tuple[_Execution, int, Decision]] = []
         while True:
@@ -281,8 +317,47 @@ class EmbeddedRuntime:
         # the engine (stopping the running python code is not done yet).
         for _, _, decision in decisions:
             for command in decision.commands:
-                if isinstance(command, EnqueueTask):
+                if not isinstance(command, EnqueueTask):
+                    continue
+                if self.tools.waits(command.task.kind):
+                    # It waits for tasks of its own (a child execution): a pool slot held
+                    # while waiting could be the one those tasks need.
+                    thread = threading.Thread(
+                        target=self._execute_waiting,
+                        args=(command.task,),
+                        name=f"noetl-wait-{command.task.task_id}",
+                        daemon=True,
+                    )
+                    self._waiters.add(thread)
+                    thread.start()
+                else:
                     self._pool.submit(self._execute, command.task)
+
+    def _execute_waiting(self, task: Task) -> None:
+        try:
+            self._execute(task)
+        finally:
+            self._waiters.discard(threading.current_thread())
+
+    def _unfinished(self, ids: list[str]) -> set[str]:
+        """Of `ids` and their child executions (recursively), the ones still running; a
+        child whose parent finished is asked to cancel (nothing waits for it any more)."""
+        unfinished: set[str] = set()
+        todo = list(ids)
+        while todo:
+            execution_id = todo.pop()
+            execution = self._executions.get(execution_id)
+            if execution is None:
+                continue
+            if not execution.state.terminal:
+                unfinished.add(execution_id)
+                parent = self._executions.get(self._parents.get(execution_id, ""))
+                orphan = parent is not None and parent.state.terminal
+                if orphan and execution_id not in self._orphans:
+                    self._orphans.add(execution_id)
+                    self.cancel(execution_id)
+            todo.extend(self._children.get(execution_id, ()))
+        return unfinished
 
     def _execute(self, task: Task) -> None:
         """Worker thread: run one task and report its outcome (never raises)."""

@@ -6,6 +6,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from noetl.runtime.children import EmbeddedLauncher
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
@@ -27,9 +28,13 @@ def embedded_runtime(
     store = open_store(db)
     try:
         with PythonPool(processes=count) as pool:
+            launcher = EmbeddedLauncher()  # child executions run in this same runtime
             runtime = EmbeddedRuntime(
-                store, default_registry(pool, secrets=provider), workers=count
+                store,
+                default_registry(pool, secrets=provider, launcher=launcher),
+                workers=count,
             )
+            launcher.bind(runtime)
             try:
                 yield runtime
             finally:

@@ -25,7 +25,6 @@ from typing import Any
 from noetl.engine import Decision, Event, EventType
 from noetl.engine.types import Command
 from noetl.runtime.decider import Cached, Decider
-from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -73,38 +72,19 @@ class Orchestrator:
         path: str | None = None,
         workload: dict[str, Any] | None = None,
         parent_execution_id: str | None = None,
+        execution_id: str | None = None,
     ) -> str:
         """Validate a playbook, create its execution and dispatch its first tasks, in one
-        transaction. Raises PlaybookError (with every diagnostic) for an invalid playbook."""
-        engine = self.decider.engine(text, path)
-        playbook = engine.playbook
-        now = self.clock()
-        execution_id = new_execution_id(now)
-        merged = merge_workload(playbook.workload, workload or {})
-        state = engine.new_state(execution_id)
-        decision = engine.start(state, merged, now)
-        record = new_record(
-            playbook,
-            execution_id,
-            text=text,
+        transaction. Raises PlaybookError (with every diagnostic) for an invalid playbook,
+        ConcurrencyError when an execution with the given `execution_id` exists."""
+        return self.decider.start(
+            text,
             path=path,
-            workload=merged,
-            now=now,
+            workload=workload,
             parent_execution_id=parent_execution_id,
+            now=self.clock(),
+            execution_id=execution_id,
         )
-        initial = self.decider.append(
-            state,
-            before=0,
-            events=decision.events,
-            commands=decision.commands,
-            inputs_done=[],
-            now=now,
-        )
-        self.store.create_execution(
-            record, initial, compiled=playbook.model_dump_json(by_alias=True)
-        )
-        self.decider.remember(execution_id, Cached(engine, state))
-        return execution_id
 
     def cancel(self, execution_id: str, *, by: str = "api") -> bool:
         """Ask for an execution to be canceled; False if it is unknown or already finished.

@@ -19,6 +19,13 @@ Reporting takes one of two paths:
   server), the commit fails, nothing is written, and the outcome takes the inbox path.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
+
+Tasks whose tool waits for other tasks (`playbook`: a child execution, see
+`ToolRegistry.waits`) run in threads of their own and do not count against the claim
+window: a worker whose slots all held waiting parents could otherwise never claim the
+children's tasks. They are heartbeaten like any task, so their leases stay alive while
+they wait. On a hard stop their outcomes are dropped (their waits end early): the lease
+expires and the task, run again, finds the child it started.
 """
 
 from __future__ import annotations
@@ -65,6 +72,7 @@ class WorkerConfig:
 class _InFlight:
     lease: Lease
     lost: bool = False
+    waits: bool = False  # its tool waits for other tasks: outside the claim window
 
 
 @dataclass
@@ -112,6 +120,8 @@ class Worker:
         self._executor = ThreadPoolExecutor(
             max_workers=config.concurrency, thread_name_prefix="noetl-task"
         )
+        self._waiters: set[threading.Thread] = set()
+        self._should_stop: Callable[[], bool] = lambda: False
 
     # --- control -------------------------------------------------------------------------
 
@@ -129,11 +139,17 @@ class Worker:
         with self._lock:
             return len(self._in_flight)
 
+    def busy(self) -> int:
+        """Tasks in flight that count against the claim window (not the waiting ones)."""
+        with self._lock:
+            return sum(1 for entry in self._in_flight.values() if not entry.waits)
+
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> WorkerStats:
         """Claim and run tasks until `should_stop()` or a drain finishes."""
         started = time.time()
+        self._should_stop = should_stop
         self._register("running", started)
         beat = threading.Thread(target=self._heartbeats, name="noetl-heartbeat", daemon=True)
         beat.start()
@@ -154,6 +170,10 @@ class Worker:
                     self._wait()
         finally:
             self._executor.shutdown(wait=True)
+            with self._lock:
+                waiters = list(self._waiters)
+            for thread in waiters:
+                thread.join(timeout=max(self.config.lease_s, 5.0))
             self._reports = None
             reports.put(None)
             reporter.join(timeout=max(self.config.lease_s, 5.0) + 5)
@@ -180,7 +200,7 @@ class Worker:
         )
 
     def _claim_some(self) -> bool:
-        free = self.config.concurrency - self.in_flight()
+        free = self.config.concurrency - self.busy()
         if free <= 0:
             time.sleep(0.005)
             return True
@@ -194,9 +214,35 @@ class Worker:
             return False
         for lease in leases:
             with self._lock:
-                self._in_flight[lease.task.task_id] = _InFlight(lease)
-            self._executor.submit(self._execute, lease)
+                self._in_flight[lease.task.task_id] = self._entry(lease)
+            self._submit(lease)
         return bool(leases)
+
+    def _entry(self, lease: Lease) -> _InFlight:
+        return _InFlight(lease, waits=self.tools.waits(lease.task.kind))
+
+    def _submit(self, lease: Lease) -> None:
+        """Run a leased task: in the pool, or in a thread of its own when its tool waits
+        for other tasks (a pool slot held while waiting could be the one they need)."""
+        if not self.tools.waits(lease.task.kind):
+            self._executor.submit(self._execute, lease)
+            return
+        thread = threading.Thread(
+            target=self._execute_waiting,
+            args=(lease,),
+            name=f"noetl-wait-{lease.task.task_id}",
+            daemon=True,
+        )
+        with self._lock:
+            self._waiters.add(thread)
+        thread.start()
+
+    def _execute_waiting(self, lease: Lease) -> None:
+        try:
+            self._execute(lease)
+        finally:
+            with self._lock:
+                self._waiters.discard(threading.current_thread())
 
     def _wait(self) -> None:
         try:
@@ -208,13 +254,15 @@ class Worker:
 
     def _execute(self, lease: Lease) -> None:
         """Run a task, then the tasks its continuation leased to this worker (the first in
-        this thread, any others in the pool)."""
+        this thread unless its tool waits, the others through `_submit`)."""
         current: Lease | None = lease
         while current is not None:
             follow = self._run(current)
-            current = follow[0] if follow else None
-            for extra in follow[1:]:
-                self._executor.submit(self._execute, extra)
+            current = None
+            if follow and not self.tools.waits(follow[0].task.kind):
+                current, follow = follow[0], follow[1:]
+            for extra in follow:
+                self._submit(extra)
 
     def _run(self, lease: Lease) -> list[Lease]:
         task = lease.task
@@ -225,6 +273,10 @@ class Worker:
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True
+        if entry is not None and entry.waits and self._should_stop():
+            # A hard stop ended its wait (a drain waits for it): not reported, the lease
+            # expires, and the task, run again, finds the child it started.
+            lost = True
         follow: list[Lease] = []
         if not lost:
             follow = self._report(lease, outcome)
@@ -233,7 +285,7 @@ class Worker:
         with self._lock:
             self._in_flight.pop(task.task_id, None)
             for nxt in follow:
-                self._in_flight[nxt.task.task_id] = _InFlight(nxt)
+                self._in_flight[nxt.task.task_id] = self._entry(nxt)
         return follow
 
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
@@ -285,7 +337,8 @@ class Worker:
         append = decider.append(
             state, before=before, events=decision.events, commands=decision.commands, now=now
         )
-        free = 0 if self.draining else self.config.concurrency - self.in_flight() + 1
+        own = 0 if self.tools.waits(task.kind) else 1  # this task's slot is free again
+        free = 0 if self.draining else self.config.concurrency - self.busy() + own
         lease_ids = [item.task.task_id for item in append.enqueue][: max(free, 0)]
         leases = self.store.complete_and_commit(
             task.task_id,

@@ -133,9 +133,11 @@ class SecretScope:
     def __init__(self, provider: SecretProvider | None) -> None:
         self._provider = provider
         self._values: set[str] = set()
+        self._unresolved: Task | None = None
 
     def resolve(self, task: Task) -> Task:
         """The task with the markers of its secret names replaced by their values."""
+        self._unresolved = task
         if not task.secrets:
             return task
         values: dict[str, str] = {}
@@ -153,6 +155,13 @@ class SecretScope:
             spec=_substitute(task.spec, values),
             args=_substitute(task.args, values),
         )
+
+    def unresolved(self, task: Task) -> Task:
+        """`task` as it was before `resolve`, its secrets still markers: for a tool that
+        hands values on to be stored (`playbook`: a child's workload), so they stay
+        references that the child's own tasks resolve."""
+        original = self._unresolved
+        return original if original is not None and original.task_id == task.task_id else task
 
     def credential(self, name: str) -> dict[str, Any]:
         """A named credential; its values are masked in the outcome like secrets."""

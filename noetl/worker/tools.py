@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from noetl.dsl.kinds import plugin_tools
 from noetl.engine.types import Outcome, Task
 from noetl.sinks import run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
+
+if TYPE_CHECKING:
+    from noetl.tools.playbook import ChildLauncher
 
 __all__ = [
     "NoopTool",
@@ -98,6 +101,12 @@ class ToolRegistry:
     def __contains__(self, kind: object) -> bool:
         return kind in self._tools
 
+    def waits(self, kind: str) -> bool:
+        """Whether tasks of `kind` spend their time waiting for other tasks (`playbook`
+        waits for its child execution): runtimes run those outside their bounded task
+        slots, so a waiting parent never holds the slot its child needs."""
+        return getattr(self._tools.get(kind), "waits", False) is True
+
     def kinds(self) -> list[str]:
         """The registered kinds, sorted."""
         return sorted(self._tools)
@@ -130,13 +139,19 @@ class ToolRegistry:
 
 
 def default_registry(
-    python_pool: PythonPool, *, secrets: SecretProvider | None = None
+    python_pool: PythonPool,
+    *,
+    secrets: SecretProvider | None = None,
+    launcher: ChildLauncher | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
-    (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`."""
+    (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
+    `playbook` tool is there when a `launcher` (how this process starts child
+    executions) is given."""
     # the tools' libraries load only where tasks run
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
+    from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
     from noetl.tools.postgres import PostgresTool  # noqa: PLC0415
 
     builtins: list[Tool] = [
@@ -146,6 +161,8 @@ def default_registry(
         PostgresTool(),
         DuckdbTool(),
     ]
+    if launcher is not None:
+        builtins.append(PlaybookTool(launcher))
     registry = ToolRegistry(builtins, secrets=secrets)
     for tool in plugin_tools().values():
         registry.register(tool)

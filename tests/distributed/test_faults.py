@@ -322,3 +322,64 @@ def test_sigterm_drains_a_worker_and_drain_command_stops_the_rest(
     assert "noetl server stopped" in server.output()
     statuses = {w.worker_id.split(":")[1]: w.status for w in store.list_workers()}
     assert statuses == {str(worker.pid): "stopped", str(second.pid): "stopped"}
+
+
+CHILD = f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: child}}
+workflow:
+  - step: work
+    tool:
+      kind: python
+      code: {json.dumps(RECORD)}
+      args: {{out: "{{{{ workload.out }}}}", step: "c{{{{ workload.n }}}}", sleep: 3}}
+    result: {{as: done}}
+"""
+
+
+def parent_of_children(child_path: Path, out: Path) -> str:
+    return f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: parent}}
+workflow:
+  - step: call
+    loop: {{collection: [1, 2, 3], element: n, mode: parallel}}
+    tool:
+      kind: playbook
+      path: "{child_path}"
+      args: {{out: "{out}", n: "{{{{ n }}}}"}}
+    result: {{collect: {{into: kids, mode: list}}}}
+"""
+
+
+def test_killed_worker_waiting_for_children_is_replaced_without_duplicate_children(
+    cluster: Cluster, store: Store, tmp_path: Path
+) -> None:
+    out = tmp_path / "runs.txt"
+    child_path = tmp_path / "child.yaml"
+    child_path.write_text(CHILD, encoding="utf-8")
+    cluster.start_server()
+    workers = [cluster.start_worker(f"w{i}", lease_s=2.0, concurrency=2) for i in (1, 2)]
+    execution_id = cluster.start_execution(parent_of_children(child_path, out))
+
+    def children() -> list[Any]:
+        return [
+            r for r in store.list_executions(limit=1000) if r.parent_execution_id == execution_id
+        ]
+
+    holder = leased_by(store, f"{execution_id}.call.0")
+    wait_until(lambda: len(children()) == 3 and sum(runs(out).values()) > 0, 30, "3 children")
+    victim = next(w for w in workers if f":{w.pid}:" in holder)
+    victim.kill9()
+    result = cluster.wait_finished(execution_id, timeout=90)
+    assert result["status"] == "ok", result
+    kids = children()
+    assert len(kids) == 3
+    assert {k.status for k in kids} == {"ok"}
+    assert [k["context"]["done"] for k in result["context"]["kids"]] == ["c1", "c2", "c3"]
+    events = cluster.events(execution_id)
+    reclaimed = [e["payload"]["task_id"] for e in events if e["type"] == "task.reclaimed"]
+    assert f"{execution_id}.call.0" in reclaimed
+    assert set(runs(out)) == {"c1", "c2", "c3"}

@@ -8,6 +8,8 @@ import pytest
 
 from noetl.engine.types import Outcome, Task
 from noetl.errors import RetryableError
+from noetl.runtime.children import EmbeddedLauncher
+from noetl.tools.playbook import PlaybookTool
 from noetl.worker import tools
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.tools import NoopTool, PythonTool, Tool, ToolRegistry, default_registry
@@ -128,6 +130,16 @@ def test_default_registry_has_the_built_in_tools() -> None:
     assert registry.run(task).this == "from pool"
     assert pool.tasks == [task]
     assert registry.run(make_task("noop", args={"k": "v"})).this == {"k": "v"}
+
+
+def test_default_registry_has_the_playbook_tool_given_a_launcher() -> None:
+    launcher = EmbeddedLauncher()
+    registry = default_registry(cast(PythonPool, FakePool()), launcher=launcher)
+    assert "playbook" in registry.kinds()
+    assert isinstance(registry.get("playbook"), PlaybookTool)
+    # Its tasks wait for child executions: runtimes keep them out of their task slots.
+    assert registry.waits("playbook")
+    assert not registry.waits("python") and not registry.waits("nothing")
 
 
 def test_tools_satisfy_the_protocol() -> None:
