@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from noetl.dsl.graph import Graph, build_graph
@@ -38,6 +38,7 @@ from noetl.engine import (
     Outcome,
     Task,
 )
+from noetl.engine.types import RequeueTask
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -115,6 +116,8 @@ class EmbeddedRuntime:
         self._waiters: set[threading.Thread] = set()
         self._orphans: set[str] = set()  # children asked to cancel: their parent finished
         self._closed = threading.Event()
+        # Tasks dispatched per running execution, to run again on a RequeueTask (a retry).
+        self._tasks: dict[str, dict[str, Task]] = {}
 
     # --- public --------------------------------------------------------------------------
 
@@ -315,23 +318,46 @@ class EmbeddedRuntime:
     def _dispatch(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         # CancelTasks needs no action here: a canceled task's late outcome is discarded by
         # the engine (stopping the running python code is not done yet).
-        for _, _, decision in decisions:
+        for execution, _, decision in decisions:
+            tasks = self._tasks.setdefault(execution.state.execution_id, {})
             for command in decision.commands:
-                if not isinstance(command, EnqueueTask):
-                    continue
-                if self.tools.waits(command.task.kind):
-                    # It waits for tasks of its own (a child execution): a pool slot held
-                    # while waiting could be the one those tasks need.
-                    thread = threading.Thread(
-                        target=self._execute_waiting,
-                        args=(command.task,),
-                        name=f"noetl-wait-{command.task.task_id}",
-                        daemon=True,
-                    )
-                    self._waiters.add(thread)
-                    thread.start()
-                else:
-                    self._pool.submit(self._execute, command.task)
+                if isinstance(command, EnqueueTask):
+                    tasks[command.task.task_id] = command.task
+                    self._submit(command.task)
+                elif isinstance(command, RequeueTask):
+                    # A retry (or a reclaim): the same task again, with its new attempt,
+                    # once its delay has passed.
+                    known = tasks.get(command.task_id)
+                    if known is None:
+                        continue
+                    task = replace(known, attempt=command.attempt)
+                    if command.delay_s > 0:
+                        timer = threading.Timer(command.delay_s, self._submit, args=(task,))
+                        timer.daemon = True
+                        timer.start()
+                    else:
+                        self._submit(task)
+            if execution.state.terminal:
+                self._tasks.pop(execution.state.execution_id, None)
+
+    def _submit(self, task: Task) -> None:
+        """Run a task: in the pool, or in a thread of its own if it waits for others."""
+        if self._closed.is_set():
+            return
+        if self.tools.waits(task.kind):
+            # It waits for tasks of its own (a child execution): a pool slot held while
+            # waiting could be the one those tasks need.
+            thread = threading.Thread(
+                target=self._execute_waiting,
+                args=(task,),
+                name=f"noetl-wait-{task.task_id}",
+                daemon=True,
+            )
+            self._waiters.add(thread)
+            thread.start()
+        else:
+            with contextlib.suppress(RuntimeError):  # a retry timer firing after close()
+                self._pool.submit(self._execute, task)
 
     def _execute_waiting(self, task: Task) -> None:
         try:

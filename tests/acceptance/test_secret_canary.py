@@ -153,8 +153,8 @@ def test_a_secret_reaches_its_services_and_nothing_else(
     extra = ("--set", "fail=true") if outcome == "python_failure" else ()
     proc = run(playbook, db, env, *extra)
 
-    # The secret was really used where it was needed...
-    assert Recorder.seen == [f"Bearer {canary}"]
+    # The secret was really used where it was needed (a 500 is retried: several calls)...
+    assert Recorder.seen and set(Recorder.seen) == {f"Bearer {canary}"}
     result = json.loads(proc.stdout)
     if outcome == "success":
         assert proc.returncode == 0, proc.stderr
