@@ -222,22 +222,41 @@ class Runner:
         return (True, text, capture.getvalue())
 
 
+class _CaptureHandler(logging.Handler):
+    """Writes log records to the output of the call in progress (none between calls)."""
+
+    target: _Capture | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        target = self.target
+        if target is None:
+            return
+        try:
+            target.write(self.format(record) + "\n")
+        except Exception:  # a broken record must not fail the user's call
+            self.handleError(record)
+
+
+_HANDLER = _CaptureHandler()
+_HANDLER.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+
+
 @contextmanager
 def _logs_into(capture: _Capture) -> Iterator[None]:
     """Records the user's code logs at INFO and above go to the captured output too, as
-    `LEVEL logger: message` lines, for the duration of one call."""
+    `LEVEL logger: message` lines. The handler is installed on the root logger once per
+    child (and the root level lowered to INFO then); each call only points it at its own
+    output, which costs nothing."""
     root = logging.getLogger()
-    handler = logging.StreamHandler(capture)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    level = root.level
-    root.addHandler(handler)
-    if level > logging.INFO or level == logging.NOTSET:
-        root.setLevel(logging.INFO)
+    if _HANDLER not in root.handlers:
+        root.addHandler(_HANDLER)
+        if root.level > logging.INFO or root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+    _HANDLER.target = capture
     try:
         yield
     finally:
-        root.removeHandler(handler)
-        root.setLevel(level)
+        _HANDLER.target = None
 
 
 def serve(reader: Connection, writer: Connection) -> None:

@@ -31,7 +31,9 @@ __all__ = [
 
 
 class Tool(Protocol):
-    """Runs the tasks of one kind."""
+    """Runs the tasks of one kind. A tool whose `uses_credentials` is False (the default
+    is True) runs without a secret scope when its task has no secret references and no
+    sinks."""
 
     kind: str
 
@@ -44,6 +46,7 @@ class NoopTool:
     """Does nothing; its result is the task's rendered `args`."""
 
     kind: str = "noop"
+    uses_credentials = False  # no secret scope needed unless the task has references
 
     def run(self, task: Task) -> Outcome:
         return Outcome(task_id=task.task_id, ok=True, this=task.args)
@@ -53,6 +56,7 @@ class PythonTool:
     """User Python code, run in a child process of the pool (see `python_pool`)."""
 
     kind: str = "python"
+    uses_credentials = False  # user code gets values through `args`, never credentials
 
     def __init__(self, pool: PythonPool) -> None:
         self._pool = pool
@@ -117,11 +121,16 @@ class ToolRegistry:
         The task's secret references are resolved first (a missing secret fails the task),
         the tool runs with the task's `SecretScope` current (`current_scope()`, for
         credentials), and every secret value is masked in the outcome it returns."""
+        tool = self.get(task.kind)
+        if not (task.secrets or task.sinks or getattr(tool, "uses_credentials", True)):
+            # Nothing to resolve, hand out or mask: skip the scope (a hot path for loops
+            # of python items).
+            return self._run_plain(tool, task)
         started = time.perf_counter()
         scope = SecretScope(self.secrets)
         token = enter_scope(scope)
         try:
-            outcome = self.get(task.kind).run(scope.resolve(task))
+            outcome = tool.run(scope.resolve(task))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
                 outcome = run_sinks(task, outcome.this).apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
@@ -136,6 +145,19 @@ class ToolRegistry:
         finally:
             leave_scope(token)
         return scope.mask_outcome(outcome)
+
+    @staticmethod
+    def _run_plain(tool: Tool, task: Task) -> Outcome:
+        try:
+            return tool.run(task)
+        except Exception as exc:  # a tool bug must cost one task, not the worker
+            return Outcome(
+                task_id=task.task_id,
+                ok=False,
+                error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
+                error_type=type(exc).__name__,
+                retryable=getattr(exc, "retryable", False) is True,
+            )
 
 
 def default_registry(
