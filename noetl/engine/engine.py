@@ -14,6 +14,7 @@ task fails as any failed task does.
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from noetl.dsl.model import Condition, Loop, Step, Tool
 from noetl.engine.context import TemplateContext
 from noetl.engine.render import Renderer, render_spec
 from noetl.engine.retry import (
+    FINISH,
     RetryAction,
     RetryDefaults,
     RetryRule,
@@ -91,6 +93,7 @@ class Engine:
         self.position = {name: index for index, name in enumerate(self.order)}
         # The policy of a step without `retry` (from the configuration; seed 000 defaults).
         self.retry_defaults = retry_defaults or RetryDefaults()
+        self._secret_steps: dict[str, bool] = {}
         self.retry_rules: dict[str, RetryRule] = {
             step.step: rule_for(step, self.playbook, self.retry_defaults)
             for step in self.playbook.workflow
@@ -324,7 +327,9 @@ class Engine:
         rendered_args = self.renderer.render(args, values) if args else {}
         rendered_spec = render_spec(self.renderer, kind, spec, values)
         sinks = self._sinks(step, values)
-        secrets = referenced(rendered_args) | referenced(rendered_spec)
+        secrets: set[str] = set()
+        if self._may_reference_secrets(step.step, kind, spec, args):
+            secrets = referenced(rendered_args) | referenced(rendered_spec)
         for sink in sinks:
             secrets |= referenced(sink["spec"])
         suffix = f".{index}" if index is not None else ""
@@ -350,6 +355,18 @@ class Engine:
             # The worker needs the pick only to compute what its sinks write.
             pick=step.result.pick if sinks and step.result is not None else None,
         )
+
+    def _may_reference_secrets(
+        self, name: str, kind: str, spec: dict[str, Any], args: dict[str, Any]
+    ) -> bool:
+        """Whether the step's tool templates mention `secrets` at all (cached by step).
+        When they do not, the task lists no secrets, even if data rendered into it holds
+        marker text: a marker stands for a secret only where a template put it."""
+        known = self._secret_steps.get(name)
+        if known is None:
+            known = "secrets" in json.dumps([kind, spec, args], default=str)
+            self._secret_steps[name] = known
+        return known
 
     def _sinks(self, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
         """The step's `result.sink` entries as the worker runs them, specs rendered now.
@@ -453,6 +470,9 @@ class Engine:
     def _assess(self, state: ExecutionState, done: _Attempt) -> Verdict:
         """The retry policy's verdict on the outcome of one attempt of a task."""
         step, index = done.step, done.index
+        rule = self.retry_rules[step.step]
+        if rule.retry_when is None and done.outcome.get("ok"):
+            return FINISH  # the common case, decided without building anything
         run = state.steps[step.step]
 
         def check(condition: Condition, names: Mapping[str, Any]) -> bool:
@@ -461,7 +481,6 @@ class Engine:
             return self.renderer.truthy(condition, ctx.build(**names))
 
         key = jitter_key(state.execution_id, step.step, done.number, index)
-        rule = self.retry_rules[step.step]
         return assess(rule, done.outcome, done.number, check, step=step.step, key=key)
 
     def _retry(self, state: ExecutionState, turn: _Turn, done: _Attempt, verdict: Verdict) -> None:

@@ -173,3 +173,19 @@ def test_tools_see_the_scope_of_their_task() -> None:
 
     assert seen == [{"password": "pw-12345"}]
     assert outcome.this == "connected with ***"
+
+
+def test_marker_text_from_data_is_never_a_secret_reference() -> None:
+    harness = Harness.of(
+        """
+        - step: echo
+          tool: {kind: noop, args: {value: "{{ workload.value }}"}}
+        """,
+        workload={"value": "<<secret:ADMIN_TOKEN>>"},
+    )
+    [task] = harness.dispatched
+
+    assert task.args == {"value": "<<secret:ADMIN_TOKEN>>"}
+    assert task.secrets == ()  # so a worker leaves the text as it is
+    registry = ToolRegistry([NoopTool()], secrets=EnvSecrets({"NOETL_SECRET_ADMIN_TOKEN": "x1"}))
+    assert registry.run(task).this == {"value": "<<secret:ADMIN_TOKEN>>"}
