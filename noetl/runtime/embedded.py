@@ -38,7 +38,7 @@ from noetl.engine import (
     Outcome,
     Task,
 )
-from noetl.engine.types import RequeueTask
+from noetl.engine.types import CancelTasks, RequeueTask
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -118,6 +118,8 @@ class EmbeddedRuntime:
         self._closed = threading.Event()
         # Tasks dispatched per running execution, to run again on a RequeueTask (a retry).
         self._tasks: dict[str, dict[str, Task]] = {}
+        # Tasks a decision canceled, per running execution: one still queued is not run.
+        self._canceled: dict[str, set[str]] = {}
 
     # --- public --------------------------------------------------------------------------
 
@@ -316,11 +318,16 @@ class EmbeddedRuntime:
         return appends
 
     def _dispatch(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
-        # CancelTasks needs no action here: a canceled task's late outcome is discarded by
-        # the engine (stopping the running python code is not done yet).
+        # On CancelTasks a running python task's child is killed (the tools' `cancel`) and
+        # a task still queued is not run; their outcomes are discarded by the engine.
         for execution, _, decision in decisions:
             tasks = self._tasks.setdefault(execution.state.execution_id, {})
             for command in decision.commands:
+                if isinstance(command, CancelTasks):
+                    canceled = self._canceled.setdefault(execution.state.execution_id, set())
+                    for task_id in command.task_ids:
+                        canceled.add(task_id)
+                        self.tools.cancel(task_id)
                 if isinstance(command, EnqueueTask):
                     tasks[command.task.task_id] = command.task
                     self._submit(command.task)
@@ -339,6 +346,7 @@ class EmbeddedRuntime:
                         self._submit(task)
             if execution.state.terminal:
                 self._tasks.pop(execution.state.execution_id, None)
+                self._canceled.pop(execution.state.execution_id, None)
 
     def _submit(self, task: Task) -> None:
         """Run a task: in the pool, or in a thread of its own if it waits for others."""
@@ -388,6 +396,12 @@ class EmbeddedRuntime:
     def _execute(self, task: Task) -> None:
         """Worker thread: run one task and report its outcome (never raises)."""
         started = time.perf_counter()
+        if task.task_id in self._canceled.get(task.execution_id, ()):
+            outcome = Outcome(
+                task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
+            )
+            self._outcomes.put((task, outcome))
+            return
         try:
             outcome = self.tools.run(task)
         except Exception as exc:  # a tool must not take the runtime down

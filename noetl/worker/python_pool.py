@@ -4,7 +4,8 @@ User code runs outside the worker so that whatever it does (raise, loop forever,
 `sys.exit`, crash the interpreter, leak memory) costs one task, never the worker. Each
 child comes from the "forkserver" start method (the worker has threads, so forking it is
 unsafe) and serves calls over a pair of `multiprocessing.Pipe`s, one at a time, for its
-whole life; a child that crashes or runs past its timeout is killed and replaced. POSIX
+whole life; a child that crashes, runs past its timeout or runs a task that is canceled
+(`PythonPool.cancel`) is killed and replaced. POSIX
 only (forkserver, `select.poll`).
 
 How user code is called (the `spec` of a python task, see `noetl.dsl.kinds.PythonSpec`):
@@ -71,7 +72,16 @@ def _exit_message(code: int | None) -> str:
 class _Child:
     """One running child process and the parent's end of its pipe."""
 
-    __slots__ = ("exitcode", "poller", "process", "reader", "ready", "stopped", "writer")
+    __slots__ = (
+        "canceled",
+        "exitcode",
+        "poller",
+        "process",
+        "reader",
+        "ready",
+        "stopped",
+        "writer",
+    )
 
     def __init__(self, ctx: ForkServerContext) -> None:
         # Two one-way pipes: measurably quicker than one duplex socket pair.
@@ -92,6 +102,7 @@ class _Child:
         self.poller.register(reader.fileno(), select.POLLIN)
         self.ready = False
         self.stopped = False
+        self.canceled = False  # killed by `PythonPool.cancel`
         self.exitcode: int | None = None
 
     @classmethod
@@ -165,6 +176,7 @@ class PythonPool:
         self._default_timeout_ms = default_timeout_ms
         self._cond = threading.Condition()
         self._busy: set[_Child] = set()
+        self._running: dict[str, _Child] = {}  # task id -> the child running it
         self._leased = 0
         self._closed = False
         self._free: list[_Child | None] = []
@@ -206,12 +218,24 @@ class PythonPool:
             return _failed(task, started, request, "FatalError")
         timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
         try:
-            reply = self._run_leased(request, max(timeout_ms, 0))
+            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0))
         except _Failure as failure:
             return _failed(
                 task, started, failure.message, failure.error_type, retryable=failure.retryable
             )
         return _outcome(task, started, reply)
+
+    def cancel(self, task_id: str) -> bool:
+        """Stop the call running `task_id`: kill its child (it is replaced); that call
+        returns a failed outcome with error type "CancelError". False when no call of
+        this pool is running that task (not started yet, or already finished)."""
+        with self._cond:
+            child = self._running.get(task_id)
+            if child is None:
+                return False
+            child.canceled = True
+            child.kill()
+        return True
 
     def close(self) -> None:
         """Stop every child (killing those still running a task) and reap them all."""
@@ -235,7 +259,7 @@ class PythonPool:
 
     # --- internals ------------------------------------------------------------------
 
-    def _run_leased(self, request: Reply, timeout_ms: int) -> Reply:
+    def _run_leased(self, task_id: str, request: Reply, timeout_ms: int) -> Reply:
         child = self._acquire()
         healthy = False
         try:
@@ -245,8 +269,16 @@ class PythonPool:
                 child = None
             if child is None:
                 child = self._start()
-            reply = self._call(child, request, timeout_ms)
-            healthy = True
+            with self._cond:
+                self._running[task_id] = child
+            try:
+                reply = self._call(child, request, timeout_ms)
+            finally:
+                with self._cond:
+                    if self._running.get(task_id) is child:
+                        del self._running[task_id]
+            # canceled just as the reply came: the child is (being) killed, replace it
+            healthy = not child.canceled
             return reply
         finally:
             self._release(child, healthy)
@@ -290,6 +322,8 @@ class PythonPool:
             reply = child.call(request, timeout_ms / 1000)
         except (EOFError, OSError):
             code = child.stop()
+            if child.canceled:
+                raise _Failure("canceled", "CancelError") from None
             if self._closed:
                 message = "python pool was closed while the task ran"
                 raise _Failure(message, "CancelError", retryable=True) from None

@@ -437,8 +437,12 @@ class Worker:
             except NoetlError as exc:
                 log.warning("heartbeat failed: %s", exc)
                 continue
-            # `answer.cancel` (the execution was canceled) needs no action yet: the result
-            # is discarded by the engine; stopping the running task is still to come.
+            # The execution was canceled: stop the running code (an inline python task's
+            # child is killed); the failed outcome is reported as usual and the engine
+            # discards it. Asked again at every beat until the task ends, in case it had
+            # not reached its tool yet.
+            if answer.cancel and self.tools.cancel(entry.lease.task.task_id):
+                log.info("canceled running task %s", entry.lease.task.task_id)
             if not answer.alive:
                 entry.lost = True
         try:

@@ -64,6 +64,10 @@ class PythonTool:
     def run(self, task: Task) -> Outcome:
         return self._pool.run(task)
 
+    def cancel(self, task_id: str) -> bool:
+        """Kill the child process running `task_id`, if any (see `PythonPool.cancel`)."""
+        return self._pool.cancel(task_id)
+
 
 class UnknownTool:
     """Stands in for a kind nothing is registered for: every task fails, fatally."""
@@ -114,6 +118,21 @@ class ToolRegistry:
     def kinds(self) -> list[str]:
         """The registered kinds, sorted."""
         return sorted(self._tools)
+
+    def cancel(self, task_id: str) -> bool:
+        """Ask every tool that can stop a running task (one with a `cancel(task_id)`
+        method, such as the python tool) to stop `task_id`; never raises. True when one
+        of them stopped it. The stopped call still returns its (failed) outcome."""
+        stopped = False
+        for tool in list(self._tools.values()):
+            cancel = getattr(tool, "cancel", None)
+            if not callable(cancel):
+                continue
+            try:
+                stopped = cancel(task_id) is True or stopped
+            except Exception:  # a tool bug must not take the caller down
+                continue
+        return stopped
 
     def run(self, task: Task) -> Outcome:
         """Run a task with the tool of its kind; never raises.

@@ -278,6 +278,34 @@ def test_timeout_kills_and_replaces(solo: PythonPool) -> None:
         os.kill(pid, 0)
 
 
+def test_cancel_kills_the_running_call_and_replaces_the_child(solo: PythonPool) -> None:
+    (pid,) = solo.pids
+    assert solo.cancel("t1") is False  # nothing runs yet
+    result: list[Outcome] = []
+    runner = threading.Thread(
+        target=lambda: result.append(
+            solo.run(code("import time\n\ndef main():\n    time.sleep(30)\n"))
+        )
+    )
+    runner.start()
+    deadline = time.monotonic() + 5
+    while not solo.cancel("t1"):  # retried until the call has a child
+        assert time.monotonic() < deadline, "the call never started"
+        time.sleep(0.01)
+    canceled_at = time.monotonic()
+    runner.join(timeout=5)
+    assert not runner.is_alive()
+    assert time.monotonic() - canceled_at < 1
+    (outcome,) = result
+    assert not outcome.ok
+    assert outcome.error_type == "CancelError"
+    assert outcome.error == "canceled"
+    assert solo.cancel("t1") is False  # finished
+    assert assert_ok(solo.run(code(PLUS_ONE, args={"x": 1}))) == 2
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
 def test_child_killed_while_idle_does_not_fail_the_next_task(solo: PythonPool) -> None:
     assert assert_ok(solo.run(code(PLUS_ONE, args={"x": 1}))) == 2
     (pid,) = solo.pids
