@@ -43,6 +43,10 @@ from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
 Clock = Callable[[], float]
+# A turn with fewer outcomes than this, while more tasks are in flight, waits this long for
+# the others before it commits.
+LINGER_BELOW = 32
+LINGER_S = 0.0005
 
 
 def new_execution_id(now: float) -> str:
@@ -116,6 +120,8 @@ class EmbeddedRuntime:
         self._waiters: set[threading.Thread] = set()
         self._orphans: set[str] = set()  # children asked to cancel: their parent finished
         self._closed = threading.Event()
+        # Tasks dispatched whose outcomes have not been taken yet (changed under `_lock`).
+        self._in_flight = 0
         # Tasks dispatched per running execution, to run again on a RequeueTask (a retry).
         self._tasks: dict[str, dict[str, Task]] = {}
         # Tasks a decision canceled, per running execution: one still queued is not run.
@@ -242,13 +248,23 @@ class EmbeddedRuntime:
         batch: list[tuple[Task, Outcome]] = []
         with contextlib.suppress(queue.Empty):
             batch.append(self._outcomes.get(timeout=timeout))
+        self._drain(batch)
+        if 0 < len(batch) < LINGER_BELOW and self._in_flight > len(batch):
+            # More outcomes are on their way (a parallel loop): a moment's wait lets one
+            # commit carry them all, which costs far less than a commit each. A lone task
+            # (a chain) never waits here.
+            time.sleep(LINGER_S)
+            self._drain(batch)
+        with self._lock:  # `start` (a child execution, from a tool's thread) dispatches too
+            self._in_flight -= len(batch)
+            self._decide(batch)
+
+    def _drain(self, batch: list[tuple[Task, Outcome]]) -> None:
         while True:
             try:
                 batch.append(self._outcomes.get_nowait())
             except queue.Empty:
-                break
-        with self._lock:
-            self._decide(batch)
+                return
 
     def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
@@ -330,6 +346,7 @@ class EmbeddedRuntime:
                         self.tools.cancel(task_id)
                 if isinstance(command, EnqueueTask):
                     tasks[command.task.task_id] = command.task
+                    self._in_flight += 1
                     self._submit(command.task)
                 elif isinstance(command, RequeueTask):
                     # A retry (or a reclaim): the same task again, with its new attempt,
@@ -338,6 +355,7 @@ class EmbeddedRuntime:
                     if known is None:
                         continue
                     task = replace(known, attempt=command.attempt)
+                    self._in_flight += 1
                     if command.delay_s > 0:
                         timer = threading.Timer(command.delay_s, self._submit, args=(task,))
                         timer.daemon = True
