@@ -41,6 +41,7 @@ class Decider:
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}
+        self._dumped: dict[int, str] = {}  # id(engine.playbook) -> its JSON (engines live on)
         self._states: OrderedDict[str, Cached] = OrderedDict()
         self._cache_size = cache_size
 
@@ -96,11 +97,21 @@ class Decider:
         initial = self.append(
             state, before=0, events=decision.events, commands=decision.commands, now=now
         )
-        self.store.create_execution(
-            record, initial, compiled=playbook.model_dump_json(by_alias=True)
-        )
+        self.store.create_execution(record, initial, compiled=self._compiled(engine))
         self.remember(execution_id, Cached(engine, state))
         return execution_id
+
+    def _compiled(self, engine: Engine) -> str:
+        """The validated playbook of `engine` as JSON, dumped once per engine (engines are
+        cached per text, so starting many executions of one playbook dumps it once)."""
+        key = id(engine.playbook)
+        with self._lock:
+            text = self._dumped.get(key)
+        if text is None:
+            text = engine.playbook.model_dump_json(by_alias=True)
+            with self._lock:
+                self._dumped[key] = text
+        return text
 
     def load(self, execution_id: str) -> Cached | None:
         """The execution's state: the cached one as it is (a commit on a stale state fails

@@ -153,30 +153,30 @@ class ToolRegistry:
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
                 outcome = run_sinks(task, outcome.this).apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
-            outcome = Outcome(
-                task_id=task.task_id,
-                ok=False,
-                error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-                retryable=getattr(exc, "retryable", False) is True,
-                duration_ms=(time.perf_counter() - started) * 1000,
-            )
+            outcome = _crashed(task, exc, started)
         finally:
             leave_scope(token)
         return scope.mask_outcome(outcome)
 
     @staticmethod
     def _run_plain(tool: Tool, task: Task) -> Outcome:
+        started = time.perf_counter()
         try:
             return tool.run(task)
         except Exception as exc:  # a tool bug must cost one task, not the worker
-            return Outcome(
-                task_id=task.task_id,
-                ok=False,
-                error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-                retryable=getattr(exc, "retryable", False) is True,
-            )
+            return _crashed(task, exc, started)
+
+
+def _crashed(task: Task, exc: Exception, started: float) -> Outcome:
+    """The failed outcome of a tool that raised instead of reporting its failure."""
+    return Outcome(
+        task_id=task.task_id,
+        ok=False,
+        error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
+        error_type=type(exc).__name__,
+        retryable=getattr(exc, "retryable", False) is True,
+        duration_ms=(time.perf_counter() - started) * 1000,
+    )
 
 
 def default_registry(

@@ -284,3 +284,17 @@ def test_minimal_playbook_entry_is_the_first_step() -> None:
     assert pb.api_version is None
     assert pb.step("only").tool is None
     assert pb.step("only").edges == []
+
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", FIXTURES + EXAMPLES, ids=lambda p: p.name)
+def test_the_compiled_form_reads_back_as_the_same_playbook(path: Path) -> None:
+    """Servers store a playbook as its model's JSON (`execution_input.compiled`) and the
+    processes that decide for its executions read that back instead of the YAML."""
+    playbook = load_playbook(path).require()
+
+    again = Playbook.model_validate_json(playbook.model_dump_json(by_alias=True))
+
+    assert again == playbook
