@@ -49,6 +49,12 @@ def _uvicorn_server() -> type:
 @db_option
 def server_start(*, host: str, port: int, pool: str, db: str) -> None:
     """Serve the API and orchestrate executions until SIGTERM / Ctrl-C."""
+    serve(db, host=host, port=port, pool=pool, name="noetl server")
+
+
+def serve(db: str, *, host: str, port: int, pool: str, name: str, note: str = "") -> None:
+    """The API (and the console at /ui/) and the orchestrator loop over the database `db`,
+    until SIGTERM / Ctrl-C; `note` is printed after the address."""
     import uvicorn
 
     from noetl.server.app import create_app
@@ -78,11 +84,11 @@ def server_start(*, host: str, port: int, pool: str, db: str) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    click.echo(f"noetl server {owner} listening on http://{host}:{port}", err=True)
+    click.echo(f"{name} {owner} listening on http://{host}:{port}{note}", err=True)
     try:
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
         stop.set()
         loop.join(timeout=10)
         store.close()
-        click.echo("noetl server stopped", err=True)
+        click.echo(f"{name} stopped", err=True)

@@ -12,9 +12,10 @@ from collections.abc import Callable
 from fastapi import FastAPI
 
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.views import ViewCache
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
-from noetl.server.routes import executions, health, playbooks
+from noetl.server.routes import executions, health, playbooks, steps, ui, workers
 from noetl.store.base import Store
 
 DESCRIPTION = """
@@ -23,6 +24,8 @@ Start and inspect NoETL executions, and keep a catalog of playbooks.
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
 Values under sensitive keys (password, token, secret, auth, key...) are shown as `***`.
+
+The operator console, a web page over this API, is served at `/ui/`.
 """
 
 
@@ -36,10 +39,17 @@ def create_app(
     """The API over `store`; executions are started and canceled through `orchestrator`."""
     app = FastAPI(title="NoETL", version=version, description=DESCRIPTION.strip())
     app.state.services = Services(
-        store=store, orchestrator=orchestrator, version=version, clock=clock
+        store=store,
+        orchestrator=orchestrator,
+        version=version,
+        clock=clock,
+        views=ViewCache(store),
     )
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
+    app.include_router(steps.router)
+    app.include_router(workers.router)
+    app.include_router(ui.console_router())
     return app

@@ -8,6 +8,7 @@ costs more than a hidden harmless value.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -50,3 +51,14 @@ def redact_event_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(task, Mapping):
         out["task"] = redact(task, keep=("key",))
     return out
+
+
+def masked_json(value: Any, limit: int, *, indent: int | None = None) -> tuple[str, bool]:
+    """`value` masked and written as JSON, cut to `limit` characters; (text, was it cut).
+
+    For previews: a result of a loop over many items can be megabytes, and what a person
+    reads is its beginning."""
+    text = json.dumps(redact(value), indent=indent, ensure_ascii=False, default=str)
+    if len(text) <= limit:
+        return text, False
+    return text[:limit], True
