@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from noetl.server.redact import MASK, redact, redact_event_payload, sensitive
+from noetl.server.redact import MASK, masked_json, redact, redact_event_payload, sensitive
 
 
 @pytest.mark.parametrize(
@@ -96,3 +96,13 @@ def test_event_payload_keeps_engine_identifiers_and_masks_user_data() -> None:
         },
         "workload": {"token": MASK, "n": 1},
     }
+
+
+def test_masked_json_masks_then_cuts() -> None:
+    value = {"rows": [1, 2], "db": {"password": "hunter2"}}
+    text, cut = masked_json(value, 1000)
+    assert (text, cut) == ('{"rows": [1, 2], "db": {"password": "***"}}', False)
+    short, cut = masked_json(value, 12)
+    assert (short, cut) == ('{"rows": [1,', True)
+    assert masked_json({"password": "x" * 50}, 30, indent=2) == ('{\n  "password": "***"\n}', False)
+    assert masked_json(None, 5) == ("null", False)
