@@ -37,10 +37,14 @@ export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
       ),
     );
     return h(
+      "div",
+      { class: "scroll" },
+      h(
       "table",
       { id: "attempts" },
       h("thead", {}, h("tr", {}, ["Task", "Item", "Attempt", "Status", "Started", "Took", "Error / output"].map((t) => h("th", {}, t)))),
       h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No attempts."))),
+      ),
     );
   }
 

@@ -178,7 +178,7 @@ export function createTimeline(ctx, executionId, { onStep } = {}) {
     { class: "panel", id: "timeline" },
     h("h2", {}, "Events"),
     h("div", { class: "toolbar" }, typeSelect, stepSelect, h("label", {}, follow, "follow the latest"), h("span", { class: "spacer" }), info),
-    h("table", {}, h("thead", {}, h("tr", {}, ["Seq", "Time", "Type", "Step", "Summary"].map((t) => h("th", {}, t)))), tbody),
+    h("div", { class: "scroll" }, h("table", {}, h("thead", {}, h("tr", {}, ["Seq", "Time", "Type", "Step", "Summary"].map((t) => h("th", {}, t)))), tbody)),
     h("div", { class: "pager" }, first, prev, next, last),
   );
   return { element, refresh, showStep };
