@@ -18,8 +18,23 @@ from noetl.store import display_url, sqlite_file
 
 
 @click.command("ui")
-@click.option("--host", default="127.0.0.1", envvar="NOETL_UI_HOST", show_default=True)
-@click.option("--port", type=int, default=8084, envvar="NOETL_UI_PORT", show_default=True)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    envvar="NOETL_UI_HOST",
+    show_envvar=True,
+    show_default=True,
+    help="Address to listen on.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8084,
+    envvar="NOETL_UI_PORT",
+    show_envvar=True,
+    show_default=True,
+    help="Port of the console and the API.",
+)
 @click.option(
     "--pool",
     default="default",

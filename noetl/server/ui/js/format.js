@@ -21,7 +21,8 @@ export function fmtDuration(seconds) {
   if (s < 1) return `${Math.round(s * 1000)} ms`;
   if (s < 60) return `${s.toFixed(1)} s`;
   if (s < 3600) return `${Math.floor(s / 60)} m ${pad(Math.floor(s % 60))} s`;
-  return `${Math.floor(s / 3600)} h ${pad(Math.floor((s % 3600) / 60))} m`;
+  if (s < 86400) return `${Math.floor(s / 3600)} h ${pad(Math.floor((s % 3600) / 60))} m`;
+  return `${Math.floor(s / 86400)} d ${Math.floor((s % 86400) / 3600)} h`;
 }
 
 /** "3 s ago", "5 m ago", from epoch seconds. */

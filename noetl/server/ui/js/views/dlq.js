@@ -139,7 +139,7 @@ export async function renderDlqEntry(ctx, messageId) {
   }
 
   async function discard() {
-    const reason = h("textarea", { id: "discard-reason", rows: 3, required: true });
+    const reason = h("textarea", { id: "discard-reason", rows: 3, "aria-required": "true" });
     const values = await confirmDialog({
       title: "Discard this task?",
       content: [h("p", {}, "It will not be replayed; the execution stays failed."), h("label", {}, "Reason (required)", reason)],
