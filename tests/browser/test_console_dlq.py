@@ -23,12 +23,13 @@ pytestmark = pytest.mark.slow
 FETCH = "1764130000000123456.fetch"
 ITEM = "1764130000000123456.items.7"
 STALE = "1764130000000999999.load"
+DETAIL_ONLY = ("payload", "context_excerpt", "last_stack")  # not in list items
 
 
 def entry(message_id: str, step: str, **changes: Any) -> dict[str, Any]:
     base: dict[str, Any] = {
         "message_id": message_id,
-        "execution_id": message_id.split(".")[0],
+        "execution_id": message_id.split(".", maxsplit=1)[0],
         "step": step,
         "loop_index": None,
         "loop_key": None,
@@ -48,7 +49,7 @@ def entry(message_id: str, step: str, **changes: Any) -> dict[str, Any]:
             "kind": "http",
             "spec": {"url": "http://api.internal/users", "headers": {"Authorization": "***"}},
             "args": {},
-            "key": f"{message_id.split('.')[0]}:{step}",
+            "key": f"{message_id.split('.', maxsplit=1)[0]}:{step}",
             "index": None,
             "attempt": 3,
             "timeout_ms": None,
@@ -82,7 +83,7 @@ class FakeDlq:
             query = parse_qs(url.query)
             self.lists.append(query)
             items = [
-                {k: v for k, v in e.items() if k not in ("payload", "context_excerpt", "last_stack")}
+                {k: v for k, v in e.items() if k not in DETAIL_ONLY}
                 for e in self.entries.values()
                 if e["status"] == query.get("status", [e["status"]])[0]
                 and e["execution_id"] == query.get("execution_id", [e["execution_id"]])[0]
@@ -127,12 +128,15 @@ def test_list_filter_and_details(
     assert dlq.lists[0]["status"] == ["pending"]  # pending first: what needs a decision
     row = page.locator(f'#dlq tr[data-message-id="{ITEM}"]')
     assert "items" in row.inner_text() and "7" in row.inner_text()
-    assert "503 <b>Service Unavailable</b>" in page.locator(f'#dlq tr[data-message-id="{FETCH}"]').inner_text()
+    fetch = page.locator(f'#dlq tr[data-message-id="{FETCH}"]')
+    assert "503 <b>Service Unavailable</b>" in fetch.inner_text()
     shot(page, artifacts, "dlq-list")
 
     page.fill("#dlq-execution", "1764130000000999999")
-    page.click("#dlq form button[type=submit], form.toolbar button[type=submit]")
-    page.wait_for_function("() => document.querySelectorAll('#dlq tbody tr[data-message-id]').length === 1")
+    page.click("form.toolbar button[type=submit]")
+    page.wait_for_function(
+        "() => document.querySelectorAll('#dlq tbody tr[data-message-id]').length === 1"
+    )
     assert dlq.lists[-1]["execution_id"] == ["1764130000000999999"]
     assert "execution_id=1764130000000999999" in page.url
 
@@ -166,9 +170,12 @@ def test_replay_asks_first_and_sends_the_patch(
     shot(page, artifacts, "replay-dialog")
     page.click("dialog.confirm button:text('Replay')")
     page.wait_for_selector("#replayed-execution")
-    assert dlq.posts == [(f"replay {FETCH}", {"patch": {"spec.url": "http://api.internal/v2/users"}})]
+    assert dlq.posts == [
+        (f"replay {FETCH}", {"patch": {"spec.url": "http://api.internal/v2/users"}})
+    ]
     assert "Replayed; the execution is running." in page.locator("#dlq-message").inner_text()
-    assert page.locator("#replayed-execution").get_attribute("href") == "#/executions/1764130000000123456"
+    link = page.locator("#replayed-execution").get_attribute("href")
+    assert link == "#/executions/1764130000000123456"
     page.wait_for_selector("#replay[disabled]")  # replayed: no second replay from here
     assert page.locator("#discard").is_disabled()
 

@@ -16,9 +16,9 @@ import pytest
 from noetl.engine import Outcome
 from noetl.store.base import Store
 from tests.browser.conftest import LocalServer, shot
-from tests.distributed.cluster import wait_until
 
 pytestmark = pytest.mark.slow
+DASH = "\u2013"  # the en dash of "events 1-100"
 
 INSTANT = """\
 apiVersion: noetl.io/v2
@@ -100,8 +100,8 @@ def test_graph_layout_puts_steps_in_layers(page: Any, local_server: LocalServer)
     assert laid["drawn"] == 5  # an edge to an unknown step and a self-loop are left out
     boxes = laid["boxes"]
     for i, (x1, y1) in enumerate(boxes):
-        assert 0 <= x1 and x1 + laid["w"] <= laid["width"]
-        assert 0 <= y1 and y1 + laid["h"] <= laid["height"]
+        assert x1 >= 0 and x1 + laid["w"] <= laid["width"]
+        assert y1 >= 0 and y1 + laid["h"] <= laid["height"]
         for x2, y2 in boxes[i + 1 :]:
             assert abs(x1 - x2) >= laid["w"] or abs(y1 - y2) >= laid["h"], "boxes overlap"
 
@@ -153,12 +153,13 @@ def test_loop_progress_live_on_the_graph_and_the_step_panel(
     last_seq = httpx.get(f"{local_server.url}/api/executions/{execution_id}").json()["last_seq"]
     assert last_seq > 200
     assert page.locator("#events-range").inner_text() == (
-        f"events {last_seq - 99}–{last_seq} of {last_seq}"
+        f"events {last_seq - 99}{DASH}{last_seq} of {last_seq}"
     )
     page.click("#events-first")
-    page.wait_for_function("() => document.querySelector('#events-range').textContent.startsWith('events 1–100 ')")
+    range_is = "(text) => document.querySelector('#events-range').textContent.startsWith(text)"
+    page.wait_for_function(range_is, arg=f"events 1{DASH}100 ")
     page.click("#events-next")
-    page.wait_for_function("() => document.querySelector('#events-range').textContent.startsWith('events 101–200 ')")
+    page.wait_for_function(range_is, arg=f"events 101{DASH}200 ")
     assert page.locator("#timeline tbody tr").count() == 100
     page.locator("#timeline tbody tr").first.click()  # its payload unfolds
     assert page.locator("#timeline tr.payload pre").count() == 1

@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow
 
 COUNT = 10_000
 PAGE = 50
+DASH = "\u2013"  # the en dash of "rows 1-50"
 TEXT = """\
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -55,8 +56,7 @@ def fill_database(path: Path) -> list[str]:
             [(e, n, s, c, f or c, f) for e, n, s, c, f in rows],
         )
         conn.executemany(
-            "INSERT INTO execution_input (execution_id, playbook_text, workload) "
-            "VALUES (?, ?, ?)",
+            "INSERT INTO execution_input (execution_id, playbook_text, workload) VALUES (?, ?, ?)",
             [(row[0], TEXT, json.dumps({"day": row[0]})) for row in rows],
         )
     return [row[0] for row in reversed(rows)]
@@ -80,7 +80,8 @@ def console(tmp_path: Path) -> Iterator[tuple[Cluster, list[str]]]:
 def shown(page: Any) -> list[str]:
     return list(
         page.eval_on_selector_all(
-            "#executions tbody tr[data-execution-id]", "rows => rows.map(r => r.dataset.executionId)"
+            "#executions tbody tr[data-execution-id]",
+            "rows => rows.map(r => r.dataset.executionId)",
         )
     )
 
@@ -108,7 +109,7 @@ def test_ten_thousand_executions_page_on_the_server(
     page.goto(f"{cluster.url}/ui/#/executions")
     first = wait_for_rows(page, ids[0])
     assert first == ids[:PAGE]
-    assert page.locator("#range").inner_text() == "rows 1–50"
+    assert page.locator("#range").inner_text() == f"rows 1{DASH}50"
     shot(page, artifacts, "executions-page-1")
 
     page.click("#older")
@@ -121,7 +122,7 @@ def test_ten_thousand_executions_page_on_the_server(
     last = wait_for_rows(page, ids[-PAGE])
     assert last == ids[-PAGE:]
     page.wait_for_function("() => document.querySelector('#older').disabled")
-    assert page.locator("#range").inner_text() == f"rows {COUNT - PAGE + 1}–{COUNT}"
+    assert page.locator("#range").inner_text() == f"rows {COUNT - PAGE + 1}{DASH}{COUNT}"
 
     page.click("a[data-filter=fail]")
     failed = [i for i in ids if status_of(int(i.split("-")[1])) == "fail"]
