@@ -244,6 +244,7 @@ def test_register_a_playbook_validate_it_and_start_it_from_the_form(
     page.wait_for_selector("#execution-status [data-status=ok]")
     page.click("text=Context (results saved with as/collect)")
     assert json.loads(page.locator("#context").inner_text()) == {"greeting": {"hello": "Ada"}}
+    assert page.locator("#banner").is_hidden()
     # The catalog lists it; a new version shows up in the version picker.
     httpx.post(
         f"{local_server.url}/api/playbooks",

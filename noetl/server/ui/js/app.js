@@ -53,10 +53,15 @@ function render() {
     root: main,
     signal: current.signal,
     navigate,
-    // For polls: a failure shows the banner, the next success hides it.
-    onError: (err) => showBanner(err.status === 0 ? "The server does not answer; retrying…" : `Error: ${err.message}`),
+    // A failure shows the banner, the next success of a poll hides it. A request cut
+    // short by leaving the view is no failure.
+    onError: (err) => {
+      if (err && err.name === "AbortError") return;
+      showBanner(err.status === 0 ? "The server does not answer; retrying…" : `Error: ${err.message}`);
+    },
     onOk: () => showBanner(""),
   };
+  showBanner("");
   fill(main, h("p", { class: "muted" }, "Loading…"));
   Promise.resolve(view(ctx)).catch((err) => {
     if (err && err.name === "AbortError") return;
