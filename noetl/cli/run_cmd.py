@@ -18,6 +18,7 @@ from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
 from noetl.runtime.embedded import EmbeddedRuntime, RunResult
 from noetl.runtime.local import DEFAULT_DB, embedded_runtime
+from noetl.store.base import ConcurrencyError
 
 db_option = click.option(
     "--db",
@@ -74,8 +75,18 @@ def run_cmd(
     workload = read_workload(workload_file) if workload_file else {}
     workload = apply_sets(workload, sets)
     text = loaded.source.text if loaded.source else ""
-    with embedded_runtime(db, workers=workers, secrets_file=secrets_file) as runtime:
-        result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+    try:
+        with embedded_runtime(db, workers=workers, secrets_file=secrets_file) as runtime:
+            result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+    except ConcurrencyError as exc:
+        # Another process wrote to the execution: most likely an operator canceled it from
+        # the console (`noetl ui`) over the same database. The log there is the truth.
+        click.echo(
+            f"error: {exc}: the execution was changed by another process (canceled from the "
+            "console?); this run stops here, and its state is in the database",
+            err=True,
+        )
+        sys.exit(1)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)

@@ -66,3 +66,80 @@ def test_noetl_ui_help_names_its_options() -> None:
     assert shown.returncode == 0
     for option in ("--db", "--port", "--host", "NOETL_UI_PORT", "noetl worker start"):
         assert option in shown.stdout, option
+
+
+WAITS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: waits}
+workload: {gate: ""}
+workflow:
+  - step: wait
+    tool:
+      kind: python
+      timeout_ms: 60000
+      code: |
+        import os, time
+        def main(context, args):
+            deadline = time.time() + 50
+            while not os.path.exists(args["gate"]) and time.time() < deadline:
+                time.sleep(0.05)
+            return "opened"
+      args: {gate: "{{ workload.gate }}"}
+"""
+
+
+def test_canceling_from_the_console_a_run_still_in_progress(tmp_path: Path) -> None:
+    # `noetl run` owns its execution in memory; a cancel from the console over the same
+    # file is decided by the console's orchestrator, so the run's next write finds the
+    # log moved on: it stops with a clear message, and the execution stays canceled.
+    db, gate = tmp_path / "runs.db", tmp_path / "gate"
+    playbook = tmp_path / "waits.yaml"
+    playbook.write_text(WAITS, encoding="utf-8")
+    cluster = Cluster(db=str(db), workdir=tmp_path, port=free_port())
+    ui = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port))
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "noetl",
+            "run",
+            str(playbook),
+            "--db",
+            str(db),
+            "--json",
+            "--set",
+            f"gate={gate}",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(lambda: cluster._healthy(cluster.port), 30, "noetl ui")
+        running: list[dict[str, str]] = []
+
+        def started() -> bool:
+            url = f"{cluster.url}/api/executions"
+            running[:] = httpx.get(url, params={"status": "running"}, timeout=10).json()["items"]
+            return bool(running)
+
+        wait_until(started, 30, "the run to start")
+        execution_id = running[0]["execution_id"]
+        canceled = httpx.post(f"{cluster.url}/api/executions/{execution_id}/cancel", timeout=10)
+        assert canceled.json()["canceled"] is True
+        wait_until(
+            lambda: cluster.execution(execution_id)["status"] == "canceled", 30, "the cancel"
+        )
+        gate.touch()
+        _, stderr = run.communicate(timeout=60)
+        assert run.returncode == 1, stderr
+        assert "changed by another process (canceled from the console?)" in stderr
+        assert cluster.execution(execution_id)["status"] == "canceled"
+    finally:
+        gate.touch()
+        if run.poll() is None:
+            run.kill()
+            run.wait(timeout=10)
+        ui.stop()
