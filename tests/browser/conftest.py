@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,7 +145,3 @@ def shot(page: Any, artifacts: Path, name: str) -> Path:
     path = artifacts / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
-
-
-def settle(seconds: float = 0.2) -> None:
-    time.sleep(seconds)

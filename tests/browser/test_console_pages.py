@@ -207,10 +207,14 @@ def test_a_401_asks_for_a_token_and_sends_it(page: Any, local_server: LocalServe
     assert page.evaluate("() => sessionStorage.getItem('noetl.api_token')") == "let-me-in"
     assert "Bearer let-me-in" in seen
     assert None in seen  # the first requests had none
-    # Clearing the token from the header button asks again on the next 401.
+    # Cleared from the header button: the next 401s show in the banner; polls do not
+    # reopen the prompt the operator just closed.
     page.click("#token-button")
     page.click("#token-dialog button[data-action=clear]")
     assert page.evaluate("() => sessionStorage.getItem('noetl.api_token')") is None
+    page.wait_for_selector("#banner:not([hidden])")
+    assert "a token is required" in page.inner_text("#banner")
+    assert dialog.is_hidden()
 
 
 def test_register_a_playbook_validate_it_and_start_it_from_the_form(

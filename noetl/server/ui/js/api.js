@@ -32,6 +32,8 @@ export function setToken(token) {
 }
 
 let pendingPrompt = null;
+let dismissedAt = 0; // when the prompt was last closed without a token
+const QUIET_MS = 30000; // polls do not reopen a dismissed prompt for this long
 
 /** Ask for a token (one prompt at a time); resolves to the new token or "" if canceled. */
 export function askToken(reason) {
@@ -50,6 +52,7 @@ export function askToken(reason) {
       if (action === "save") setToken(input.value.trim());
       if (action === "clear") setToken("");
       if (dialog.open) dialog.close();
+      if (action !== "save") dismissedAt = Date.now();
       pendingPrompt = null;
       resolve(action === "save" ? getToken() : "");
     };
@@ -105,7 +108,7 @@ async function send(path, { method = "GET", body, query, signal } = {}) {
  */
 export async function api(path, options = {}) {
   let response = await send(path, options);
-  if (response.status === 401) {
+  if (response.status === 401 && Date.now() - dismissedAt > QUIET_MS) {
     const token = await askToken("The server needs an API token (401 Unauthorized).");
     if (token) response = await send(path, options);
   }

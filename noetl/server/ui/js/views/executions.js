@@ -20,9 +20,12 @@ function durationOf(item) {
 
 function row(item) {
   const link = href(["executions", item.execution_id]);
+  const open = (event) => {
+    if (!event.target.closest("a")) location.hash = link;
+  };
   return h(
     "tr",
-    { class: "clickable", dataset: { executionId: item.execution_id } },
+    { class: "clickable", dataset: { executionId: item.execution_id }, onclick: open },
     h("td", { class: "mono" }, h("a", { href: link }, item.execution_id)),
     h(
       "td",
