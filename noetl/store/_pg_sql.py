@@ -31,7 +31,7 @@ RETURNING execution_id
 # NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
 # it (inbox rows from `complete`, `post_input`, the reaper) pass without waiting.
 LOCK_EXECUTIONS = (
-    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
+    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) "
     "ORDER BY execution_id FOR NO KEY UPDATE"
 )
 # Set-based writes: one statement per kind of row for a whole commit (many executions,
@@ -40,7 +40,7 @@ LOCK_EXECUTIONS = (
 INSERT_EVENTS = """
 INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
 SELECT e, s, t, ts, st, p::jsonb
-FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
+FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
     AS u(e, s, t, ts, st, p)
 """
 UPDATE_EXECUTIONS = """
@@ -50,14 +50,14 @@ UPDATE execution x SET
     status = COALESCE(u.status, x.status),
     finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
     context = COALESCE(u.context::jsonb, x.context)
-FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[],
-            %s::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
+FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::text[], %b::timestamptz[],
+            %b::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
 WHERE x.execution_id = u.execution_id
 """
 UPSERT_STEPS = """
 INSERT INTO step_state (execution_id, step, status, updated_at)
 SELECT e, st, s::jsonb, ts
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(e, st, s, ts)
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[]) AS u(e, st, s, ts)
 ON CONFLICT (execution_id, step) DO UPDATE SET
     status = excluded.status, updated_at = excluded.updated_at
 """
@@ -68,8 +68,8 @@ ENQUEUE_ALL = """
 INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
                         not_before, status, created_at, updated_at)
 SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[],
-            %s::float8[]) AS u(t, e, st, pl, pr, a, p, d)
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], %b::text[],
+            %b::float8[]) AS u(t, e, st, pl, pr, a, p, d)
 ON CONFLICT (task_id) DO UPDATE SET
     execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
     priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
@@ -78,7 +78,7 @@ ON CONFLICT (task_id) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 DELETE_ALL_INPUTS = """
-DELETE FROM inbox i USING unnest(%s::bigint[], %s::text[]) AS d(id, e)
+DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE i.id = d.id AND i.execution_id = d.e
 """
 # An append changes only the tasks and inputs of its own execution.
@@ -95,7 +95,7 @@ UPDATE task_queue SET
     status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
     cancel_requested = cancel_requested OR status = 'leased',
     updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
+WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status IN ('queued', 'leased')
 """
 SELECT_EVENTS = (
     "SELECT seq, type, ts, step, payload FROM event_log "
@@ -131,7 +131,7 @@ LEASE_IDS = """
 UPDATE task_queue SET
     status = 'leased', lease_token = lease_token + 1, worker_id = %s,
     lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status = 'queued'
+WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status = 'queued'
 RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
 """
 HEARTBEAT = """
@@ -155,7 +155,7 @@ SELECT id FROM posted
 # `complete` for many reports in one statement.
 COMPLETE_MANY = """
 WITH reports AS (
-    SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[]) AS r(task_id, token, payload)
 ), done AS (
     UPDATE task_queue t SET status = 'done', updated_at = now()
     FROM reports r
