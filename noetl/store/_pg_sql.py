@@ -6,7 +6,7 @@ statement per kind of row, rows passed as arrays through `unnest`).
 
 from __future__ import annotations
 
-from noetl.store._rows import TASK_COLUMNS, WORKER_COLUMNS
+from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS, WORKER_COLUMNS
 
 EXECUTION_COLUMNS = (
     "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
@@ -117,7 +117,18 @@ UPDATE task_queue t SET
     lease_expires_at = now() + make_interval(secs => %(lease_s)s), updated_at = now()
 FROM picked WHERE t.task_id = picked.task_id
 RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
-          t.priority, t.not_before, t.queue_order
+          t.priority, t.not_before, t.queue_order, t.task_id, t.execution_id
+"""
+# A claimed task that cannot be decoded (a poison message) is done at once and reported
+# failed (fatal), so it goes to the dead-letter queue instead of failing every claim.
+POISONED = """
+WITH done AS (
+    UPDATE task_queue SET status = 'done', updated_at = now()
+    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    RETURNING execution_id
+)
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
 """
 # The deciding worker's own task: done with its current token (first statement of
 # `complete_and_commit`; no row means the lease is gone and nothing is written).
@@ -223,4 +234,61 @@ ON CONFLICT (worker_id) DO UPDATE SET
     pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
     status = excluded.status, started_at = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
+"""
+# A timer is an input held (by nobody) until it is due.
+INSERT_TIMER = """
+INSERT INTO inbox (execution_id, kind, payload, created_at, claimed_by, claimed_until)
+VALUES (%s, 'timer', %s::jsonb, now(), 'timer', now() + make_interval(secs => %s))
+"""
+
+# --- the dead-letter queue -------------------------------------------------------------------
+
+_DLQ_TIMES = ("first_seen", "last_seen")
+
+
+def _dlq_value(column: str) -> str:
+    if column in DLQ_JSON_COLUMNS:
+        return "%s::jsonb"
+    if column in _DLQ_TIMES:
+        return "to_timestamp(%s)"
+    return "%s"
+
+
+def _dlq_select(column: str) -> str:
+    if column in DLQ_JSON_COLUMNS:
+        return f"{column}::text"
+    if column in _DLQ_TIMES:
+        return f"extract(epoch FROM {column})::float8"
+    return column
+
+
+_DLQ_KEEP = ("message_id", "first_seen", "replays")
+# A task that fails again after a replay updates its row: pending again, first_seen and the
+# replay count kept.
+UPSERT_DLQ = f"""
+INSERT INTO dlq ({", ".join(DLQ_COLUMNS)}, updated_at)
+VALUES ({", ".join(_dlq_value(c) for c in DLQ_COLUMNS)}, now())
+ON CONFLICT (message_id) DO UPDATE SET
+    {", ".join(f"{c} = excluded.{c}" for c in DLQ_COLUMNS if c not in _DLQ_KEEP)},
+    updated_at = excluded.updated_at
+"""
+SET_DLQ_STATUS = "UPDATE dlq SET status = %s, updated_at = now() WHERE message_id = %s"
+SELECT_DLQ = f"SELECT {', '.join(_dlq_select(c) for c in DLQ_COLUMNS)} FROM dlq"
+DLQ_COUNTS = "SELECT status, count(*) FROM dlq GROUP BY status"
+DLQ_STATUS = "SELECT status FROM dlq WHERE message_id = %s"
+# Replay: the entry moves to `replayed` and its REPLAY input is posted, in one statement.
+POST_REPLAY = """
+WITH marked AS (
+    UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
+    WHERE message_id = %s AND status = 'pending'
+    RETURNING execution_id
+)
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+SELECT execution_id, 'replay', %s::jsonb, now() FROM marked
+RETURNING id
+"""
+DISCARD_DLQ = """
+UPDATE dlq SET status = 'discarded', discard_reason = %s, updated_at = now()
+WHERE message_id = %s AND status = 'pending'
+RETURNING 1
 """
