@@ -14,11 +14,12 @@ from fastapi import FastAPI
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
-from noetl.server.routes import executions, health, playbooks
+from noetl.server.routes import admin, dlq, executions, health, playbooks
 from noetl.store.base import Store
 
 DESCRIPTION = """
-Start and inspect NoETL executions, and keep a catalog of playbooks.
+Start and inspect NoETL executions, keep a catalog of playbooks, and work the dead-letter
+queue (replay a task that failed for good, or discard it).
 
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
@@ -42,4 +43,6 @@ def create_app(
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
+    app.include_router(dlq.router)
+    app.include_router(admin.router)
     return app
