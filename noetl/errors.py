@@ -3,6 +3,8 @@
     NoetlError
     ├── PlaybookError          a playbook failed to load or validate (carries diagnostics)
     ├── ConfigError            a bad setting at start-up
+    ├── ConflictError          a request the current state does not allow (replaying a
+    │                          discarded DLQ entry, force-completing a finished step)
     ├── store errors (noetl.store.base): ConcurrencyError, NotFoundError,
     │   StoreUnavailableError (retryable when the database is only busy)
     ├── RetryableError         transient: a retry may succeed
@@ -36,6 +38,7 @@ __all__ = [
     "TRANSIENT_ERROR_TYPES",
     "CancelError",
     "ConfigError",
+    "ConflictError",
     "ErrorClass",
     "FatalError",
     "NoetlError",
@@ -66,6 +69,10 @@ class PlaybookError(NoetlError):
 
 class ConfigError(NoetlError):
     """A configuration value is missing or wrong."""
+
+
+class ConflictError(NoetlError):
+    """The request conflicts with the current state of what it names."""
 
 
 class RetryableError(NoetlError):
@@ -139,6 +146,7 @@ FATAL_ERROR_TYPES = frozenset(
         "SecretError",
         "PlaybookError",
         "ConfigError",
+        "ConflictError",
         "ValidationError",
         "CancelError",
     }

@@ -16,7 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from noetl.cli.client import ApiError, Client, server_option
-from noetl.cli.inputs import apply_sets, read_workload
+from noetl.cli.inputs import apply_sets, parse_value, read_workload
 from noetl.cli.live import _STYLE, _bar_text, print_summary
 from noetl.engine.types import ExecutionStatus, StepStatus
 from noetl.runtime.embedded import RunResult
@@ -210,6 +210,51 @@ def cancel_cmd(*, execution_id: str, as_json: bool, server: str) -> None:
     else:
         status = data.get("status", "finished")
         click.echo(f"execution {execution_id} already finished ({status}); nothing to cancel")
+
+
+@exec_group.command("force-complete")
+@id_option
+@click.option("--step", required=True, help="The parked, pending or stuck step.")
+@click.option(
+    "--status",
+    type=click.Choice(["ok", "failed"]),
+    default="ok",
+    show_default=True,
+    help="How the step ends.",
+)
+@click.option(
+    "--result",
+    default=None,
+    metavar="VALUE",
+    help="The step's result (a YAML/JSON value; saved by its result.as).",
+)
+@click.option("--reason", default=None, help="Why (recorded in the event log).")
+@json_option
+@server_option
+def force_complete_cmd(
+    *,
+    execution_id: str,
+    step: str,
+    status: str,
+    result: str | None,
+    reason: str | None,
+    as_json: bool,
+    server: str,
+) -> None:
+    """Mark a step done by hand (runbook B): its tasks in flight are canceled and the
+    execution routes on as if the step had finished by itself."""
+    body: dict[str, Any] = {"status": status}
+    if result is not None:
+        body["result"] = parse_value(result)
+    if reason:
+        body["reason"] = reason
+    path = f"/api/admin/executions/{quote(execution_id, safe='')}/steps/{quote(step, safe='')}"
+    with Client(server) as client:
+        data = client.post(f"{path}/force-complete", body)
+    if as_json:
+        _echo_json(data)
+    else:
+        click.echo(f"step {step} of execution {execution_id} will be marked {status}")
 
 
 def _clock(ts: float) -> str:

@@ -12,6 +12,7 @@ import click
 
 from noetl import __version__
 from noetl.cli.db_cmds import db_group
+from noetl.cli.dlq_cmds import dlq_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
 from noetl.cli.exec_cmds import exec_group
 from noetl.cli.playbook_cmds import playbook_group
@@ -20,7 +21,8 @@ from noetl.cli.serve import server_start
 from noetl.cli.server_cmds import server_group
 from noetl.cli.ui_cmd import ui_cmd
 from noetl.cli.worker_cmds import worker_group
-from noetl.errors import NoetlError, PlaybookError
+from noetl.errors import ConflictError, NoetlError, PlaybookError
+from noetl.store.base import NotFoundError
 
 EXIT_FAILED = 1
 EXIT_ERROR = 3
@@ -39,6 +41,7 @@ cli.add_command(codemod_cmd)
 cli.add_command(run_cmd)
 cli.add_command(db_group)
 cli.add_command(exec_group)
+cli.add_command(dlq_group)
 cli.add_command(playbook_group)
 cli.add_command(server_group)
 server_group.add_command(server_start)
@@ -58,6 +61,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except PlaybookError as exc:
         click.echo(str(exc), err=True)
+        sys.exit(EXIT_FAILED)
+    except (ConflictError, NotFoundError) as exc:  # as the API's 409 and 404 answers
+        click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except NoetlError as exc:
         click.echo(f"error: {exc}", err=True)

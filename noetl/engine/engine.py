@@ -22,6 +22,7 @@ from typing import Any
 
 from noetl.dsl.graph import Graph
 from noetl.dsl.model import Condition, Loop, Step, Tool
+from noetl.engine import recovery
 from noetl.engine.context import TemplateContext
 from noetl.engine.render import Renderer, render_spec
 from noetl.engine.retry import (
@@ -65,13 +66,14 @@ class _Attempt:
 class _Turn:
     """The events and commands of one decision, and the calls still to make."""
 
-    __slots__ = ("calls", "commands", "events", "now")
+    __slots__ = ("calls", "commands", "events", "now", "restart")
 
     def __init__(self, now: float) -> None:
         self.now = now
         self.events: list[Event] = []
         self.commands: list[Command] = []
         self.calls: deque[tuple[str, str]] = deque()
+        self.restart: list[str] = []  # steps a reopened execution runs again
 
 
 class Engine:
@@ -84,8 +86,12 @@ class Engine:
         *,
         max_lease_expiries: int = 3,
         retry_defaults: RetryDefaults | None = None,
+        dead_letters: bool = True,
     ) -> None:
         self.max_lease_expiries = max_lease_expiries
+        # Record tasks that fail for good as `task.dead_lettered` (the DLQ); off, they
+        # only fail their step.
+        self.dead_letters = dead_letters
         self.graph = graph
         self.playbook = graph.playbook
         self.renderer = renderer or Renderer()
@@ -113,8 +119,13 @@ class Engine:
         return self._settle(state, turn)
 
     def decide(self, state: ExecutionState, event: Event, now: float) -> Decision:
-        """React to an input event (a task outcome or a cancel request)."""
+        """React to an input event: a task outcome, an expired lease, a cancel request, a
+        timer, or an operator's replay (which may reopen a finished execution) or
+        force-complete (see `noetl.engine.recovery`)."""
         turn = _Turn(now)
+        if event.type == EventType.TASK_REPLAYED:
+            recovery.on_replay(self, state, turn, event)
+            return self._settle(state, turn)
         if state.terminal:
             return Decision([], [])  # late input after the end: discarded
         if event.type == EventType.TOOL_PROCESSED:
@@ -125,6 +136,10 @@ class Engine:
             self._emit(state, turn, EventType.CANCEL_REQUESTED, None, dict(event.payload))
             self._finish_workflow(state, turn, ExecutionStatus.CANCELED, "canceled")
             return Decision(turn.events, turn.commands)
+        elif event.type == EventType.STEP_FORCE_COMPLETED:
+            recovery.on_force_complete(self, state, turn, event)
+        elif event.type == EventType.TIMER_FIRED:
+            recovery.on_timer(self, state, turn, event)
         else:
             raise ValueError(f"the engine does not take {event.type!r} as an input")
         return self._settle(state, turn)
@@ -250,6 +265,9 @@ class Engine:
         self._emit(
             state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
         )
+        if loop.total_timeout_ms and items:
+            loop_seq = state.steps[name].loop_seq
+            turn.commands.append(recovery.loop_timer(name, loop_seq, loop.total_timeout_ms))
         self._advance_loop(state, turn, step)
 
     def _advance_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
@@ -457,6 +475,9 @@ class Engine:
         if verdict.error is not None:
             error = verdict.error if ok else f"{verdict.error} (the tool failed: {error})"
             ok = False
+        if not ok and self.dead_letters:
+            exhausted = verdict.reason if verdict.action is RetryAction.EXHAUSTED else None
+            self._dead_letter(state, turn, done, exhausted, error)
         if index is None:
             self._finish_step(state, turn, name, ok=ok, this=payload.get("this"), error=error)
         else:
@@ -520,6 +541,35 @@ class Engine:
         if verdict.error is not None:
             payload["error"] = verdict.error
         self._emit(state, turn, EventType.RETRY_PROCESSED, name, payload)
+
+    def _dead_letter(
+        self,
+        state: ExecutionState,
+        turn: _Turn,
+        done: _Attempt,
+        exhausted: str | None,
+        error: str | None,
+    ) -> None:
+        """`task.dead_lettered`: the task failed for good; the runtime writes its DLQ
+        entry (message id = task id) from this event in the same transaction."""
+        name = done.step.step
+        payload: dict[str, Any] = {"task_id": done.task_id}
+        if done.index is not None:
+            payload["index"] = done.index
+            key = state.steps[name].keys.get(done.index)
+            if key is not None:
+                payload["key"] = key
+        payload.update(
+            reason=recovery.dead_letter_reason(done.outcome, exhausted),
+            attempts=done.number,
+            kind=self._kind(done.step),
+            error=error or "tool failed",
+            error_type=done.outcome.get("error_type"),
+        )
+        sink = recovery.failed_sink(done.outcome)
+        if sink is not None:
+            payload["sink_id"] = sink
+        self._emit(state, turn, EventType.TASK_DEAD_LETTERED, name, payload)
 
     def _kind(self, step: Step) -> str | None:
         """The kind of tool a step's tasks run (a workbook call: its task's tool)."""
@@ -593,11 +643,16 @@ class Engine:
                 payload["until_error"] = str(exc)
         self._emit(state, turn, EventType.LOOP_ITERATION_FINISHED, step.step, payload)
 
-    def _finish_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
+    def _finish_loop(
+        self, state: ExecutionState, turn: _Turn, step: Step, *, error: str | None = None
+    ) -> None:
+        """Finish a loop step by its success rule, or failed with `error` when given."""
         run = state.steps[step.step]
         assert step.loop is not None
         ratio = step.loop.min_success_ratio
-        if run.completed == 0:
+        if error is not None:
+            ok = False
+        elif run.completed == 0:
             ok = True
         elif ratio is None:
             ok = run.failed == 0
@@ -616,8 +671,7 @@ class Engine:
                 "stopped": run.stopped,
             },
         )
-        error = None
-        if not ok:
+        if not ok and error is None:
             error = f"{run.failed} of {run.completed} loop items failed"
         successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
         self._finish_step(

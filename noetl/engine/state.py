@@ -39,6 +39,11 @@ class StepRun:
     started_at: float | None = None
     finished_at: float | None = None
     taken: list[str] = field(default_factory=list)
+    # What the step was (pending or parked) before the end of its execution marked it
+    # skipped: a replay that reopens the execution gives it back (`workflow.reopened`).
+    before_finish: StepStatus | None = None
+    # The seq of its `loop.started`: a loop's total-budget timer names the run it is for.
+    loop_seq: int = 0
 
     def status_view(self) -> dict[str, Any]:
         """`step.<id>.status`: running, done, ok, error and loop counters."""
@@ -86,7 +91,9 @@ class ExecutionState:
     # Derived indexes kept by the reducer so a decision costs the same in a long workflow:
     parked: dict[str, None] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
-    unhandled_failure: bool = False
+    # Failed steps whose failure nothing handled (no edge fired, `on_step_fail: halt`);
+    # a replay of the step takes it off.
+    unhandled: set[str] = field(default_factory=set)
     # Steps that finished ok, in completion order (the saga walks it backwards).
     completed: list[str] = field(default_factory=list)
     # Compensating steps still to run once rollback has begun; None when not rolling back.
@@ -102,6 +109,11 @@ class ExecutionState:
     @property
     def terminal(self) -> bool:
         return self.status.terminal
+
+    @property
+    def unhandled_failure(self) -> bool:
+        """Whether a failure nothing handled makes the execution end `fail`."""
+        return bool(self.unhandled)
 
     def step_summaries(self) -> dict[str, dict[str, Any]]:
         return {name: run.summary() for name, run in self.steps.items()}
@@ -182,6 +194,7 @@ def _step_started(state: ExecutionState, event: Event) -> None:
 def _loop_started(state: ExecutionState, event: Event) -> None:
     run = _run(state, event)
     run.is_loop = True
+    run.loop_seq = event.seq
     run.items = list(event.payload.get("items", []))
     run.total = len(run.items)
 
@@ -244,11 +257,13 @@ def _next_evaluated(state: ExecutionState, event: Event) -> None:
     run = _run(state, event)
     run.taken = list(event.payload.get("taken", []))
     if event.payload.get("unhandled_failure"):
-        state.unhandled_failure = True
+        state.unhandled.add(event.step or "")
 
 
 def _step_skipped(state: ExecutionState, event: Event) -> None:
-    _run(state, event).status = StepStatus.SKIPPED
+    run = _run(state, event)
+    run.before_finish = StepStatus.PARKED
+    run.status = StepStatus.SKIPPED
     state.parked.pop(event.step or "", None)
 
 
@@ -290,9 +305,58 @@ def _workflow_finished(state: ExecutionState, event: Event) -> None:
     state.error = event.payload.get("error")
     for run in state.steps.values():
         if run.status is StepStatus.RUNNING:
+            run.before_finish = StepStatus.RUNNING
             run.status = StepStatus.CANCELED
         elif run.status in (StepStatus.PARKED, StepStatus.PENDING):
+            run.before_finish = run.status
             run.status = StepStatus.SKIPPED
+
+
+def _workflow_reopened(state: ExecutionState, event: Event) -> None:
+    """A replay reopens a failed execution: running again, the steps its end skipped back
+    to pending or parked, the steps its end canceled back to pending (to run again)."""
+    state.status = ExecutionStatus.RUNNING
+    state.finished_at = None
+    state.error = None
+    for name in event.payload.get("restart", []):
+        state.steps[name] = StepRun(calls=state.steps[name].calls)
+    for name, status in event.payload.get("restore", {}).items():
+        run = state.steps[name]
+        run.status = StepStatus(status)
+        run.before_finish = None
+        if run.status is StepStatus.PARKED:
+            state.parked[name] = None
+
+
+def _task_replayed(state: ExecutionState, event: Event) -> None:
+    """A dead-lettered task runs again (attempts from 1): its step, or its loop item, is
+    running once more and no longer counts as failed."""
+    name = event.step or ""
+    run = state.steps[name]
+    task_id = event.payload["task_id"]
+    index = event.payload.get("index")
+    if index is not None:
+        index = int(index)
+        if run.item_ok.pop(index, None) is not None:
+            run.completed -= 1
+            run.failed -= 1
+        if len(run.items) <= index:  # the finished loop let go of its items
+            run.items = [None] * max(run.total or 0, index + 1)
+        run.items[index] = event.payload.get("item")
+    if run.status is not StepStatus.RUNNING:
+        run.status = StepStatus.RUNNING
+        run.error = None
+        run.finished_at = None
+        state.running.add(name)
+    state.unhandled.discard(name)
+    state.tasks[task_id] = (name, index)
+    state.attempts.pop(task_id, None)
+    state.reclaims.pop(task_id, None)
+    run.in_flight += 1
+
+
+def _loop_timed_out(state: ExecutionState, event: Event) -> None:
+    _run(state, event).stopped = True
 
 
 _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
@@ -312,4 +376,7 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.RETRY_STARTED: _retry_started,
     EventType.COMPENSATION_STARTED: _compensation_started,
     EventType.WORKFLOW_FINISHED: _workflow_finished,
+    EventType.WORKFLOW_REOPENED: _workflow_reopened,
+    EventType.TASK_REPLAYED: _task_replayed,
+    EventType.LOOP_TIMED_OUT: _loop_timed_out,
 }

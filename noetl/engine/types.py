@@ -19,6 +19,11 @@ class EventType(StrEnum):
     TOOL_PROCESSED = "tool.processed"
     CANCEL_REQUESTED = "workflow.cancel_requested"
     LEASE_EXPIRED = "task.lease_expired"
+    # an operator replays a dead-lettered task (recorded as is when accepted)
+    TASK_REPLAYED = "task.replayed"
+    # an operator marks a step done (recorded as is when accepted)
+    STEP_FORCE_COMPLETED = "step.force_completed"
+    TIMER_FIRED = "timer.fired"
     # emitted by the engine
     WORKFLOW_FINISHED = "workflow.finished"
     STEP_CALLED = "step.called"
@@ -37,6 +42,13 @@ class EventType(StrEnum):
     RETRY_STARTED = "retry.started"
     RETRY_PROCESSED = "retry.processed"
     COMPENSATION_STARTED = "compensation.started"
+    # a task failed for good: its dead-letter entry is written with the decision
+    TASK_DEAD_LETTERED = "task.dead_lettered"
+    # a replay reopened a failed execution (before its `task.replayed`)
+    WORKFLOW_REOPENED = "workflow.reopened"
+    # an operator's replay or force-complete that the state no longer allows
+    OPERATOR_REFUSED = "operator.refused"
+    LOOP_TIMED_OUT = "loop.timed_out"
 
 
 class ExecutionStatus(StrEnum):
@@ -217,14 +229,26 @@ class CancelTasks:
 
 @dataclass(frozen=True, slots=True)
 class RequeueTask:
-    """Put a task back in the queue for another attempt (same task id)."""
+    """Put a task back in the queue for another attempt (same task id). `task`, when
+    given, replaces the queued task (a replay from the dead-letter queue, possibly
+    patched); the runtime then need not know the task from before."""
 
     task_id: str
     attempt: int
     delay_s: float = 0.0
+    task: Task | None = None
 
 
-Command = EnqueueTask | CancelTasks | RequeueTask
+@dataclass(frozen=True, slots=True)
+class StartTimer:
+    """Deliver a `timer.fired` input with `payload` to this execution after `delay_s`
+    (a loop's total budget). A timer that fires after the execution ended is dropped."""
+
+    delay_s: float
+    payload: dict[str, Any]
+
+
+Command = EnqueueTask | CancelTasks | RequeueTask | StartTimer
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,10 +20,11 @@ from typing import Any
 from noetl.dsl.graph import build_graph
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine import CancelTasks, Engine, EnqueueTask, Event, EventType, ExecutionState, fold
-from noetl.engine.types import Command, RequeueTask
+from noetl.engine import Engine, Event, ExecutionState, Task, fold
+from noetl.engine.types import Command
+from noetl.runtime.appends import build_append
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
-from noetl.store.base import Append, Enqueue, NotFoundError, Requeue, Store
+from noetl.store.base import Append, NotFoundError, Store
 
 
 @dataclass
@@ -165,31 +166,45 @@ class Decider:
         inputs_done: Sequence[int] = (),
         now: float,
     ) -> Append:
-        """The store append of one decision: its events, queue changes and projections."""
-        finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
-        touched = set(state.steps) if finished else {e.step for e in events if e.step}
-        # A task dispatched as the only one in flight is marked `solo`: its worker may
-        # decide what follows it (noetl.worker.runner) instead of reporting to a server.
-        solo = len(state.tasks) == 1 and not state.terminal
-        enqueue = [
-            Enqueue(c.task, pool=self.pool, solo=solo)
-            for c in commands
-            if isinstance(c, EnqueueTask)
-        ]
-        requeue = [
-            Requeue(c.task_id, c.attempt, c.delay_s) for c in commands if isinstance(c, RequeueTask)
-        ]
-        cancel = [t for c in commands if isinstance(c, CancelTasks) for t in c.task_ids]
-        return Append(
-            execution_id=state.execution_id,
-            expected_seq=before,
-            events=list(events),
-            status=state.status if finished else None,
-            steps={name: state.steps[name].summary() for name in touched if name in state.steps},
-            context=dict(state.context) if finished else None,
+        """The store append of one decision: its events, queue changes, projections and
+        dead-letter entries (`noetl.runtime.appends`)."""
+        execution_id = state.execution_id
+        return build_append(
+            state,
+            before=before,
+            events=events,
+            commands=commands,
             now=now,
-            enqueue=enqueue,
-            requeue=requeue,
-            cancel_tasks=cancel,
-            inputs_done=list(inputs_done),
+            find_task=lambda task_id: self.find_task(execution_id, task_id),
+            inputs_done=inputs_done,
+            pool=self.pool,
         )
+
+    def find_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:
+        """A task as it was dispatched: its queue row, else (a row that cannot be decoded,
+        a task of the embedded runtime) the event of the log that dispatched it. Called
+        for dead letters only."""
+        try:
+            row = self.store.get_task(task_id)
+            if row is not None:
+                payload = dict(row["payload"])
+                Task.from_dict(payload)
+                payload.pop("solo", None)
+                return payload
+        except (ValueError, KeyError, TypeError):
+            pass  # a poison message: the log still has the task as dispatched
+        return dispatched_task(self.store, execution_id, task_id)
+
+
+def dispatched_task(store: Store, execution_id: str, task_id: str) -> dict[str, Any] | None:
+    """The task `task_id` from the `step.started` / `loop.iteration.started` event that
+    dispatched it, or None."""
+    try:
+        events = store.load_events(execution_id)
+    except NotFoundError:
+        return None
+    for event in reversed(events):
+        task = event.payload.get("task")
+        if isinstance(task, dict) and task.get("task_id") == task_id:
+            return dict(task)
+    return None

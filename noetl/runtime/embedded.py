@@ -38,7 +38,8 @@ from noetl.engine import (
     Outcome,
     Task,
 )
-from noetl.engine.types import CancelTasks, RequeueTask
+from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
+from noetl.runtime.appends import build_append
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -111,7 +112,10 @@ class EmbeddedRuntime:
         self._outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._executions: dict[str, _Execution] = {}
         self._graphs: dict[int, Graph] = {}
+        self._dumped: dict[int, tuple[Playbook, str]] = {}
         self._cancel_requests: queue.SimpleQueue[str] = queue.SimpleQueue()
+        # Timers that came due: (execution id, the StartTimer payload).
+        self._timers: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
         # `start` may be called from a tool's thread (a child execution): it and the
         # deciding part of a turn hold this lock.
         self._lock = threading.RLock()
@@ -162,7 +166,9 @@ class EmbeddedRuntime:
                 now=now,
                 parent_execution_id=parent_execution_id,
             )
-            self.store.create_execution(record, initial)  # the row and its start: one write
+            # The row and its start in one write; the compiled playbook lets another
+            # process (a replay from the dead-letter queue) decide for it later.
+            self.store.create_execution(record, initial, compiled=self._compiled(playbook))
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
                 self._children.setdefault(parent_execution_id, []).append(execution_id)
@@ -283,6 +289,18 @@ class EmbeddedRuntime:
                 decisions.append(
                     (execution, before, execution.engine.decide(execution.state, event, now))
                 )
+        while True:
+            try:
+                execution_id, payload = self._timers.get_nowait()
+            except queue.Empty:
+                break
+            execution = self._executions.get(execution_id)
+            if execution is not None and not execution.state.terminal:
+                before = execution.state.seq
+                event = Event(0, EventType.TIMER_FIRED, execution_id, now, None, payload)
+                decision = execution.engine.decide(execution.state, event, now)
+                if decision.events:
+                    decisions.append((execution, before, decision))
         for task, outcome in batch:
             execution = self._executions.get(task.execution_id)
             if execution is None:
@@ -304,7 +322,7 @@ class EmbeddedRuntime:
     def _appends(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float
     ) -> list[Append]:
-        appends: list[Append] = []
+        """One append per execution (its decisions of this turn chained)."""
         grouped: dict[str, tuple[_Execution, int, list[Event]]] = {}
         for execution, before, decision in decisions:
             entry = grouped.get(execution.state.execution_id)
@@ -312,26 +330,24 @@ class EmbeddedRuntime:
                 grouped[execution.state.execution_id] = (execution, before, list(decision.events))
             else:
                 entry[2].extend(decision.events)
-        for execution_id, (execution, before, events) in grouped.items():
-            state = execution.state
-            touched = {e.step for e in events if e.step is not None}
-            finished = any(e.type == EventType.WORKFLOW_FINISHED for e in events)
-            if finished:
-                touched = set(state.steps)
-            appends.append(
-                Append(
-                    execution_id=execution_id,
-                    expected_seq=before,
-                    events=events,
-                    status=state.status if finished else None,
-                    steps={name: state.steps[name].summary() for name in touched},
-                    # The saved context is written once, at the end: rewriting a growing
-                    # context on every step would make each commit cost more than the last.
-                    context=dict(state.context) if finished else None,
-                    now=now,
-                )
+        return [
+            build_append(
+                execution.state,
+                before=before,
+                events=events,
+                commands=(),
+                now=now,
+                find_task=self._task_finder(execution_id),
             )
-        return appends
+            for execution_id, (execution, before, events) in grouped.items()
+        ]
+
+    def _task_finder(self, execution_id: str) -> Callable[[str], dict[str, Any] | None]:
+        def find(task_id: str) -> dict[str, Any] | None:
+            task = self._tasks.get(execution_id, {}).get(task_id)
+            return None if task is None else task.to_dict()
+
+        return find
 
     def _dispatch(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         # On CancelTasks a running python task's child is killed (the tools' `cancel`) and
@@ -350,21 +366,30 @@ class EmbeddedRuntime:
                     self._submit(command.task)
                 elif isinstance(command, RequeueTask):
                     # A retry (or a reclaim): the same task again, with its new attempt,
-                    # once its delay has passed.
-                    known = tasks.get(command.task_id)
+                    # once its delay has passed; a replay brings its (patched) task.
+                    known = command.task or tasks.get(command.task_id)
                     if known is None:
                         continue
                     task = replace(known, attempt=command.attempt)
+                    tasks[task.task_id] = task
                     self._in_flight += 1
-                    if command.delay_s > 0:
-                        timer = threading.Timer(command.delay_s, self._submit, args=(task,))
-                        timer.daemon = True
-                        timer.start()
-                    else:
-                        self._submit(task)
+                    self._later(command.delay_s, self._submit, task)
+                elif isinstance(command, StartTimer):
+                    due = (execution.state.execution_id, dict(command.payload))
+                    self._later(command.delay_s, self._timers.put, due)
             if execution.state.terminal:
                 self._tasks.pop(execution.state.execution_id, None)
                 self._canceled.pop(execution.state.execution_id, None)
+
+    @staticmethod
+    def _later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
+        """`call(*args)` now, or from a timer thread after `delay_s`."""
+        if delay_s <= 0:
+            call(*args)
+            return
+        timer = threading.Timer(delay_s, call, args=args)
+        timer.daemon = True
+        timer.start()
 
     def _submit(self, task: Task) -> None:
         """Run a task: in the pool, or in a thread of its own if it waits for others."""
@@ -431,6 +456,15 @@ class EmbeddedRuntime:
                 duration_ms=(time.perf_counter() - started) * 1000,
             )
         self._outcomes.put((task, outcome))
+
+    def _compiled(self, playbook: Playbook) -> str:
+        """The playbook as JSON (its validated model), dumped once per playbook object."""
+        key = id(playbook)
+        cached = self._dumped.get(key)
+        if cached is None or cached[0] is not playbook:
+            cached = (playbook, playbook.model_dump_json(by_alias=True))
+            self._dumped[key] = cached
+        return cached[1]
 
     def _graph(self, playbook: Playbook) -> Graph:
         graph = self._graphs.get(id(playbook))

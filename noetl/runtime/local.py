@@ -1,15 +1,22 @@
-"""Wiring of the embedded runtime: store, python process pool, tool registry."""
+"""Wiring of the embedded runtime (store, python process pool, tool registry), and of a
+local cluster (an orchestrator and a worker in threads) over a store."""
 
 from __future__ import annotations
 
 import os
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from noetl.runtime.children import EmbeddedLauncher
+from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
+from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
+from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
+from noetl.store.base import ExecutionRecord, NotFoundError, Store
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
@@ -29,15 +36,82 @@ def embedded_runtime(
     try:
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
-            runtime = EmbeddedRuntime(
-                store,
-                default_registry(pool, secrets=provider, launcher=launcher),
-                workers=count,
-            )
+            registry = default_registry(pool, secrets=provider, launcher=launcher)
+            runtime = EmbeddedRuntime(store, registry, workers=count)
             launcher.bind(runtime)
             try:
                 yield runtime
             finally:
                 runtime.close()
+                registry.close()
     finally:
         store.close()
+
+
+@contextmanager
+def local_cluster(
+    store: Store, *, workers: int | None = None, secrets_file: str | None = None
+) -> Iterator[Orchestrator]:
+    """An orchestrator and a worker as threads of this process over `store`: what
+    `noetl dlq replay --db` and `noetl exec force-complete --db` use to carry an execution
+    on where no server runs (an execution of `noetl run`, reopened). Stopped on exit."""
+    count = workers or os.cpu_count() or 2
+    stop = threading.Event()
+    with PythonPool(processes=count) as pool:
+        orchestrator = Orchestrator(store, owner=f"local:{os.getpid()}")
+        decider = Decider(store)
+        registry = default_registry(
+            pool,
+            secrets=default_provider(secrets_file),
+            launcher=StoreLauncher(decider, stopping=stop.is_set),
+        )
+        worker = Worker(
+            store,
+            registry,
+            WorkerConfig(concurrency=count, poll_s=0.05, worker_id=f"local:{os.getpid()}"),
+            decider=decider,
+        )
+        threads = [
+            threading.Thread(
+                target=orchestrator.serve,
+                args=(stop.is_set,),
+                kwargs={"idle_wait": 0.05},
+                name="noetl-local-orchestrator",
+                daemon=True,
+            ),
+            threading.Thread(
+                target=worker.run, args=(stop.is_set,), name="noetl-local-worker", daemon=True
+            ),
+        ]
+        for thread in threads:
+            thread.start()
+        try:
+            yield orchestrator
+        finally:
+            stop.set()
+            for thread in threads:
+                thread.join(timeout=30)
+            registry.close()
+
+
+def wait_finished(
+    store: Store,
+    execution_id: str,
+    *,
+    after_seq: int = 0,
+    timeout: float | None = None,
+    poll_s: float = 0.05,
+) -> ExecutionRecord:
+    """Wait until the execution's row is terminal with events past `after_seq` (so an
+    execution reopened after that sequence is waited for); TimeoutError after `timeout`
+    seconds."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    while True:
+        record = store.get_execution(execution_id)
+        if record is None:
+            raise NotFoundError(f"execution {execution_id} not found")
+        if record.status.terminal and record.last_seq > after_seq:
+            return record
+        if deadline is not None and time.monotonic() > deadline:
+            raise TimeoutError(f"execution {execution_id} is still {record.status.value}")
+        time.sleep(poll_s)

@@ -22,19 +22,32 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from noetl.engine import Decision, Event, EventType
+from noetl.engine import Decision, Engine, Event, EventType
 from noetl.engine.types import Command
+from noetl.errors import ConflictError
 from noetl.runtime.decider import Cached, Decider
+from noetl.runtime.dlq import DeadLetterQueue
 from noetl.store.base import (
     Append,
     ConcurrencyError,
+    ExecutionRecord,
     Input,
     InputKind,
+    NotFoundError,
     Store,
 )
 
 log = logging.getLogger("noetl.orchestrator")
 Clock = Callable[[], float]
+# The event each kind of input is decided as.
+_INPUT_EVENTS = {
+    InputKind.OUTCOME: EventType.TOOL_PROCESSED,
+    InputKind.CANCEL: EventType.CANCEL_REQUESTED,
+    InputKind.LEASE_EXPIRED: EventType.LEASE_EXPIRED,
+    InputKind.REPLAY: EventType.TASK_REPLAYED,
+    InputKind.FORCE_COMPLETE: EventType.STEP_FORCE_COMPLETED,
+    InputKind.TIMER: EventType.TIMER_FIRED,
+}
 
 
 class Orchestrator:
@@ -62,6 +75,15 @@ class Orchestrator:
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
         self.decider = Decider(store, pool=pool, cache_size=cache_size)
+        self.dlq = DeadLetterQueue(store, self.engine_of)
+
+    def engine_of(self, record: ExecutionRecord) -> Engine:
+        """The engine of an execution (built once per playbook text)."""
+        return self.decider.engine(
+            record.playbook_text,
+            record.playbook_path,
+            compiled=lambda: self.store.get_compiled(record.execution_id),
+        )
 
     # --- starting and canceling ----------------------------------------------------------
 
@@ -94,6 +116,36 @@ class Orchestrator:
             return False
         self.store.post_input(execution_id, InputKind.CANCEL, {"by": by})
         return True
+
+    def force_complete(
+        self,
+        execution_id: str,
+        step: str,
+        *,
+        status: str = "ok",
+        result: Any = None,
+        reason: str | None = None,
+        by: str = "api",
+    ) -> None:
+        """Ask for a parked, pending or stuck step to be marked done (`status` ok or failed,
+        with `result`); the orchestrator decides it like any input. NotFoundError for an
+        unknown execution or step, ConflictError when the execution or step is finished."""
+        if status not in ("ok", "failed"):
+            raise ValueError(f"status must be ok or failed, got {status!r}")
+        _, state = self.dlq.state(execution_id)
+        if state.terminal:
+            raise ConflictError(f"execution {execution_id} is {state.status.value}")
+        run = state.steps.get(step)
+        if run is None:
+            raise NotFoundError(f"execution {execution_id} has no step '{step}'")
+        if run.status.done:
+            raise ConflictError(f"step '{step}' is {run.status.value} already")
+        payload: dict[str, Any] = {"step": step, "status": status, "by": by}
+        if result is not None:
+            payload["result"] = result
+        if reason:
+            payload["reason"] = reason
+        self.store.post_input(execution_id, InputKind.FORCE_COMPLETE, payload)
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -217,16 +269,7 @@ class Orchestrator:
 
     def _decide_one(self, cached: Cached, item: Input, now: float) -> Decision:
         state = cached.state
-        if item.kind is InputKind.OUTCOME:
-            event = Event(0, EventType.TOOL_PROCESSED, state.execution_id, now, None, item.payload)
-        elif item.kind is InputKind.CANCEL:
-            event = Event(
-                0, EventType.CANCEL_REQUESTED, state.execution_id, now, None, item.payload
-            )
-        elif item.kind is InputKind.LEASE_EXPIRED:
-            event = Event(0, EventType.LEASE_EXPIRED, state.execution_id, now, None, item.payload)
-        else:  # pragma: no cover - InputKind is closed
-            return Decision([], [])
+        event = Event(0, _INPUT_EVENTS[item.kind], state.execution_id, now, None, item.payload)
         return cached.engine.decide(state, event, now)
 
     def _drop_inputs(self, execution_id: str, items: Sequence[Input]) -> None:

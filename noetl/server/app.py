@@ -15,11 +15,12 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
-from noetl.server.routes import executions, health, playbooks, steps, ui, workers
+from noetl.server.routes import admin, dlq, executions, health, playbooks, steps, ui, workers
 from noetl.store.base import Store
 
 DESCRIPTION = """
-Start and inspect NoETL executions, and keep a catalog of playbooks.
+Start and inspect NoETL executions, keep a catalog of playbooks, and work the dead-letter
+queue (replay a task that failed for good, or discard it).
 
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
@@ -51,5 +52,7 @@ def create_app(
     app.include_router(executions.router)
     app.include_router(steps.router)
     app.include_router(workers.router)
+    app.include_router(dlq.router)
+    app.include_router(admin.router)
     app.include_router(ui.console_router())
     return app

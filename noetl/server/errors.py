@@ -5,6 +5,7 @@
     NotFoundError                  404 not_found
     ConfigError                    400 bad_config
     ConcurrencyError               409 conflict          (retry)
+    ConflictError                  409 conflict          (the state does not allow it)
     StoreUnavailableError          503 unavailable       (Retry-After when transient)
     HTTPException (routing, 405)   its own status
     anything else                  500 internal          (logged; the message is generic)
@@ -24,7 +25,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from noetl.errors import ConfigError, PlaybookError
+from noetl.errors import ConfigError, ConflictError, PlaybookError
 from noetl.store.base import ConcurrencyError, NotFoundError, StoreUnavailableError
 
 log = logging.getLogger("noetl.server")
@@ -91,6 +92,10 @@ async def _conflict(_: Request, exc: Exception) -> JSONResponse:
     return error_response(409, "conflict", f"{exc}; retry the request")
 
 
+async def _state_conflict(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(409, "conflict", str(exc))
+
+
 async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
     log.warning("store unavailable: %s", exc)
     retryable = getattr(exc, "retryable", False)
@@ -146,6 +151,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConfigError, _config)
     app.add_exception_handler(ConcurrencyError, _conflict)
+    app.add_exception_handler(ConflictError, _state_conflict)
     app.add_exception_handler(StoreUnavailableError, _unavailable)
     app.add_exception_handler(HTTPException, _http)
     app.add_middleware(CatchAll)

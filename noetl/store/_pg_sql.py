@@ -6,7 +6,7 @@ statement per kind of row, rows passed as arrays through `unnest`).
 
 from __future__ import annotations
 
-from noetl.store._rows import TASK_COLUMNS, WORKER_COLUMNS
+from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS, WORKER_COLUMNS
 
 EXECUTION_COLUMNS = (
     "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
@@ -31,7 +31,7 @@ RETURNING execution_id
 # NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference
 # it (inbox rows from `complete`, `post_input`, the reaper) pass without waiting.
 LOCK_EXECUTIONS = (
-    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%s) "
+    "SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) "
     "ORDER BY execution_id FOR NO KEY UPDATE"
 )
 # Set-based writes: one statement per kind of row for a whole commit (many executions,
@@ -40,7 +40,7 @@ LOCK_EXECUTIONS = (
 INSERT_EVENTS = """
 INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
 SELECT e, s, t, ts, st, p::jsonb
-FROM unnest(%s::text[], %s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])
+FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
     AS u(e, s, t, ts, st, p)
 """
 UPDATE_EXECUTIONS = """
@@ -50,14 +50,14 @@ UPDATE execution x SET
     status = COALESCE(u.status, x.status),
     finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
     context = COALESCE(u.context::jsonb, x.context)
-FROM unnest(%s::text[], %s::bigint[], %s::timestamptz[], %s::text[], %s::timestamptz[],
-            %s::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
+FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::text[], %b::timestamptz[],
+            %b::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
 WHERE x.execution_id = u.execution_id
 """
 UPSERT_STEPS = """
 INSERT INTO step_state (execution_id, step, status, updated_at)
 SELECT e, st, s::jsonb, ts
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::timestamptz[]) AS u(e, st, s, ts)
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[]) AS u(e, st, s, ts)
 ON CONFLICT (execution_id, step) DO UPDATE SET
     status = excluded.status, updated_at = excluded.updated_at
 """
@@ -68,8 +68,8 @@ ENQUEUE_ALL = """
 INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
                         not_before, status, created_at, updated_at)
 SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
-FROM unnest(%s::text[], %s::text[], %s::text[], %s::text[], %s::int[], %s::int[], %s::text[],
-            %s::float8[]) AS u(t, e, st, pl, pr, a, p, d)
+FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], %b::text[],
+            %b::float8[]) AS u(t, e, st, pl, pr, a, p, d)
 ON CONFLICT (task_id) DO UPDATE SET
     execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
     priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
@@ -78,7 +78,7 @@ ON CONFLICT (task_id) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 DELETE_ALL_INPUTS = """
-DELETE FROM inbox i USING unnest(%s::bigint[], %s::text[]) AS d(id, e)
+DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE i.id = d.id AND i.execution_id = d.e
 """
 # An append changes only the tasks and inputs of its own execution.
@@ -95,7 +95,7 @@ UPDATE task_queue SET
     status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,
     cancel_requested = cancel_requested OR status = 'leased',
     updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status IN ('queued', 'leased')
+WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status IN ('queued', 'leased')
 """
 SELECT_EVENTS = (
     "SELECT seq, type, ts, step, payload FROM event_log "
@@ -117,7 +117,18 @@ UPDATE task_queue t SET
     lease_expires_at = now() + make_interval(secs => %(lease_s)s), updated_at = now()
 FROM picked WHERE t.task_id = picked.task_id
 RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
-          t.priority, t.not_before, t.queue_order
+          t.priority, t.not_before, t.queue_order, t.task_id, t.execution_id
+"""
+# A claimed task that cannot be decoded (a poison message) is done at once and reported
+# failed (fatal), so it goes to the dead-letter queue instead of failing every claim.
+POISONED = """
+WITH done AS (
+    UPDATE task_queue SET status = 'done', updated_at = now()
+    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    RETURNING execution_id
+)
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
 """
 # The deciding worker's own task: done with its current token (first statement of
 # `complete_and_commit`; no row means the lease is gone and nothing is written).
@@ -131,7 +142,7 @@ LEASE_IDS = """
 UPDATE task_queue SET
     status = 'leased', lease_token = lease_token + 1, worker_id = %s,
     lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-WHERE task_id = ANY(%s) AND execution_id = %s AND status = 'queued'
+WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status = 'queued'
 RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
 """
 HEARTBEAT = """
@@ -155,7 +166,7 @@ SELECT id FROM posted
 # `complete` for many reports in one statement.
 COMPLETE_MANY = """
 WITH reports AS (
-    SELECT * FROM unnest(%s::text[], %s::bigint[], %s::text[]) AS r(task_id, token, payload)
+    SELECT * FROM unnest(%b::text[], %b::bigint[], %b::text[]) AS r(task_id, token, payload)
 ), done AS (
     UPDATE task_queue t SET status = 'done', updated_at = now()
     FROM reports r
@@ -223,4 +234,61 @@ ON CONFLICT (worker_id) DO UPDATE SET
     pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
     status = excluded.status, started_at = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
+"""
+# A timer is an input held (by nobody) until it is due.
+INSERT_TIMER = """
+INSERT INTO inbox (execution_id, kind, payload, created_at, claimed_by, claimed_until)
+VALUES (%s, 'timer', %s::jsonb, now(), 'timer', now() + make_interval(secs => %s))
+"""
+
+# --- the dead-letter queue -------------------------------------------------------------------
+
+_DLQ_TIMES = ("first_seen", "last_seen")
+
+
+def _dlq_value(column: str) -> str:
+    if column in DLQ_JSON_COLUMNS:
+        return "%s::jsonb"
+    if column in _DLQ_TIMES:
+        return "to_timestamp(%s)"
+    return "%s"
+
+
+def _dlq_select(column: str) -> str:
+    if column in DLQ_JSON_COLUMNS:
+        return f"{column}::text"
+    if column in _DLQ_TIMES:
+        return f"extract(epoch FROM {column})::float8"
+    return column
+
+
+_DLQ_KEEP = ("message_id", "first_seen", "replays")
+# A task that fails again after a replay updates its row: pending again, first_seen and the
+# replay count kept.
+UPSERT_DLQ = f"""
+INSERT INTO dlq ({", ".join(DLQ_COLUMNS)}, updated_at)
+VALUES ({", ".join(_dlq_value(c) for c in DLQ_COLUMNS)}, now())
+ON CONFLICT (message_id) DO UPDATE SET
+    {", ".join(f"{c} = excluded.{c}" for c in DLQ_COLUMNS if c not in _DLQ_KEEP)},
+    updated_at = excluded.updated_at
+"""
+SET_DLQ_STATUS = "UPDATE dlq SET status = %s, updated_at = now() WHERE message_id = %s"
+SELECT_DLQ = f"SELECT {', '.join(_dlq_select(c) for c in DLQ_COLUMNS)} FROM dlq"
+DLQ_COUNTS = "SELECT status, count(*) FROM dlq GROUP BY status"
+DLQ_STATUS = "SELECT status FROM dlq WHERE message_id = %s"
+# Replay: the entry moves to `replayed` and its REPLAY input is posted, in one statement.
+POST_REPLAY = """
+WITH marked AS (
+    UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
+    WHERE message_id = %s AND status = 'pending'
+    RETURNING execution_id
+)
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+SELECT execution_id, 'replay', %s::jsonb, now() FROM marked
+RETURNING id
+"""
+DISCARD_DLQ = """
+UPDATE dlq SET status = 'discarded', discard_reason = %s, updated_at = now()
+WHERE message_id = %s AND status = 'pending'
+RETURNING 1
 """

@@ -12,10 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from noetl.engine.recovery import UNDECODABLE_ERROR
 from noetl.engine.types import Event, ExecutionStatus, Task
 from noetl.store.base import (
     Append,
     ConcurrencyError,
+    DeadLetter,
+    DeadLetterStatus,
     Enqueue,
     ExecutionRecord,
     Input,
@@ -58,6 +61,30 @@ TASK_COLUMNS = (
     "payload",
 )
 WORKER_COLUMNS = ("worker_id", "pool", "hostname", "pid", "status", "started_at", "heartbeat_at")
+# Column order of `dlq` as the adapters read and write it (`updated_at` is set apart).
+DLQ_COLUMNS = (
+    "message_id",
+    "execution_id",
+    "step_id",
+    "loop_index",
+    "loop_key",
+    "tool_kind",
+    "sink_id",
+    "attempts",
+    "reason",
+    "error_type",
+    "last_error",
+    "last_stack",
+    "first_seen",
+    "last_seen",
+    "payload",
+    "context_excerpt",
+    "task",
+    "status",
+    "replays",
+    "discard_reason",
+)
+DLQ_JSON_COLUMNS = frozenset({"loop_key", "payload", "task"})
 WORKER_STATUSES = ("running", "draining", "stopped")
 CHANNELS = ("tasks", "inputs")
 
@@ -67,6 +94,10 @@ StepRow = tuple[str, str, str, float]
 TaskRow = tuple[str, str, str, str, int, int, str, float]
 # (task_id, attempt, delay_s)
 RequeueRow = tuple[str, int, float]
+# (delay_s, payload_json)
+TimerRow = tuple[float, str]
+# DLQ_COLUMNS, JSON columns encoded
+DeadLetterRow = tuple[Any, ...]
 
 
 def dumps(value: Any) -> str:
@@ -96,6 +127,9 @@ class PreparedAppend:
     requeue: list[RequeueRow]
     cancel_tasks: list[str]
     inputs_done: list[int]
+    timers: list[TimerRow]
+    dead_letters: list[DeadLetterRow]
+    dead_letter_status: list[tuple[str, str]]  # (message_id, status)
 
     @property
     def wakes_workers(self) -> bool:
@@ -145,6 +179,78 @@ def prepare(append: Append) -> PreparedAppend:
         requeue=[(item.task_id, item.attempt, item.delay_s) for item in append.requeue],
         cancel_tasks=list(append.cancel_tasks),
         inputs_done=list(append.inputs_done),
+        timers=[(float(timer.delay_s), dumps(timer.payload)) for timer in append.timers],
+        dead_letters=[_dead_letter_row(execution_id, d) for d in append.dead_letters],
+        dead_letter_status=[
+            (message_id, DeadLetterStatus(status).value)
+            for message_id, status in append.dead_letter_status.items()
+        ],
+    )
+
+
+def _dead_letter_row(execution_id: str, entry: DeadLetter) -> DeadLetterRow:
+    if entry.execution_id != execution_id:
+        raise ValueError(
+            f"dead letter {entry.message_id} belongs to execution {entry.execution_id}, "
+            f"not {execution_id}"
+        )
+    return dead_letter_row(entry)
+
+
+def dead_letter_row(entry: DeadLetter) -> DeadLetterRow:
+    """A DeadLetter as a `dlq` row in DLQ_COLUMNS order (JSON columns encoded)."""
+    values = {
+        "message_id": entry.message_id,
+        "execution_id": entry.execution_id,
+        "step_id": entry.step,
+        "loop_index": entry.loop_index,
+        "loop_key": None if entry.loop_key is None else dumps(entry.loop_key),
+        "tool_kind": entry.tool_kind,
+        "sink_id": entry.sink_id,
+        "attempts": entry.attempts,
+        "reason": entry.reason,
+        "error_type": entry.error_type,
+        "last_error": entry.last_error,
+        "last_stack": entry.last_stack,
+        "first_seen": entry.first_seen,
+        "last_seen": entry.last_seen,
+        "payload": dumps(entry.payload),
+        "context_excerpt": entry.context_excerpt,
+        "task": dumps(entry.task),
+        "status": DeadLetterStatus(entry.status).value,
+        "replays": entry.replays,
+        "discard_reason": entry.discard_reason,
+    }
+    return tuple(values[column] for column in DLQ_COLUMNS)
+
+
+def dead_letter_from_row(row: Sequence[Any]) -> DeadLetter:
+    """A `dlq` row (DLQ_COLUMNS order; JSON columns as text, times as epoch seconds)."""
+    values = dict(zip(DLQ_COLUMNS, row, strict=True))
+    for column in DLQ_JSON_COLUMNS:
+        if values[column] is not None:
+            values[column] = loads(values[column])
+    return DeadLetter(
+        message_id=values["message_id"],
+        execution_id=values["execution_id"],
+        step=values["step_id"],
+        loop_index=values["loop_index"],
+        loop_key=values["loop_key"],
+        tool_kind=values["tool_kind"],
+        sink_id=values["sink_id"],
+        attempts=values["attempts"],
+        reason=values["reason"],
+        error_type=values["error_type"],
+        last_error=values["last_error"],
+        last_stack=values["last_stack"],
+        payload=values["payload"],
+        context_excerpt=values["context_excerpt"],
+        task=values["task"],
+        first_seen=float(values["first_seen"]),
+        last_seen=float(values["last_seen"]),
+        status=DeadLetterStatus(values["status"]),
+        replays=values["replays"],
+        discard_reason=values["discard_reason"],
     )
 
 
@@ -256,6 +362,32 @@ def task_from_row(row: Mapping[str, Any]) -> dict[str, Any]:
     task["cancel_requested"] = bool(row["cancel_requested"])
     task["payload"] = loads(row["payload"])
     return task
+
+
+def undecodable_outcome(task_id: str, exc: Exception) -> str:
+    """The OUTCOME input (JSON) of a claimed task whose payload could not be decoded (a
+    poison message): its error type makes it fatal, so it goes to the dead-letter queue
+    at once instead of failing every claim that meets it."""
+    detail = f"{type(exc).__name__}: {exc}"[:500]
+    return dumps(
+        {
+            "task_id": task_id,
+            "ok": False,
+            "this": None,
+            "error": f"the queued task could not be decoded ({detail})",
+            "error_type": UNDECODABLE_ERROR,
+            "retryable": False,
+            "duration_ms": 0.0,
+        }
+    )
+
+
+def try_lease(row: Mapping[str, Any]) -> Lease | Exception:
+    """`lease_from_row`, or the error that says why the row's task cannot be decoded."""
+    try:
+        return lease_from_row(row)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        return exc
 
 
 def lease_from_row(row: Mapping[str, Any]) -> Lease:

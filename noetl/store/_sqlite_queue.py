@@ -23,6 +23,8 @@ from noetl.store._rows import (
     input_from_row,
     lease_from_row,
     task_from_row,
+    try_lease,
+    undecodable_outcome,
     worker_from_row,
 )
 from noetl.store.base import (
@@ -76,7 +78,7 @@ WHERE task_id = ?1 AND execution_id = ?2 AND status IN ('queued', 'leased')
 _INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
 
 _READY = """
-SELECT task_id, attempt, lease_token, payload FROM task_queue
+SELECT task_id, attempt, lease_token, payload, execution_id FROM task_queue
 WHERE pool = ? AND status = 'queued' AND not_before <= ?
 ORDER BY priority DESC, not_before, rowid
 LIMIT ?
@@ -97,6 +99,11 @@ ORDER BY lease_expires_at, rowid
 LIMIT ?
 """
 _INSERT_INPUT = "INSERT INTO inbox (execution_id, kind, payload, created_at) VALUES (?, ?, ?, ?)"
+# A timer is an input held (by nobody) until it is due.
+_INSERT_TIMER = (
+    "INSERT INTO inbox (execution_id, kind, payload, created_at, claimed_by, claimed_until) "
+    "VALUES (?, ?, ?, ?, 'timer', ?)"
+)
 _FREE_INPUTS = """
 SELECT id, execution_id, kind, payload, created_at FROM inbox
 WHERE claimed_until IS NULL OR claimed_until < ?
@@ -125,9 +132,17 @@ def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
     eid = item.execution_id
     if item.inputs_done:
         conn.executemany(_INPUT_DONE, [(input_id, eid) for input_id in item.inputs_done])
-    if not (item.enqueue or item.requeue or item.cancel_tasks):
+    if not (item.enqueue or item.requeue or item.cancel_tasks or item.timers):
         return  # most commits of the embedded runtime: no clock to read
     now = db_now(conn)
+    if item.timers:
+        conn.executemany(
+            _INSERT_TIMER,
+            [
+                (eid, InputKind.TIMER.value, payload, now, now + delay)
+                for delay, payload in item.timers
+            ],
+        )
     if item.enqueue:
         conn.executemany(_ENQUEUE, [(*row, now) for row in item.enqueue])
     if item.requeue:
@@ -146,7 +161,7 @@ def claim(
     expires = now + lease_s
     ready = conn.execute(_READY, (pool, now, limit)).fetchall()
     leases = []
-    for task_id, attempt, token, payload in ready:
+    for task_id, attempt, token, payload, execution_id in ready:
         conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
         row = {
             "payload": payload,
@@ -155,7 +170,17 @@ def claim(
             "lease_expires_at": expires,
             "worker_id": worker_id,
         }
-        leases.append(lease_from_row(row))
+        lease = try_lease(row)
+        if isinstance(lease, Lease):
+            leases.append(lease)
+            continue
+        # A poison message: done at once, reported failed for the orchestrator.
+        conn.execute(
+            "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?",
+            (now, task_id),
+        )
+        outcome = undecodable_outcome(task_id, lease)
+        conn.execute(_INSERT_INPUT, (execution_id, InputKind.OUTCOME.value, outcome, now))
     return leases
 
 

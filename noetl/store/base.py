@@ -84,6 +84,12 @@ class Append:
     requeue: Sequence[Requeue] = ()
     cancel_tasks: Sequence[str] = ()
     inputs_done: Sequence[int] = ()
+    # Timers: inputs delivered to this execution once their delay has passed.
+    timers: Sequence[Timer] = ()
+    # Dead-letter entries written (or written again: a replayed task failed once more)
+    # with the decision, and entries whose status changes (a refused replay: pending).
+    dead_letters: Sequence[DeadLetter] = ()
+    dead_letter_status: Mapping[str, DeadLetterStatus] = field(default_factory=dict)
 
 
 class TaskStatus(StrEnum):
@@ -111,11 +117,89 @@ class Enqueue:
 
 @dataclass(frozen=True, slots=True)
 class Requeue:
-    """Put an existing task back in the queue for another attempt (same task id)."""
+    """Put an existing task back in the queue for another attempt (same task id). A task
+    that must change (a replay from the dead-letter queue) is enqueued again instead:
+    enqueueing an existing id puts its row back in the queue with the new task."""
 
     task_id: str
     attempt: int
     delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """An input (`InputKind.TIMER`, `payload`) for the execution, due after `delay_s`."""
+
+    delay_s: float
+    payload: dict[str, Any]
+
+
+class DeadLetterStatus(StrEnum):
+    PENDING = "pending"  # waiting for an operator
+    REPLAYED = "replayed"  # moved back to the queue (with its original message id)
+    DISCARDED = "discarded"  # given up, with a reason
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A task that failed for good (seed 000, 8.6): one row of `dlq`, keyed by the task's
+    ORIGINAL id (`message_id`), so a replay keeps every correlation.
+
+    `payload` (the task's kind, spec, args, key...) and `context_excerpt` (the end of its
+    template context) are redacted for people to read; `task` is the task as it was
+    dispatched (secret references, never their values), for the replay only."""
+
+    message_id: str
+    execution_id: str
+    step: str
+    loop_index: int | None
+    loop_key: Any
+    tool_kind: str | None
+    sink_id: str | None
+    attempts: int
+    reason: str
+    error_type: str | None
+    last_error: str
+    last_stack: str | None
+    payload: dict[str, Any]
+    context_excerpt: str
+    task: dict[str, Any]
+    first_seen: float
+    last_seen: float
+    status: DeadLetterStatus = DeadLetterStatus.PENDING
+    replays: int = 0
+    discard_reason: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What a list shows: everything but the payload, the excerpt and the task."""
+        return {
+            "message_id": self.message_id,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "loop_index": self.loop_index,
+            "loop_key": self.loop_key,
+            "tool_kind": self.tool_kind,
+            "sink_id": self.sink_id,
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "error_type": self.error_type,
+            "last_error": self.last_error,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "status": self.status.value,
+            "replays": self.replays,
+            "discard_reason": self.discard_reason,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `show` prints: the summary, the stack, the redacted payload and excerpt
+        (never `task`)."""
+        return {
+            **self.summary(),
+            "last_stack": self.last_stack,
+            "payload": self.payload,
+            "context_excerpt": self.context_excerpt,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +227,9 @@ class InputKind(StrEnum):
     OUTCOME = "outcome"  # a worker's result (payload: Outcome.to_payload())
     CANCEL = "cancel"  # cancel the execution (payload: {"by": ...})
     LEASE_EXPIRED = "lease_expired"  # payload: {"task_id", "attempt", "worker_id"}
+    REPLAY = "replay"  # replay a dead letter (payload: {"message_id", "task", "by", ...})
+    FORCE_COMPLETE = "force_complete"  # payload: {"step", "status", "result", "reason", "by"}
+    TIMER = "timer"  # a timer came due (payload: the engine's StartTimer payload)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,6 +366,33 @@ class Store(Protocol):
     def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
         """Take up to `limit` inputs nobody holds (or whose hold expired), oldest first,
         holding them for `lease_s`. Inputs are deleted by a commit's `inputs_done`."""
+
+    # --- the dead-letter queue ---------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | None = None,
+        execution_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[DeadLetter]:
+        """Entries, most recently failed first (by last_seen, then message id)."""
+
+    def get_dead_letter(self, message_id: str) -> DeadLetter | None: ...
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        """How many entries there are of each status (every status listed, 0 included)."""
+
+    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
+        """Replay a PENDING entry: in ONE transaction mark it replayed (replays + 1) and
+        post a REPLAY input with `payload` for its execution. False (nothing written) when
+        the entry is not pending: replaying twice replays once. NotFoundError when there
+        is no such entry."""
+
+    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
+        """Mark a PENDING entry discarded with `reason`; False when it is not pending,
+        NotFoundError when there is no such entry."""
 
     def wait_for(self, channel: str, timeout: float) -> bool:
         """Block until something is posted on `channel` ("tasks" or "inputs") or the

@@ -17,11 +17,13 @@ from typing import Any
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store._rows import (
     CHANNELS,
+    DLQ_COLUMNS,
     EventRow,
     PreparedAppend,
     check_channel,
     check_page,
     check_worker,
+    dead_letter_from_row,
     dumps,
     event_from_row,
     expired_payload,
@@ -35,10 +37,14 @@ from noetl.store._rows import (
     stale,
     stale_all,
     task_from_row,
+    try_lease,
+    undecodable_outcome,
 )
 from noetl.store.base import (
     Append,
     ConcurrencyError,
+    DeadLetter,
+    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
@@ -69,6 +75,8 @@ class MemoryStore:
         self._input_ids = itertools.count(1)
         self._playbooks: dict[str, list[PlaybookRecord]] = {}
         self._workers: dict[str, WorkerRecord] = {}
+        # dlq rows by message id (DLQ_COLUMNS, JSON encoded, plus updated_at)
+        self._dlq: dict[str, dict[str, Any]] = {}
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
 
     def create_execution(
@@ -178,6 +186,22 @@ class MemoryStore:
             held = self._inbox.get(input_id)
             if held is not None and held["execution_id"] == item.execution_id:
                 del self._inbox[input_id]
+        for delay, payload in item.timers:
+            input_id = self._add_input(item.execution_id, InputKind.TIMER, payload, now)
+            self._inbox[input_id].update(claimed_by="timer", claimed_until=now + delay)
+        self._apply_dead_letters(item, now)
+
+    def _apply_dead_letters(self, item: PreparedAppend, now: float) -> None:
+        for row in item.dead_letters:
+            entry = dict(zip(DLQ_COLUMNS, row, strict=True))
+            old = self._dlq.get(entry["message_id"])
+            if old is not None:  # failed again after a replay: pending again
+                entry.update(first_seen=old["first_seen"], replays=old["replays"])
+            self._dlq[entry["message_id"]] = {**entry, "updated_at": now}
+        for message_id, status in item.dead_letter_status:
+            found = self._dlq.get(message_id)
+            if found is not None:
+                found.update(status=status, updated_at=now)
 
     def _own_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:
         """The task row, if it belongs to `execution_id` (an append touches only its own)."""
@@ -246,6 +270,7 @@ class MemoryStore:
             ]
             ready.sort(key=lambda row: (-row["priority"], row["not_before"], row["order"]))
             leases = []
+            poisoned = False
             for row in ready[:limit]:
                 row.update(
                     status=TaskStatus.LEASED,
@@ -253,7 +278,17 @@ class MemoryStore:
                     lease_token=row["lease_token"] + 1,
                     lease_expires_at=now + lease_s,
                 )
-                leases.append(lease_from_row(row))
+                lease = try_lease(row)
+                if isinstance(lease, Lease):
+                    leases.append(lease)
+                    continue
+                # A poison message: done at once, reported failed for the orchestrator.
+                row["status"] = TaskStatus.DONE
+                outcome = undecodable_outcome(row["task_id"], lease)
+                self._add_input(row["execution_id"], InputKind.OUTCOME, outcome, now)
+                poisoned = True
+        if poisoned:
+            self._notify("inputs")
         return leases
 
     def _held(self, task_id: str, token: int) -> dict[str, Any] | None:
@@ -395,6 +430,71 @@ class MemoryStore:
                     taken.append(input_from_row(row))
         return taken
 
+    # --- the dead-letter queue -----------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | None = None,
+        execution_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[DeadLetter]:
+        """Most recently failed first (last_seen, then message id, both descending)."""
+        check_page(limit, offset)
+        with self._lock:
+            rows = [
+                row
+                for row in self._dlq.values()
+                if (status is None or row["status"] == DeadLetterStatus(status).value)
+                and (execution_id is None or row["execution_id"] == execution_id)
+            ]
+        rows.sort(key=lambda row: (row["last_seen"], row["message_id"]), reverse=True)
+        return [_dead_letter(row) for row in rows[offset : offset + limit]]
+
+    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
+        with self._lock:
+            row = self._dlq.get(message_id)
+            return None if row is None else _dead_letter(row)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        counts = {status.value: 0 for status in DeadLetterStatus}
+        with self._lock:
+            for row in self._dlq.values():
+                counts[row["status"]] += 1
+        return counts
+
+    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
+        """Mark a pending entry replayed and post its REPLAY input, atomically."""
+        text = dumps(payload)
+        with self._lock:
+            row = self._dlq.get(message_id)
+            if row is None:
+                raise NotFoundError(f"no dead-letter entry {message_id}")
+            if row["status"] != DeadLetterStatus.PENDING:
+                return False
+            now = time.time()
+            row.update(status=DeadLetterStatus.REPLAYED.value, updated_at=now)
+            row["replays"] += 1
+            self._add_input(row["execution_id"], InputKind.REPLAY, text, now)
+        self._notify("inputs")
+        return True
+
+    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
+        """Discard a pending entry with `reason`."""
+        with self._lock:
+            row = self._dlq.get(message_id)
+            if row is None:
+                raise NotFoundError(f"no dead-letter entry {message_id}")
+            if row["status"] != DeadLetterStatus.PENDING:
+                return False
+            row.update(
+                status=DeadLetterStatus.DISCARDED.value,
+                discard_reason=reason,
+                updated_at=time.time(),
+            )
+            return True
+
     def wait_for(self, channel: str, timeout: float) -> bool:
         """Block until `channel` is notified (True) or `timeout` passes (False)."""
         check_channel(channel)
@@ -466,3 +566,7 @@ class MemoryStore:
 
     def close(self) -> None:
         """Nothing to release."""
+
+
+def _dead_letter(row: dict[str, Any]) -> DeadLetter:
+    return dead_letter_from_row([row[column] for column in DLQ_COLUMNS])

@@ -38,6 +38,7 @@ from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.errors import ConfigError
+from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
 from noetl.store._rows import (
@@ -54,10 +55,14 @@ from noetl.store._rows import (
     record_to_row,
     stale_all,
     task_from_row,
+    try_lease,
+    undecodable_outcome,
 )
 from noetl.store.base import (
     Append,
     ConcurrencyError,
+    DeadLetter,
+    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
@@ -112,6 +117,19 @@ def _columns(
     for index in time_columns:
         columns[index] = [_ts(value) for value in columns[index]]
     return columns
+
+
+def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
+    """The rarer queue writes of one append: requeues, cancels, timers (its own rows only)."""
+    eid = item.execution_id
+    if item.requeue:
+        cur.executemany(
+            sql.REQUEUE, [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue]
+        )
+    if item.cancel_tasks:
+        cur.execute(sql.CANCEL_TASKS, (item.cancel_tasks, eid))
+    if item.timers:
+        cur.executemany(sql.INSERT_TIMER, [(eid, payload, delay) for delay, payload in item.timers])
 
 
 def _ts(seconds: float) -> datetime:
@@ -548,14 +566,10 @@ class PostgresStore:
                 binary=True,
             )
         for item in prepared:
-            eid = item.execution_id
-            if item.requeue:
-                cur.executemany(
-                    sql.REQUEUE,
-                    [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
-                )
-            if item.cancel_tasks:
-                cur.execute(sql.CANCEL_TASKS, (item.cancel_tasks, eid))
+            if item.requeue or item.cancel_tasks or item.timers:
+                _write_queue(cur, item)
+            if item.dead_letters or item.dead_letter_status:
+                dlq.write(cur, item)
         done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
         if done:
             cur.execute(sql.DELETE_ALL_INPUTS, _columns(done))
@@ -630,8 +644,10 @@ class PostgresStore:
             rows = conn.execute(sql.CLAIM, params).fetchall()
         # RETURNING does not keep the order of the inner SELECT.
         rows.sort(key=lambda row: (-row[5], row[6], row[7]))
-        return [
-            lease_from_row(
+        leases: list[Lease] = []
+        poisoned: list[tuple[str, int, str]] = []
+        for payload, attempt, token, expires, holder, *_, task_id, _execution in rows:
+            lease = try_lease(
                 {
                     "payload": payload,
                     "attempt": attempt,
@@ -640,8 +656,20 @@ class PostgresStore:
                     "worker_id": holder,
                 }
             )
-            for payload, attempt, token, expires, holder, *_ in rows
-        ]
+            if isinstance(lease, Lease):
+                leases.append(lease)
+            else:
+                poisoned.append((task_id, token, undecodable_outcome(task_id, lease)))
+        if poisoned:
+            self._report_poisoned(poisoned)
+        return leases
+
+    def _report_poisoned(self, poisoned: list[tuple[str, int, str]]) -> None:
+        """Claimed tasks that cannot be decoded: done at once, reported failed."""
+        with self._connection() as conn:
+            with conn.transaction():
+                conn.cursor().executemany(sql.POISONED, poisoned)
+            conn.execute(_NOTIFY_INPUTS)
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease held with `token`; alive False when it is no longer held."""
@@ -702,6 +730,40 @@ class PostgresStore:
         if row is None:
             raise NotFoundError(f"execution {execution_id} not found")
         return int(row[0])
+
+    # --- the dead-letter queue -----------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | None = None,
+        execution_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[DeadLetter]:
+        check_page(limit, offset)
+        with self._connection() as conn:
+            return dlq.select(conn, status, execution_id, limit, offset)
+
+    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
+        with self._connection() as conn:
+            return dlq.get(conn, message_id)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        with self._connection() as conn:
+            return dlq.counts(conn)
+
+    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
+        with self._connection() as conn:
+            with conn.transaction():
+                posted = dlq.post_replay(conn, message_id, dumps(payload))
+            if posted:
+                conn.execute(_NOTIFY_INPUTS)
+        return posted
+
+    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
+        with self._connection() as conn, conn.transaction():
+            return dlq.discard(conn, message_id, reason)
 
     def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
         """Hold up to `limit` free inputs for `lease_s`, oldest first."""

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
@@ -39,6 +40,8 @@ from noetl.store._rows import (
 from noetl.store.base import (
     Append,
     ConcurrencyError,
+    DeadLetter,
+    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
@@ -260,6 +263,8 @@ class SqliteStore:
         if item.steps:
             conn.executemany(_UPSERT_STEP, item.steps)
         queue.apply_queue(conn, item)
+        if item.dead_letters or item.dead_letter_status:
+            dlq.apply(conn, item, queue.db_now(conn))
 
     def get_compiled(self, execution_id: str) -> str | None:
         with self._use() as conn:
@@ -397,6 +402,36 @@ class SqliteStore:
         check_page(limit)
         with self._transaction() as conn:
             return queue.claim_inputs(conn, owner, limit, lease_s)
+
+    # --- the dead-letter queue -----------------------------------------------------------
+
+    def list_dead_letters(
+        self,
+        *,
+        status: DeadLetterStatus | None = None,
+        execution_id: str | None = None,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> list[DeadLetter]:
+        check_page(limit, offset)
+        with self._use() as conn:
+            return dlq.select(conn, status, execution_id, limit, offset)
+
+    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
+        with self._use() as conn:
+            return dlq.get(conn, message_id)
+
+    def dead_letter_counts(self) -> dict[str, int]:
+        with self._use() as conn:
+            return dlq.counts(conn)
+
+    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
+        with self._transaction() as conn:
+            return dlq.post_replay(conn, message_id, dumps(payload))
+
+    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
+        with self._transaction() as conn:
+            return dlq.discard(conn, message_id, reason)
 
     def wait_for(self, channel: str, timeout: float) -> bool:
         """No notifications in SQLite: sleep a poll interval (at most `timeout`), False."""

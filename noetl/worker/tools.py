@@ -134,6 +134,16 @@ class ToolRegistry:
                 continue
         return stopped
 
+    def close(self) -> None:
+        """Release what the tools hold (the http tool's connection pool); never raises."""
+        for tool in list(self._tools.values()):
+            close = getattr(tool, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # one tool's failure must not keep the others open
+                    continue
+
     def run(self, task: Task) -> Outcome:
         """Run a task with the tool of its kind; never raises.
 

@@ -122,6 +122,29 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("started_at", TZ, "NO"),
         ("heartbeat_at", TZ, "NO"),
     ],
+    "dlq": [
+        ("message_id", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("step_id", "text", "NO"),
+        ("loop_index", "integer", "YES"),
+        ("loop_key", "jsonb", "YES"),
+        ("tool_kind", "text", "YES"),
+        ("sink_id", "text", "YES"),
+        ("attempts", "integer", "NO"),
+        ("reason", "text", "NO"),
+        ("error_type", "text", "YES"),
+        ("last_error", "text", "NO"),
+        ("last_stack", "text", "YES"),
+        ("first_seen", TZ, "NO"),
+        ("last_seen", TZ, "NO"),
+        ("payload", "jsonb", "NO"),
+        ("context_excerpt", "text", "NO"),
+        ("task", "jsonb", "NO"),
+        ("status", "text", "NO"),
+        ("replays", "integer", "NO"),
+        ("discard_reason", "text", "YES"),
+        ("updated_at", TZ, "NO"),
+    ],
 }
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -133,6 +156,7 @@ EXPECTED_PRIMARY_KEYS = {
     "inbox": ["id"],
     "playbook": ["path", "version"],
     "worker": ["worker_id"],
+    "dlq": ["message_id"],
 }
 
 
@@ -223,12 +247,12 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
 
     applied = migrate_schema(pg_empty_database)
 
-    assert [m.label for m in applied] == ["0001_init", "0002_queue", "0003_compiled"]
+    assert [m.label for m in applied] == ["0001_init", "0002_queue", "0003_compiled", "0004_dlq"]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3], [], 3)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4], [], 4)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -263,8 +287,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -297,12 +321,12 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    assert "applied 0001_init, 0002_queue, 0003_compiled" in first.stdout
-    assert "already initialized (schema version 3)" in second.stdout
+    assert "applied 0001_init, 0002_queue, 0003_compiled, 0004_dlq" in first.stdout
+    assert "already initialized (schema version 4)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 3" in migrate.stdout
+    assert "at schema version 4" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
-        "applied:  0001_init, 0002_queue, 0003_compiled",
+        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq",
         "pending:  none",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
@@ -314,7 +338,7 @@ def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> Non
     assert status.returncode == 0, status.stderr
     assert status.stdout.splitlines()[1:] == [
         "applied:  none",
-        "pending:  0001_init, 0002_queue, 0003_compiled",
+        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq",
     ]
     assert columns(pg_empty_database) == {}  # status changes nothing
 

@@ -93,6 +93,29 @@ EXPECTED_COLUMNS = {
         ("started_at", "REAL", 1, 0),
         ("heartbeat_at", "REAL", 1, 0),
     ],
+    "dlq": [
+        ("message_id", "TEXT", 0, 1),
+        ("execution_id", "TEXT", 1, 0),
+        ("step_id", "TEXT", 1, 0),
+        ("loop_index", "INTEGER", 0, 0),
+        ("loop_key", "TEXT", 0, 0),
+        ("tool_kind", "TEXT", 0, 0),
+        ("sink_id", "TEXT", 0, 0),
+        ("attempts", "INTEGER", 1, 0),
+        ("reason", "TEXT", 1, 0),
+        ("error_type", "TEXT", 0, 0),
+        ("last_error", "TEXT", 1, 0),
+        ("last_stack", "TEXT", 0, 0),
+        ("first_seen", "REAL", 1, 0),
+        ("last_seen", "REAL", 1, 0),
+        ("payload", "TEXT", 1, 0),
+        ("context_excerpt", "TEXT", 1, 0),
+        ("task", "TEXT", 1, 0),
+        ("status", "TEXT", 1, 0),
+        ("replays", "INTEGER", 1, 0),
+        ("discard_reason", "TEXT", 0, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
 }
 # (name, table, ((column, descending), ...)) as PRAGMA index_xinfo reports the key columns.
 EXPECTED_INDEXES = {
@@ -105,6 +128,9 @@ EXPECTED_INDEXES = {
         (("pool", 0), ("status", 0), ("priority", 1), ("not_before", 0)),
     ),
     ("task_queue_lease_idx", "task_queue", (("status", 0), ("lease_expires_at", 0))),
+    ("dlq_execution_idx", "dlq", (("execution_id", 0),)),
+    ("dlq_status_idx", "dlq", (("status", 0), ("last_seen", 1))),
+    ("dlq_tool_kind_idx", "dlq", (("tool_kind", 0),)),
 }
 
 
@@ -247,6 +273,7 @@ def test_packaged_migrations() -> None:
         (1, "init"),
         (2, "queue"),
         (3, "compiled"),
+        (4, "dlq"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -291,7 +318,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3]
+        assert [version for version, _ in applied] == [1, 2, 3, 4]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -328,7 +355,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -341,7 +368,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (3)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (4)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -31,7 +31,7 @@ from noetl.engine import (
 )
 from noetl.engine.render import Renderer
 from noetl.engine.retry import RetryDefaults
-from noetl.engine.types import RequeueTask
+from noetl.engine.types import RequeueTask, StartTimer
 
 Handler = Callable[[Task], Any]
 Order = Literal["fifo", "lifo"]
@@ -85,8 +85,11 @@ class Harness:
     workload: dict[str, Any] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     inputs: list[Event] = field(default_factory=list)
-    commands: list[EnqueueTask | CancelTasks | RequeueTask] = field(default_factory=list)
+    commands: list[EnqueueTask | CancelTasks | RequeueTask | StartTimer] = field(
+        default_factory=list
+    )
     requeued: list[RequeueTask] = field(default_factory=list)
+    timers: list[StartTimer] = field(default_factory=list)
     dispatched: list[Task] = field(default_factory=list)
     pending: list[Task] = field(default_factory=list)
     canceled: list[str] = field(default_factory=list)
@@ -169,6 +172,28 @@ class Harness:
         self.pending = [t for t in self.pending if t.task_id != task_id]
         return self.deliver(event)
 
+    def input(self, event_type: str, payload: dict[str, Any]) -> Decision:
+        """Feed an input of any type with `payload`."""
+        event = Event(0, event_type, self.state.execution_id, 0.0, None, payload)
+        return self.deliver(event)
+
+    def replay(self, task: Task, *, by: str = "ops", **patch: Any) -> Decision:
+        """Replay a dead-lettered task (its args updated with `patch`), as the DLQ does."""
+        data = task.to_dict()
+        data["args"] = {**data["args"], **patch}
+        payload = {"task": data, "message_id": task.task_id, "by": by}
+        if patch:
+            payload["patched"] = [f"args.{key}" for key in patch]
+        return self.input(EventType.TASK_REPLAYED, payload)
+
+    def force(self, step: str, **payload: Any) -> Decision:
+        """Force-complete `step` (payload: status, result, reason, by)."""
+        return self.input(EventType.STEP_FORCE_COMPLETED, {"step": step, **payload})
+
+    def fire(self, timer: StartTimer) -> Decision:
+        """Deliver a timer's `timer.fired` input."""
+        return self.input(EventType.TIMER_FIRED, dict(timer.payload))
+
     def cancel(self, reason: str = "user") -> Decision:
         event = Event(
             0,
@@ -192,11 +217,15 @@ class Harness:
                 self.pending = [t for t in self.pending if t.task_id not in command.task_ids]
             elif isinstance(command, RequeueTask):
                 # A task still pending (a lost lease) stays so; one that reported an outcome
-                # (a retry) is pending again, with its next attempt.
+                # (a retry, a replay) is pending again, with its next attempt.
                 self.requeued.append(command)
                 if command.task_id not in self.pending_ids():
-                    first = next(t for t in self.dispatched if t.task_id == command.task_id)
+                    first = command.task or next(
+                        t for t in self.dispatched if t.task_id == command.task_id
+                    )
                     self.pending.append(dataclasses.replace(first, attempt=command.attempt))
+            elif isinstance(command, StartTimer):
+                self.timers.append(command)
         self.check_contract()
         return decision
 

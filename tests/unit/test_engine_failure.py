@@ -28,20 +28,29 @@ def test_halt_fails_the_execution_and_cancels_in_flight_tasks() -> None:
     decision = h.fail("a", error="a broke")
     assert h.trace(decision.events) == [
         (E.TOOL_PROCESSED, "a"),
+        (E.TASK_DEAD_LETTERED, "a"),
         (E.STEP_FINISHED, "a"),
         (E.NEXT_EVALUATED, "a"),
         (E.TASK_CANCELED, None),
         (E.WORKFLOW_FINISHED, None),
     ]
-    assert decision.events[1].payload == {"status": "failed", "error": "a broke"}
-    assert decision.events[2].payload == {
+    assert decision.events[1].payload == {
+        "task_id": "e1.a",
+        "reason": "failed",
+        "attempts": 1,
+        "kind": "python",
+        "error": "a broke",
+        "error_type": None,
+    }
+    assert decision.events[2].payload == {"status": "failed", "error": "a broke"}
+    assert decision.events[3].payload == {
         "mode": "inclusive",
         "taken": [],
         "on_step_fail": "halt",
         "unhandled_failure": True,
     }
-    assert decision.events[3].payload == {"task_ids": ["e1.b"]}
-    assert decision.events[4].payload == {"status": "fail", "error": "step 'a' failed"}
+    assert decision.events[4].payload == {"task_ids": ["e1.b"]}
+    assert decision.events[5].payload == {"status": "fail", "error": "step 'a' failed"}
     assert decision.commands == [CancelTasks(("e1.b",))]
     assert h.status is ExecutionStatus.FAIL
     assert h.steps() == {

@@ -406,6 +406,7 @@ def test_exhausted_attempts_fail_the_step_with_the_seed_001_timeline() -> None:
         E.RETRY_STARTED,
         E.TOOL_PROCESSED,
         E.RETRY_PROCESSED,  # step_retry_exhausted
+        E.TASK_DEAD_LETTERED,  # the DLQ entry
         E.STEP_FINISHED,  # step_failed_terminal
         E.NEXT_EVALUATED,
         E.STEP_CALLED,
@@ -425,6 +426,16 @@ def test_exhausted_attempts_fail_the_step_with_the_seed_001_timeline() -> None:
         "error": "connection reset by peer",
         "error_type": "ConnectionError",
     }
+    (dead,) = h.of_type(E.TASK_DEAD_LETTERED)
+    assert dead.step == "work"
+    assert dead.payload == {
+        "task_id": "e1.work",
+        "reason": "exhausted",
+        "attempts": 3,
+        "kind": "python",
+        "error": "connection reset by peer",
+        "error_type": "ConnectionError",
+    }
     assert h.finished("work").payload["error"] == "connection reset by peer"
     assert h.step_status("work") == "failed"
     h.check_full_fold()
@@ -434,8 +445,9 @@ def test_exhausted_without_a_handler_fails_the_execution() -> None:
     h = Harness.of(ONE, handlers={"work": failures(FLAKY, FLAKY, FLAKY)})
     h.run()
     assert h.status is ExecutionStatus.FAIL
-    assert types(h)[-4:] == [
+    assert types(h)[-5:] == [
         E.RETRY_PROCESSED,
+        E.TASK_DEAD_LETTERED,
         E.STEP_FINISHED,
         E.NEXT_EVALUATED,
         E.WORKFLOW_FINISHED,  # execution_failed

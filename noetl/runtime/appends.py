@@ -1,0 +1,106 @@
+"""The store append of one decision, built the same way by every runtime.
+
+A decision's events become the projections (the execution row when it finishes or is
+reopened, the step states it touched), its commands the queue changes (distributed mode),
+its timers held inbox inputs, and its `task.dead_lettered` events the dead-letter entries
+written in the same transaction.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from noetl.engine import CancelTasks, EnqueueTask, Event, EventType, ExecutionState
+from noetl.engine.types import Command, RequeueTask, StartTimer
+from noetl.runtime.dlq import dead_letter_of
+from noetl.store.base import (
+    Append,
+    DeadLetter,
+    DeadLetterStatus,
+    Enqueue,
+    Requeue,
+    Timer,
+)
+
+# The task (as dispatched, a dict) of a task id of the execution, or None if unknown.
+FindTask = Callable[[str], Mapping[str, Any] | None]
+
+
+def build_append(
+    state: ExecutionState,
+    *,
+    before: int,
+    events: Sequence[Event],
+    commands: Sequence[Command],
+    now: float,
+    find_task: FindTask,
+    inputs_done: Sequence[int] = (),
+    pool: str | None = None,
+) -> Append:
+    """The append of `events` (and `commands`) on top of stored sequence `before`.
+
+    With a `pool` the queue changes and timers are part of it (distributed mode); without,
+    the runtime runs the tasks and timers itself (the embedded runtime)."""
+    finished = False
+    reopened = False
+    touched: set[str] = set()
+    dead: list[DeadLetter] = []
+    refused: dict[str, DeadLetterStatus] = {}
+    for event in events:
+        if event.step:
+            touched.add(event.step)
+        if event.type == EventType.WORKFLOW_FINISHED:
+            finished = True
+        elif event.type == EventType.WORKFLOW_REOPENED:
+            reopened = True
+        elif event.type == EventType.TASK_DEAD_LETTERED:
+            dead.append(dead_letter_of(event, find_task(event.payload["task_id"]), now))
+        elif event.type == EventType.OPERATOR_REFUSED:
+            message_id = event.payload.get("message_id")
+            if event.payload.get("action") == "replay" and message_id:
+                refused[str(message_id)] = DeadLetterStatus.PENDING  # not replayed after all
+    if finished or reopened:
+        touched = set(state.steps)
+    append = Append(
+        execution_id=state.execution_id,
+        expected_seq=before,
+        events=list(events),
+        status=state.status if finished or reopened else None,
+        steps={name: state.steps[name].summary() for name in touched if name in state.steps},
+        # The saved context is written once, at the end: rewriting a growing context on
+        # every step would make each commit cost more than the last.
+        context=dict(state.context) if finished else None,
+        now=now,
+        inputs_done=list(inputs_done),
+        dead_letters=dead,
+        dead_letter_status=refused,
+    )
+    if pool is None:
+        return append
+    return dataclasses.replace(append, **_queue_changes(state, commands, pool))
+
+
+def _queue_changes(state: ExecutionState, commands: Sequence[Command], pool: str) -> dict[str, Any]:
+    # A task dispatched as the only one in flight is marked `solo`: its worker may decide
+    # what follows it (noetl.worker.runner) instead of reporting to a server.
+    solo = len(state.tasks) == 1 and not state.terminal
+    enqueue: list[Enqueue] = []
+    requeue: list[Requeue] = []
+    cancel: list[str] = []
+    timers: list[Timer] = []
+    for command in commands:
+        if isinstance(command, EnqueueTask):
+            enqueue.append(Enqueue(command.task, pool=pool, solo=solo))
+        elif isinstance(command, RequeueTask):
+            if command.task is None:
+                requeue.append(Requeue(command.task_id, command.attempt, command.delay_s))
+            else:  # a replay: its (maybe patched) task replaces the row, or makes one
+                task = dataclasses.replace(command.task, attempt=command.attempt)
+                enqueue.append(Enqueue(task, pool=pool, delay_s=command.delay_s))
+        elif isinstance(command, CancelTasks):
+            cancel.extend(command.task_ids)
+        elif isinstance(command, StartTimer):
+            timers.append(Timer(command.delay_s, dict(command.payload)))
+    return {"enqueue": enqueue, "requeue": requeue, "cancel_tasks": cancel, "timers": timers}

@@ -1,0 +1,95 @@
+"""The dead-letter queue: list, show, replay (with an optional patch) and discard."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from noetl.server.deps import Deps
+from noetl.server.schemas import (
+    DeadLetterDetail,
+    DeadLetterList,
+    DeadLetterSummary,
+    DiscardRequest,
+    ErrorBody,
+    ReplayRequest,
+    ReplayResultOut,
+)
+from noetl.store.base import DeadLetterStatus
+
+router = APIRouter(prefix="/api/dlq", tags=["dlq"])
+
+_NOT_FOUND: dict[int | str, dict[str, Any]] = {
+    404: {"model": ErrorBody, "description": "No such entry"}
+}
+_CONFLICT: dict[int | str, dict[str, Any]] = {
+    **_NOT_FOUND,
+    409: {"model": ErrorBody, "description": "The entry or its execution does not allow it"},
+}
+MessageId = Annotated[str, Path(min_length=1, max_length=512, description="The task's id")]
+
+
+@router.get(
+    "", summary="List dead-letter entries, most recent first", response_model=DeadLetterList
+)
+def list_dead_letters(
+    deps: Deps,
+    status: Annotated[DeadLetterStatus | None, Query(description="Only this status")] = None,
+    execution_id: Annotated[str | None, Query(max_length=64)] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> DeadLetterList:
+    entries = deps.store.list_dead_letters(
+        status=status, execution_id=execution_id, limit=limit, offset=offset
+    )
+    return DeadLetterList(
+        items=[DeadLetterSummary(**entry.summary()) for entry in entries],
+        limit=limit,
+        offset=offset,
+        counts=deps.store.dead_letter_counts(),
+    )
+
+
+@router.get(
+    "/{message_id}",
+    summary="One entry: error, stack, redacted payload and context excerpt",
+    response_model=DeadLetterDetail,
+    responses=_NOT_FOUND,
+)
+def get_dead_letter(message_id: MessageId, deps: Deps) -> DeadLetterDetail:
+    return DeadLetterDetail(**deps.orchestrator.dlq.get(message_id).to_dict())
+
+
+@router.post(
+    "/{message_id}/replay",
+    summary="Replay an entry with its original message id",
+    response_model=ReplayResultOut,
+    responses=_CONFLICT,
+)
+def replay_dead_letter(
+    message_id: MessageId, deps: Deps, body: ReplayRequest | None = None
+) -> ReplayResultOut:
+    """Move the task back to the queue with the SAME message id, attempts reset and the
+    patch applied; a failed execution is reopened and continues from that step. Replaying
+    an entry twice replays it once (`replayed` is false the second time)."""
+    patch = body.patch if body is not None else {}
+    result = deps.orchestrator.dlq.replay(message_id, patch=patch, by="api")
+    return ReplayResultOut(
+        message_id=result.message_id,
+        execution_id=result.execution_id,
+        replayed=result.replayed,
+        status=result.status.value,
+    )
+
+
+@router.post(
+    "/{message_id}/discard",
+    summary="Give an entry up, with a reason",
+    response_model=DeadLetterDetail,
+    responses=_CONFLICT,
+)
+def discard_dead_letter(
+    message_id: MessageId, body: DiscardRequest, deps: Deps
+) -> DeadLetterDetail:
+    return DeadLetterDetail(**deps.orchestrator.dlq.discard(message_id, body.reason).to_dict())

@@ -1,0 +1,77 @@
+"""PostgreSQL side of the dead-letter queue (`dlq`): functions over a connection, run by
+`PostgresStore` (in the commit's transaction for the writes of an append)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from noetl.store import _pg_sql as sql
+from noetl.store._rows import PreparedAppend, dead_letter_from_row
+from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError
+
+Conn = psycopg.Connection[Any]
+
+
+def write(cur: psycopg.Cursor[Any], item: PreparedAppend) -> None:
+    """Queue the dead-letter writes of one append (rare: failures only)."""
+    if item.dead_letters:
+        cur.executemany(sql.UPSERT_DLQ, item.dead_letters)
+    if item.dead_letter_status:
+        cur.executemany(
+            sql.SET_DLQ_STATUS, [(status, mid) for mid, status in item.dead_letter_status]
+        )
+
+
+def select(
+    conn: Conn,
+    status: DeadLetterStatus | None,
+    execution_id: str | None,
+    limit: int,
+    offset: int,
+) -> list[DeadLetter]:
+    where: list[str] = []
+    params: list[Any] = []
+    if status is not None:
+        where.append("status = %s")
+        params.append(DeadLetterStatus(status).value)
+    if execution_id is not None:
+        where.append("execution_id = %s")
+        params.append(execution_id)
+    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    query = f"{sql.SELECT_DLQ}{clause} ORDER BY last_seen DESC, message_id DESC LIMIT %s OFFSET %s"
+    rows = conn.execute(query.encode(), (*params, limit, offset)).fetchall()
+    return [dead_letter_from_row(row) for row in rows]
+
+
+def get(conn: Conn, message_id: str) -> DeadLetter | None:
+    row = conn.execute(f"{sql.SELECT_DLQ} WHERE message_id = %s".encode(), (message_id,)).fetchone()
+    return None if row is None else dead_letter_from_row(row)
+
+
+def counts(conn: Conn) -> dict[str, int]:
+    found = {status.value: 0 for status in DeadLetterStatus}
+    for status, count in conn.execute(sql.DLQ_COUNTS).fetchall():
+        found[status] = int(count)
+    return found
+
+
+def _exists(conn: Conn, message_id: str) -> None:
+    if conn.execute(sql.DLQ_STATUS, (message_id,)).fetchone() is None:
+        raise NotFoundError(f"no dead-letter entry {message_id}")
+
+
+def post_replay(conn: Conn, message_id: str, payload: str) -> bool:
+    """Mark a pending entry replayed and post its REPLAY input (one statement)."""
+    if conn.execute(sql.POST_REPLAY, (message_id, payload)).fetchone() is not None:
+        return True
+    _exists(conn, message_id)
+    return False
+
+
+def discard(conn: Conn, message_id: str, reason: str) -> bool:
+    if conn.execute(sql.DISCARD_DLQ, (reason, message_id)).fetchone() is not None:
+        return True
+    _exists(conn, message_id)
+    return False
