@@ -3,7 +3,9 @@
 A task (one call of a step's tool: the step itself, or one loop item) runs one or more
 attempts: the first when it is dispatched, another after each retry or lease expiry.
 The engine records each of these in the log, so the attempts are a fold of the events
-that name the step, plus `task.canceled`, which names task ids only.
+that name the step, plus `task.canceled`, which names task ids only. A task that failed
+for good is dead-lettered (`task.dead_lettered`); an operator's replay of it
+(`task.replayed`) is a new attempt under the same task id, counted from 1 again.
 """
 
 from __future__ import annotations
@@ -38,6 +40,8 @@ class Attempt:
     output: Any = None
     delay_ms: int | None = None  # a retry: how long it waited before running
     worker_id: str | None = None  # a lost lease: the worker that held it
+    dead_lettered: bool = False  # it failed for good: the DLQ holds the task
+    replay: bool = False  # an operator replayed the task from the DLQ
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +57,8 @@ class Attempt:
             "output": self.output,
             "delay_ms": self.delay_ms,
             "worker_id": self.worker_id,
+            "dead_lettered": self.dead_lettered,
+            "replay": self.replay,
         }
 
 
@@ -66,12 +72,14 @@ class _Attempts:
         self.all.append(attempt)
         self.current[task_id] = attempt
 
-    def dispatched(self, event: Event) -> None:
+    def dispatched(self, event: Event, *, replay: bool = False) -> None:
         task = event.payload.get("task")
         if not isinstance(task, dict) or not isinstance(task.get("task_id"), str):
             return
         index = event.payload.get("index", task.get("index"))
-        self.open(task["task_id"], index, int(task.get("attempt") or 1), event.ts)
+        # A replay runs the task again with its attempts counted from 1.
+        number = 1 if replay else int(task.get("attempt") or 1)
+        self.open(task["task_id"], index, number, event.ts, replay=replay)
 
     def processed(self, event: Event) -> None:
         payload = event.payload
@@ -106,6 +114,11 @@ class _Attempts:
         number = int(payload.get("attempt") or (previous.attempt + 1 if previous else 2))
         self.open(task_id, index, number, event.ts, delay_ms=payload.get("delay_ms"))
 
+    def dead_lettered(self, event: Event) -> None:
+        attempt = self.current.get(str(event.payload.get("task_id")))
+        if attempt is not None:
+            attempt.dead_lettered = True
+
     def canceled(self, event: Event) -> None:
         for task_id in event.payload.get("task_ids") or ():
             attempt = self.current.get(task_id)
@@ -125,8 +138,12 @@ def step_attempts(events: Iterable[Event], step: str) -> list[Attempt]:
             continue
         if event.type in (EventType.STEP_STARTED, EventType.LOOP_ITERATION_STARTED):
             found.dispatched(event)
+        elif event.type == EventType.TASK_REPLAYED:
+            found.dispatched(event, replay=True)
         elif event.type == EventType.TOOL_PROCESSED:
             found.processed(event)
         elif event.type in (EventType.RETRY_STARTED, EventType.TASK_RECLAIMED):
             found.again(event)
+        elif event.type == EventType.TASK_DEAD_LETTERED:
+            found.dead_lettered(event)
     return found.all

@@ -254,6 +254,8 @@ class StepAttempt(Response):
     )
     delay_ms: int | None = Field(description="A retry: its delay")
     worker_id: str | None = Field(description="A lost lease: the worker that held it")
+    dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
+    replay: bool = Field(description="An operator replayed the task from the DLQ")
 
 
 class StepDetail(Response):

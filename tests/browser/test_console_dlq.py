@@ -69,8 +69,13 @@ class FakeDlq:
             ITEM: entry(ITEM, "items", loop_index=7, loop_key="user-7", tool_kind="python"),
             STALE: entry(STALE, "load", status="pending"),
         }
-        self.lists: list[dict[str, list[str]]] = []
+        self.queries: list[dict[str, list[str]]] = []
         self.posts: list[tuple[str, Any]] = []
+
+    @property
+    def lists(self) -> list[dict[str, list[str]]]:
+        """The list requests of the DLQ page (the top bar asks for one row, for counts)."""
+        return [q for q in self.queries if q["limit"] != ["1"]]
 
     def reply(self, route: Any, status: int, body: Any) -> None:
         route.fulfill(status=status, content_type="application/json", body=json.dumps(body))
@@ -81,7 +86,7 @@ class FakeDlq:
         parts = [unquote(p) for p in url.path.split("/")[3:]]  # after /api/dlq
         if request.method == "GET" and not parts:
             query = parse_qs(url.query)
-            self.lists.append(query)
+            self.queries.append(query)
             items = [
                 {k: v for k, v in e.items() if k not in DETAIL_ONLY}
                 for e in self.entries.values()
@@ -90,7 +95,11 @@ class FakeDlq:
             ]
             limit, offset = int(query["limit"][0]), int(query.get("offset", ["0"])[0])
             page = items[offset : offset + limit]
-            self.reply(route, 200, {"items": page, "limit": limit, "offset": offset})
+            counts = {s: 0 for s in ("pending", "replayed", "discarded")}
+            for e in self.entries.values():
+                counts[e["status"]] += 1
+            body = {"items": page, "limit": limit, "offset": offset, "counts": counts}
+            self.reply(route, 200, body)
             return
         found = self.entries.get(parts[0])
         if found is None:
@@ -126,6 +135,9 @@ def test_list_filter_and_details(
     page.wait_for_selector(f'#dlq tr[data-message-id="{FETCH}"]')
     assert page.locator("#dlq tbody tr").count() == 3
     assert dlq.lists[0]["status"] == ["pending"]  # pending first: what needs a decision
+    counts = page.locator("nav.tabs .count").all_inner_texts()
+    assert counts == ["3", "0", "0", "3"]  # pending, replayed, discarded, all
+    page.wait_for_function("() => document.querySelector('#dlq-pending').textContent === '3'")
     row = page.locator(f'#dlq tr[data-message-id="{ITEM}"]')
     assert "items" in row.inner_text() and "7" in row.inner_text()
     fetch = page.locator(f'#dlq tr[data-message-id="{FETCH}"]')

@@ -134,3 +134,61 @@ def test_start_from_the_form_and_watch_it_finish_on_the_graph(
     shot(page, artifacts, "finished")
     assert page.locator("#banner").is_hidden()  # no request failed on the way
     assert cluster.execution(execution_id)["status"] == "ok"
+
+
+def test_a_failure_goes_to_the_dlq_and_is_replayed_from_the_console(
+    page: Any, cluster: Cluster, upstream: str, artifacts: Path
+) -> None:
+    register_from_the_editor(page, cluster)
+    execution_id = start_from_the_form(page, {"source": f"{upstream}/broken"})
+    # Two attempts against a server answering 500, then the task is dead-lettered.
+    page.wait_for_selector("#execution-status [data-status=fail]", timeout=60_000)
+    fetch = page.locator('#graph g.node[data-step="fetch"]')
+    assert fetch.get_attribute("data-status") == "failed"
+    assert page.locator('#graph g.node[data-step="square"]').get_attribute("data-status") == (
+        "skipped"
+    )
+    assert "500" in page.locator("#execution-error").inner_text() or "500" in page.inner_text(
+        "#steps"
+    )
+    fetch.click()
+    page.wait_for_selector("#attempts a.dlq-link")
+    attempts = page.locator("#attempts tbody tr").evaluate_all(
+        "rows => rows.map(r => [r.dataset.attempt, r.dataset.status])"
+    )
+    assert attempts == [["1", "failed"], ["2", "failed"]]
+    shot(page, artifacts, "failed")
+    page.wait_for_function("() => document.querySelector('#dlq-pending')?.textContent === '1'")
+
+    page.click("#attempts a.dlq-link")
+    page.wait_for_selector("#dlq-payload")
+    message_id = page.locator("#dlq-id").inner_text()
+    assert message_id == f"{execution_id}.fetch"
+    assert json.loads(page.locator("#dlq-payload").inner_text())["spec"]["url"] == (
+        f"{upstream}/broken"
+    )
+    assert "500" in page.locator("#dlq-error").inner_text()
+    shot(page, artifacts, "dead-letter")
+
+    page.click("#replay")
+    page.fill("#replay-patch", json.dumps({"spec.url": f"{upstream}/ok"}))
+    page.click("dialog.confirm button:text('Replay')")
+    page.wait_for_selector("#replayed-execution")
+    assert "Replayed" in page.locator("#dlq-message").inner_text()
+    page.wait_for_selector("[data-status=replayed]")
+    page.click("#replayed-execution")
+
+    page.wait_for_selector("#execution-status [data-status=ok]", timeout=60_000)
+    nodes = page.locator("#graph g.node").evaluate_all("els => els.map(e => e.dataset.status)")
+    assert nodes == ["ok", "ok", "ok"]
+    page.click("text=Context (results saved with as/collect)")
+    assert json.loads(page.locator("#context").inner_text())["report"] == {"total": 14}
+    fetch.click()
+    page.wait_for_function("() => document.querySelectorAll('#attempts tbody tr').length === 3")
+    last = page.locator("#attempts tbody tr").last
+    assert last.get_attribute("data-status") == "ok"
+    assert "replayed from the dead-letter queue" in last.inner_text()
+    shot(page, artifacts, "replayed")
+    page.wait_for_function("() => document.querySelector('#dlq-pending')?.hidden === true")
+    assert page.locator("#banner").is_hidden()
+    assert cluster.execution(execution_id)["status"] == "ok"

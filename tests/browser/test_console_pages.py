@@ -289,3 +289,27 @@ def test_the_list_updates_live_and_filters_by_status(page: Any, local_server: Lo
     assert "status=running" in page.url
     page.click(f'a:text("{running}")')
     page.wait_for_selector("#execution-status [data-status=running]")
+
+
+def test_mark_a_stuck_step_done(page: Any, local_server: LocalServer) -> None:
+    execution_id = start(local_server, LOOP)  # no worker: `items` stays running
+    page.goto(f"{local_server.url}/ui/#/executions/{execution_id}?step=items")
+    page.wait_for_selector("#force-complete")
+    page.click("#force-complete")
+    page.fill("#force-result", "not json")
+    page.click("dialog.confirm button:text('Mark done')")
+    assert "not valid JSON" in page.locator("dialog.confirm [role=alert]").inner_text()
+    page.fill("#force-result", "[1, 2]")
+    page.fill("#force-reason", "the upstream export was loaded by hand")
+    page.click("dialog.confirm button:text('Mark done')")
+    page.wait_for_selector("#execution-status [data-status=ok]")
+    assert "Step items marked ok." in page.inner_text("#step-message")
+    statuses = page.locator("#graph g.node").evaluate_all("els => els.map(e => e.dataset.status)")
+    assert statuses == ["ok", "ok", "ok"]
+    page.wait_for_function("() => !document.querySelector('#force-complete')")
+    assert json.loads(page.inner_text("#step-result")) == [1, 2]
+    page.select_option("#event-type", "step.force_completed")
+    page.wait_for_selector("#timeline tr[data-type='step.force_completed']")
+    assert "marked ok by api: the upstream export was loaded by hand" in page.inner_text(
+        "#timeline"
+    )

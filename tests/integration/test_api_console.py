@@ -148,6 +148,9 @@ def test_step_detail_shows_progress_attempts_and_a_masked_result(
         (1, 2, "failed"),
     ]
     assert detail["attempts_total"] == 4
+    # The second failure of item 1 ended its task: that attempt is the dead letter.
+    assert [a["dead_lettered"] for a in detail["attempts"]] == [False, False, False, True]
+    assert not any(a["replay"] for a in detail["attempts"])
     assert detail["attempts"][1]["error"] == "item 1 broke"
     assert detail["attempts"][1]["error_type"] == "ValueError"
     assert detail["attempts"][0]["output"] == '{"n": 1, "password": "***"}'

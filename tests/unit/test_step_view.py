@@ -5,6 +5,7 @@ from __future__ import annotations
 from engine_harness import Harness
 
 from noetl.engine import Event, EventType
+from noetl.engine.retry import RetryDefaults
 from noetl.runtime.step_view import AttemptStatus, step_attempts
 
 E = EventType
@@ -90,6 +91,35 @@ def test_canceled_tasks_end_their_running_attempts() -> None:
     ]
 
 
+CHAIN = """
+- step: a
+  tool: {kind: python, code: pass}
+  next: b
+- step: b
+  tool: {kind: python, code: pass, args: {n: 1}}
+"""
+
+
+def test_a_dead_lettered_task_and_its_replay() -> None:
+    h = Harness.of(CHAIN, retry_defaults=RetryDefaults(max_attempts=2, jitter=False))
+    h.complete("a")
+    for _ in range(2):
+        h.outcome("e1.b", ok=False, error="reset", error_type="ConnectionError")
+    first, second = step_attempts(h.events, "b")
+    assert (first.dead_lettered, second.dead_lettered) == (False, True)  # the last one
+    assert second.status is AttemptStatus.FAILED and not second.replay
+    h.replay(next(t for t in h.dispatched if t.task_id == "e1.b"), n=2)
+    h.outcome("e1.b", ok=True, this="fixed")
+    *_, replayed = step_attempts(h.events, "b")
+    assert (replayed.attempt, replayed.replay, replayed.status) == (1, True, AttemptStatus.OK)
+    assert (replayed.output, replayed.dead_lettered) == ("fixed", False)
+    assert summary(h, "b") == [
+        ("e1.b", None, 1, "failed"),
+        ("e1.b", None, 2, "failed"),
+        ("e1.b", None, 1, "ok"),
+    ]
+
+
 def test_to_dict_has_every_field_the_api_shows() -> None:
     h = Harness.of(ONE)
     h.outcome("e1.work", ok=False, error="boom", error_type="RuntimeError")
@@ -107,5 +137,7 @@ def test_to_dict_has_every_field_the_api_shows() -> None:
         "output",
         "delay_ms",
         "worker_id",
+        "dead_lettered",
+        "replay",
     }
     assert attempt.to_dict()["status"] == "failed"

@@ -69,10 +69,23 @@ function render() {
   });
 }
 
-function watchWorkers() {
+function watchStatus() {
   const el = document.getElementById("workers");
+  const dlqLink = document.querySelector('.topbar nav a[data-section="dlq"]');
+  const pending = h("span", { class: "pending-count", id: "dlq-pending" });
+  dlqLink.appendChild(pending);
   poll(
     async () => {
+      // Pending dead letters wait for a decision: their count sits on the navigation.
+      try {
+        const dlq = await api("/api/dlq", { query: { status: "pending", limit: 1 } });
+        const count = (dlq.counts && dlq.counts.pending) || 0;
+        pending.textContent = count ? String(count) : "";
+        pending.hidden = !count;
+      } catch (err) {
+        if (err.status !== 404) throw err;
+        pending.hidden = true; // a server without the dead-letter API
+      }
       const data = await api("/api/workers");
       const alive = data.alive;
       el.textContent = alive ? `${alive} worker${alive === 1 ? "" : "s"} alive` : "no worker alive";
@@ -93,4 +106,4 @@ document.getElementById("token-button").addEventListener("click", () => askToken
 window.addEventListener("hashchange", render);
 if (!location.hash) history.replaceState(null, "", "#/executions");
 render();
-watchWorkers();
+watchStatus();

@@ -29,10 +29,13 @@ export async function renderDlqList(ctx, query) {
   const offset = (page - 1) * DLQ_PAGE;
   const go = (changes) => href(["dlq"], { status, execution_id: executionId, page: "", ...changes });
 
+  const counters = new Map(STATUSES.map(([value]) => [value, h("span", { class: "muted small count" })]));
   const tabs = h(
     "nav",
     { class: "tabs", "aria-label": "status filter" },
-    STATUSES.map(([value, label]) => h("a", { href: go({ status: value }), class: value === status ? "active" : "", dataset: { filter: value } }, label)),
+    STATUSES.map(([value, label]) =>
+      h("a", { href: go({ status: value }), class: value === status ? "active" : "", dataset: { filter: value } }, label, " ", counters.get(value)),
+    ),
   );
   const execInput = h("input", { type: "text", id: "dlq-execution", placeholder: "execution id", value: executionId, size: 22 });
   const filterForm = h("form", { class: "toolbar" }, execInput, h("button", { type: "submit", class: "secondary" }, "Filter"));
@@ -68,6 +71,9 @@ export async function renderDlqList(ctx, query) {
         throw err;
       }
       if (ctx.signal.aborted) return;
+      const counts = data.counts || {};
+      const total = Object.values(counts).reduce((a, b) => a + b, 0);
+      for (const [value, el] of counters) el.textContent = String(value ? counts[value] ?? 0 : total);
       const rows = data.items.map((e) =>
         h(
           "tr",

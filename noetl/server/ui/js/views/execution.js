@@ -42,7 +42,10 @@ export async function renderExecution(ctx, executionId, query) {
   const stepsBox = h("div", { id: "steps-box" });
   const dataBox = h("div", {});
   const graphView = createGraphView(graphBox, { onSelect: (step) => select(step) });
-  const panel = createStepPanel(ctx, executionId, { onShowEvents: (step) => timeline.showStep(step) });
+  const panel = createStepPanel(ctx, executionId, {
+    onShowEvents: (step) => timeline.showStep(step),
+    onChanged: () => refresher.now(),
+  });
   const timeline = createTimeline(ctx, executionId, { onStep: (step) => select(step) });
   const legend = h(
     "div",
@@ -118,6 +121,7 @@ export async function renderExecution(ctx, executionId, query) {
       h("dt", {}, "Started"), h("dd", {}, fmtTime(d.created_at)),
       h("dt", {}, "Finished"), h("dd", {}, fmtTime(d.finished_at)),
       h("dt", {}, "Duration"), h("dd", {}, fmtDuration(d.duration_s), running ? " so far" : ""),
+      h("dt", {}, "Dead letters"), h("dd", {}, h("a", { href: href(["dlq"], { execution_id: executionId, status: "" }), id: "execution-dlq" }, "of this execution")),
       d.parent_execution_id ? [h("dt", {}, "Parent"), h("dd", { class: "mono" }, h("a", { href: href(["executions", d.parent_execution_id]) }, d.parent_execution_id))] : null,
       d.error ? [h("dt", {}, "Error"), h("dd", {}, h("pre", { class: "error-text", id: "execution-error" }, d.error))] : null,
     );

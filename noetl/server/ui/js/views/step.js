@@ -1,19 +1,61 @@
 // One step of an execution: status, loop progress, error, result preview, attempts.
 import { api } from "../api.js";
-import { h, fill, href } from "../dom.js";
+import { h, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, cut } from "../format.js";
 
 const ATTEMPT_PAGE = 50;
 
-export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
+function parseResult(text) {
+  const trimmed = text.trim();
+  if (!trimmed) return undefined;
+  try {
+    return JSON.parse(trimmed);
+  } catch (err) {
+    throw new Error(`The result is not valid JSON: ${err.message}`);
+  }
+}
+
+export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = {}) {
   const state = { step: null, status: "", offset: 0, data: null };
   const body = h("div", {});
+  const message = h("div", { id: "step-message" });
+
+  // An operator marks a parked, pending or stuck step done; it then routes on as if it
+  // had finished by itself (its tasks still in flight are canceled).
+  async function forceComplete(step) {
+    const status = h("select", { id: "force-status" }, h("option", { value: "ok" }, "ok"), h("option", { value: "failed" }, "failed"));
+    const result = h("textarea", { id: "force-result", rows: 4, placeholder: '{"rows": 0}' });
+    const reason = h("textarea", { id: "force-reason", rows: 2 });
+    const values = await confirmDialog({
+      title: `Mark step ${step} done?`,
+      content: [
+        h("p", {}, "Its tasks still running are canceled, and the execution goes on from it as if it had finished by itself."),
+        h("label", {}, "Status", status),
+        h("label", {}, "Result (optional JSON, saved by its result.as)", result),
+        h("label", {}, "Reason", reason),
+      ],
+      confirmLabel: "Mark done",
+      danger: true,
+      collect: () => {
+        const body = { status: status.value, reason: reason.value.trim() || null };
+        const parsed = parseResult(result.value);
+        if (parsed !== undefined) body.result = parsed;
+        return body;
+      },
+    });
+    if (!values) return;
+    try {
+      await api(`/api/admin/executions/${encodeURIComponent(executionId)}/steps/${encodeURIComponent(step)}/force-complete`, { method: "POST", body: values });
+      fill(message, h("p", { class: "notice ok", role: "status" }, `Step ${step} marked ${values.status}.`));
+      if (onChanged) onChanged();
+    } catch (err) {
+      fill(message, h("p", { class: "notice error", role: "alert" }, `Not marked: ${err.message}`));
+    }
+  }
+
   const element = h("section", { class: "panel", id: "step-panel", hidden: true }, body);
 
   function attemptsTable(data) {
-    // The last attempt of each task on this page: where a final failure may be dead-lettered.
-    const lastOf = new Map();
-    for (const a of data.attempts) lastOf.set(a.task_id, a);
     const rows = data.attempts.map((a) =>
       h(
         "tr",
@@ -30,8 +72,9 @@ export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
           a.error ? h("pre", { class: "error-text" }, a.error) : a.output !== null ? h("code", {}, cut(a.output, 300)) : "",
           a.delay_ms ? h("div", { class: "muted small" }, `retried after ${a.delay_ms} ms`) : null,
           a.worker_id ? h("div", { class: "muted small" }, `lost by worker ${a.worker_id}`) : null,
-          a.status === "failed" && lastOf.get(a.task_id) === a
-            ? h("div", { class: "small" }, h("a", { href: href(["dlq", a.task_id]) }, "dead-letter entry"))
+          a.replay ? h("div", { class: "muted small" }, "replayed from the dead-letter queue") : null,
+          a.dead_lettered
+            ? h("div", { class: "small" }, h("a", { href: href(["dlq", a.task_id]), class: "dlq-link" }, "dead-letter entry"))
             : null,
         ),
       ),
@@ -77,8 +120,12 @@ export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
         " ",
         badge(d.status),
         h("span", { class: "spacer" }),
+        ["running", "parked", "pending"].includes(d.status)
+          ? h("button", { type: "button", class: "secondary small", id: "force-complete", onclick: () => forceComplete(d.step) }, "Mark done…")
+          : null,
         h("button", { type: "button", class: "link small", onclick: () => onShowEvents && onShowEvents(d.step) }, "its events"),
       ),
+      message,
       h(
         "dl",
         { class: "meta" },
@@ -88,7 +135,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
         isLoop ? [h("dt", {}, "Items"), h("dd", { id: "step-progress" }, `${d.completed}/${d.total} done: ${d.succeeded} ok, ${d.failed} failed`)] : null,
         d.error ? [h("dt", {}, "Error"), h("dd", {}, h("pre", { class: "error-text", id: "step-error" }, d.error))] : null,
       ),
-      d.result !== null
+      d.result !== null && !(d.status === "failed" && d.result === "null")
         ? [h("h3", {}, "Result", d.result_truncated ? h("span", { class: "muted small" }, " (beginning only)") : null), h("pre", { id: "step-result" }, d.result)]
         : null,
       h("h3", {}, "Attempts"),
@@ -115,6 +162,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents } = {}) {
   function select(step) {
     if (step === state.step) return load();
     state.step = step;
+    fill(message);
     state.status = "";
     state.offset = 0;
     state.data = null;

@@ -10,8 +10,9 @@ const TYPES = [
   "workflow.started", "step.called", "step.parked", "step.started", "loop.started",
   "loop.iteration.started", "loop.iteration.finished", "loop.finished", "tool.processed",
   "step.finished", "next.evaluated", "step.skipped", "retry.started", "retry.processed",
-  "task.reclaimed", "task.canceled", "compensation.started", "workflow.cancel_requested",
-  "workflow.finished",
+  "task.reclaimed", "task.canceled", "task.dead_lettered", "task.replayed",
+  "workflow.reopened", "step.force_completed", "operator.refused", "loop.timed_out",
+  "timer.fired", "compensation.started", "workflow.cancel_requested", "workflow.finished",
 ];
 
 /** One line saying what an event means, from its (masked) payload. */
@@ -48,6 +49,20 @@ export function summarize(event) {
       return `${(p.task_ids || []).length} task(s) canceled`;
     case "workflow.finished":
       return `${p.status}${p.error ? ": " + firstLine(p.error) : ""}`;
+    case "task.dead_lettered":
+      return `dead letter (${p.reason}) after ${p.attempts} attempt(s): ${firstLine(p.error)}`;
+    case "task.replayed":
+      return `replayed${p.by ? ` by ${p.by}` : ""}${(p.patched || []).length ? `, patched ${p.patched.join(", ")}` : ""}`;
+    case "workflow.reopened":
+      return `reopened (was ${p.previous})${p.by ? ` by ${p.by}` : ""}`;
+    case "step.force_completed":
+      return `marked ${p.status}${p.by ? ` by ${p.by}` : ""}${p.reason ? `: ${p.reason}` : ""}`;
+    case "operator.refused":
+      return `${p.action} refused: ${p.reason}`;
+    case "loop.timed_out":
+      return `past its ${p.total_timeout_ms} ms budget: ${p.completed}/${p.total} done`;
+    case "compensation.started":
+      return `rolling back: ${(p.queue || []).join(", ")}`;
     case "workflow.cancel_requested":
       return p.by ? `by ${p.by}` : "";
     default:
