@@ -214,9 +214,8 @@ class ViewCache:
             except NotFoundError:  # deleted between the two reads
                 self._forget(execution_id)
                 return None
-            result = use(entry.view(record))
-        self._remember(execution_id, entry)
-        return result
+            self._remember(execution_id, entry)
+            return use(entry.view(record))
 
     def _remember(self, execution_id: str, entry: _Entry) -> None:
         with self._lock:

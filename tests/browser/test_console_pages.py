@@ -313,3 +313,24 @@ def test_mark_a_stuck_step_done(page: Any, local_server: LocalServer) -> None:
     assert "marked ok by api: the upstream export was loaded by hand" in page.inner_text(
         "#timeline"
     )
+
+
+def test_unknown_things_say_so(page: Any, local_server: LocalServer) -> None:
+    page.goto(f"{local_server.url}/ui/#/executions/no-such-execution")
+    page.wait_for_selector("h1:text('Execution not found')")
+    assert "no-such-execution" in page.inner_text("main [role=alert]")
+    page.goto(f"{local_server.url}/ui/#/nowhere")
+    page.wait_for_selector("h1:text('Not found')")
+    # A server from before the dead-letter API answers 404 for its routes.
+    page.route(
+        "**/api/dlq**",
+        lambda route: route.fulfill(
+            status=404,
+            content_type="application/json",
+            body='{"error": "not_found", "message": "Not Found"}',
+        ),
+    )
+    page.goto(f"{local_server.url}/ui/#/dlq")
+    page.wait_for_selector("main [role=alert]")
+    assert "This server has no dead-letter API" in page.inner_text("main")
+    assert page.locator("#dlq-pending").is_hidden()

@@ -4,24 +4,25 @@
 /**
  * Call `fn()` now and then every `intervalMs` (the next call waits for the previous one).
  * `interval` may be a function returning the delay, so a view can slow down once its
- * execution finished. `onError(err)` sees failures; `onOk()` the recoveries.
+ * execution finished. `onError(err)` sees failures; `onOk()` the recoveries. Returns {now(), stop()}.
  */
 export function poll(fn, interval, { signal, onError, onOk } = {}) {
   let timer = null;
   let running = false;
   let again = false; // asked for a refresh while one was under way
   let failures = 0;
+  let stopped = false;
   const delay = () => {
     const base = typeof interval === "function" ? interval() : interval;
     return failures ? Math.min(base * 2 ** failures, 30000) : base;
   };
   const schedule = (ms) => {
-    if (signal && signal.aborted) return;
+    if (stopped || (signal && signal.aborted)) return;
     clearTimeout(timer);
     timer = setTimeout(tick, ms);
   };
   async function tick() {
-    if (signal && signal.aborted) return;
+    if (stopped || (signal && signal.aborted)) return;
     if (running) {
       again = true;
       return;
@@ -52,6 +53,11 @@ export function poll(fn, interval, { signal, onError, onOk } = {}) {
       document.removeEventListener("visibilitychange", onVisible);
     });
   }
+  const stop = () => {
+    stopped = true;
+    clearTimeout(timer);
+    document.removeEventListener("visibilitychange", onVisible);
+  };
   tick();
-  return { now: tick };
+  return { now: tick, stop };
 }

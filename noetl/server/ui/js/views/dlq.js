@@ -61,14 +61,15 @@ export async function renderDlqList(ctx, query) {
     h("div", { class: "pager" }, newer, older, range),
   );
 
-  poll(
+  const refresher = poll(
     async () => {
       let data;
       try {
         data = await api("/api/dlq", { query: { status, execution_id: executionId, limit: DLQ_PAGE, offset }, signal: ctx.signal });
       } catch (err) {
-        if (err.status === 404) return unavailable(ctx, err);
-        throw err;
+        if (err.status !== 404) throw err;
+        refresher.stop();
+        return unavailable(ctx, err);
       }
       if (ctx.signal.aborted) return;
       const counts = data.counts || {};

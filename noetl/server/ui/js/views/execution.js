@@ -156,8 +156,10 @@ export async function renderExecution(ctx, executionId, query) {
     {
       signal: ctx.signal,
       onError: (err) => {
-        if (err.status === 404) fill(ctx.root, h("h1", {}, "Execution not found"), h("p", { class: "notice error", role: "alert" }, err.message));
-        else ctx.onError(err);
+        if (err.status === 404) {
+          refresher.stop(); // it will not appear later
+          fill(ctx.root, h("h1", {}, "Execution not found"), h("p", { class: "notice error", role: "alert" }, err.message));
+        } else ctx.onError(err);
       },
       onOk: ctx.onOk,
     },
