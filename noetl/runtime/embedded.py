@@ -39,6 +39,7 @@ from noetl.engine import (
     Task,
 )
 from noetl.engine.types import CancelTasks, RequeueTask
+from noetl.observability import NOOP, Observer
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -100,10 +101,12 @@ class EmbeddedRuntime:
         *,
         workers: int = 2,
         clock: Clock = time.time,
+        observer: Observer = NOOP,
     ) -> None:
         self.store = store
         self.tools = tools
         self.clock = clock
+        self.observer = observer
         self._workers = max(1, workers)
         self._pool = ThreadPoolExecutor(
             max_workers=self._workers, thread_name_prefix="noetl-worker"
@@ -163,6 +166,7 @@ class EmbeddedRuntime:
                 parent_execution_id=parent_execution_id,
             )
             self.store.create_execution(record, initial)  # the row and its start: one write
+            self.observer.committed(engine, state, decision.events)
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
                 self._children.setdefault(parent_execution_id, []).append(execution_id)
@@ -299,7 +303,13 @@ class EmbeddedRuntime:
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
         self.store.commit(self._appends(decisions, now))
+        self._observe(decisions)
         self._dispatch(decisions)
+
+    def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
+        if self.observer is not NOOP:
+            for execution, _, decision in decisions:
+                self.observer.committed(execution.engine, execution.state, decision.events)
 
     def _appends(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float

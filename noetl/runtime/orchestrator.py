@@ -24,6 +24,7 @@ from typing import Any
 
 from noetl.engine import Decision, Event, EventType
 from noetl.engine.types import Command
+from noetl.observability import NOOP, Observer
 from noetl.runtime.decider import Cached, Decider
 from noetl.store.base import (
     Append,
@@ -51,6 +52,7 @@ class Orchestrator:
         input_lease_s: float = 30.0,
         reap_interval_s: float = 0.5,
         maintain_interval_s: float = 5.0,
+        observer: Observer = NOOP,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -61,7 +63,7 @@ class Orchestrator:
         self._last_reap = float("-inf")
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
-        self.decider = Decider(store, pool=pool, cache_size=cache_size)
+        self.decider = Decider(store, pool=pool, cache_size=cache_size, observer=observer)
 
     # --- starting and canceling ----------------------------------------------------------
 
@@ -152,6 +154,7 @@ class Orchestrator:
                 break
             try:
                 self.store.commit(list(appends.values()))
+                self.decider.committed(appends.values())
                 break
             except ConcurrencyError as exc:
                 stale = [e for e in exc.execution_ids if e in appends] or list(appends)
@@ -204,6 +207,7 @@ class Orchestrator:
                 return
             try:
                 self.store.commit([append])
+                self.decider.committed([append])
                 return
             except ConcurrencyError:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)

@@ -224,3 +224,21 @@ ON CONFLICT (worker_id) DO UPDATE SET
     status = excluded.status, started_at = excluded.started_at,
     heartbeat_at = excluded.heartbeat_at
 """
+
+# The counts of `Store.stats` (read when the metrics are scraped).
+STATS_RUNNING = """
+SELECT playbook_name, count(*), min(updated_at) FROM execution
+WHERE status = 'running' GROUP BY playbook_name
+"""
+STATS_PARKED = """
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND s.status->>'status' = 'parked'
+GROUP BY e.playbook_name
+"""
+STATS_TASKS = """
+SELECT pool, status, count(*),
+       min(not_before) FILTER (WHERE status = 'queued' AND not_before <= now())
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+"""
+STATS_INPUTS = "SELECT count(*), min(created_at) FROM inbox"
