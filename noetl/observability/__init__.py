@@ -19,14 +19,22 @@ __all__ = ["NOOP", "NoopObserver", "Observer", "Observers", "ReportPath", "obser
 
 
 def observer_for(
-    *, metrics: Metrics | None = None, pool: str = "default", worker_id: str | None = None
+    *,
+    metrics: Metrics | None = None,
+    logs: bool = True,
+    pool: str = "default",
+    worker_id: str | None = None,
 ) -> Observer:
-    """The observer of a process: log events always, metrics when `metrics` is given."""
-    from noetl.observability.log_events import LogObserver  # noqa: PLC0415
-
+    """The observer of a process: metrics when `metrics` is given, log events when
+    `logs`; NOOP when neither."""
     recorder: Observer | None = None
+    writer: Observer | None = None
     if metrics is not None:
         from noetl.observability.metrics_observer import MetricsObserver  # noqa: PLC0415
 
         recorder = MetricsObserver(metrics, pool=pool)
-    return Observers.of(recorder, LogObserver(worker_id=worker_id))
+    if logs:
+        from noetl.observability.log_events import LogObserver  # noqa: PLC0415
+
+        writer = LogObserver(worker_id=worker_id)
+    return Observers.of(recorder, writer)

@@ -27,7 +27,8 @@ class PlaybookFacts:
     when: dict[str, str]  # the gate's expression (as text) by step
     kinds: dict[str, str]  # the tool kind of each step with a tool (a workbook: its task's)
     loops: frozenset[str]
-    edges: dict[str, tuple[str, ...]]  # the conditions of each step's `next` edges, as text
+    # The condition of each step's `next` edges, as text (None: the edge has none).
+    edges: dict[str, tuple[str | None, ...]]
     results: dict[str, dict[str, Any]]  # `as` / `collect` of each step that keeps results
 
 
@@ -60,7 +61,7 @@ def _facts(graph: Graph) -> PlaybookFacts:
         kinds=kinds,
         loops=frozenset(s.step for s in playbook.workflow if s.loop is not None),
         edges={
-            s.step: tuple("" if e.when is None else str(e.when) for e in s.edges)
+            s.step: tuple(None if e.when is None else str(e.when) for e in s.edges)
             for s in playbook.workflow
             if s.edges
         },

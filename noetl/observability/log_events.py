@@ -40,7 +40,7 @@ class _Batch:
 
 
 class LogObserver:
-    """Logs to `noetl.server` (decisions) and `noetl.worker` (tasks) by default."""
+    """Logs to `noetl.orchestrator` (decisions) and `noetl.worker` (tasks) by default."""
 
     def __init__(
         self,
@@ -50,7 +50,7 @@ class LogObserver:
         tasks: logging.Logger | None = None,
     ) -> None:
         self.worker_id = worker_id
-        self.log = decisions or logging.getLogger("noetl.server")
+        self.log = decisions or logging.getLogger("noetl.orchestrator")
         self.task_log = tasks or logging.getLogger("noetl.worker")
         self._failed_once = False
         # Handlers for events that may log at INFO or above; per-item events only at DEBUG.
