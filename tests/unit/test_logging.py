@@ -250,7 +250,7 @@ def test_a_big_loop_writes_as_many_info_lines_as_a_small_one() -> None:
     ]
     dispatch = [r for r in big if r["event"] == "step_dispatch" and r["step_id"] == "items"]
     assert dispatch[0]["loop_plan"] == {"total": 60, "mode": "parallel"}
-    done = [r for r in big if r["event"] == "step_done" and r["step_id"] == "items"][0]
+    done = next(r for r in big if r["event"] == "step_done" and r["step_id"] == "items")
     assert done["counters"] == {"total": 60, "completed": 60, "succeeded": 60, "failed": 0}
     assert all(r["execution_id"] == "e1" and r["workflow_ref"] == "test" for r in big)
     assert big[-1]["status"] == "ok" and big[-1]["steps"] == {"ok": 2}
