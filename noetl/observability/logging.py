@@ -173,7 +173,9 @@ class TextFormatter(_Structured):
             message,
         ]
         for key, value in fields.items():
-            text = value if isinstance(value, str) else json.dumps(value, default=str)
+            # A string stays as it is unless it spans lines: one record, one line.
+            plain = isinstance(value, str) and "\n" not in value
+            text = value if plain else json.dumps(value, default=str, ensure_ascii=False)
             parts.append(f"{key}={text}")
         line = " ".join(parts)
         if self.secrets:

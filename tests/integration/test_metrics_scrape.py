@@ -91,10 +91,11 @@ def total(samples: Samples, name: str, **labels: str) -> float:
 
 def families(samples: Samples) -> set[str]:
     names = set()
-    for name, _ in samples:
+    for sample, _ in samples:
+        name = sample
         for suffix in ("_bucket", "_sum", "_count"):
-            if name.endswith(suffix) and name[: -len(suffix)] in ALL_METRIC_NAMES:
-                name = name[: -len(suffix)]
+            if sample.endswith(suffix) and sample[: -len(suffix)] in ALL_METRIC_NAMES:
+                name = sample[: -len(suffix)]
         names.add(name)
     return names
 
@@ -210,7 +211,9 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
     server_url = f"{cluster.url}/metrics"
 
     def leased() -> bool:
-        return get(scrape(server_url), "noetl_task_queue_tasks", pool="default", status="leased") == 1
+        return (
+            get(scrape(server_url), "noetl_task_queue_tasks", pool="default", status="leased") == 1
+        )
 
     wait_until(leased, 30, "the slow task to be leased")
     during = scrape(server_url)
@@ -290,7 +293,7 @@ def test_scrapes_while_the_runtime_works_are_safe(tmp_path: Path, canary: str) -
             while not stop.is_set():
                 try:
                     scrape(exporter.url)
-                except BaseException as exc:  # noqa: BLE001 - reported below
+                except BaseException as exc:
                     errors.append(exc)
                     return
 
