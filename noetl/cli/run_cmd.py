@@ -12,6 +12,13 @@ from rich.console import Console
 
 from noetl.cli.inputs import apply_sets, read_workload
 from noetl.cli.live import LiveView, print_summary
+from noetl.cli.observe import (
+    log_options,
+    metrics_options,
+    new_metrics,
+    serve_metrics,
+    setup_logging,
+)
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
@@ -53,6 +60,8 @@ db_option = click.option(
     envvar="NOETL_SECRETS_FILE",
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@log_options("WARNING")
+@metrics_options(port=True)
 @db_option
 def run_cmd(
     *,
@@ -62,9 +71,16 @@ def run_cmd(
     as_json: bool,
     workers: int | None,
     secrets_file: str | None,
+    log_level: str,
+    log_format: str,
+    metrics_enabled: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     db: str,
 ) -> None:
-    """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise."""
+    """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise. With
+    --metrics-port, its metrics are served at http://HOST:PORT/metrics while it runs."""
+    setup_logging(log_level, log_format)
     loaded = load_playbook(file)
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
@@ -74,8 +90,18 @@ def run_cmd(
     workload = read_workload(workload_file) if workload_file else {}
     workload = apply_sets(workload, sets)
     text = loaded.source.text if loaded.source else ""
-    with embedded_runtime(db, workers=workers, secrets_file=secrets_file) as runtime:
-        result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+    metrics = new_metrics() if metrics_enabled and metrics_port is not None else None
+    exporter = None
+    with embedded_runtime(
+        db, workers=workers, secrets_file=secrets_file, metrics=metrics, log_events=True
+    ) as runtime:
+        try:
+            if metrics is not None and metrics_port is not None:
+                exporter = serve_metrics(metrics, metrics_port, metrics_host)
+            result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+        finally:
+            if exporter is not None:
+                exporter.close()
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)

@@ -14,6 +14,7 @@ from types import FrameType
 import click
 
 from noetl import __version__
+from noetl.cli.observe import log_options, metrics_options, new_metrics, setup_logging
 from noetl.cli.run_cmd import db_option
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
@@ -46,23 +47,38 @@ def _uvicorn_server() -> type:
     show_default=True,
     help="Pool new tasks are queued in.",
 )
+@log_options("INFO")
+@metrics_options(port=False, path=True)
 @db_option
-def server_start(*, host: str, port: int, pool: str, db: str) -> None:
+def server_start(
+    *,
+    host: str,
+    port: int,
+    pool: str,
+    log_level: str,
+    log_format: str,
+    metrics_enabled: bool,
+    metrics_path: str,
+    db: str,
+) -> None:
     """Serve the API and orchestrate executions until SIGTERM / Ctrl-C."""
     import uvicorn
 
+    from noetl.observability import observer_for
     from noetl.server.app import create_app
 
     _Server = _uvicorn_server()
 
-    logging.basicConfig(
-        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    setup_logging(log_level, log_format)
     store = open_store(db)
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    orchestrator = Orchestrator(store, owner=owner, pool=pool)
-    app = create_app(store, orchestrator, version=__version__)
+    metrics = new_metrics(store) if metrics_enabled else None
+    orchestrator = Orchestrator(
+        store, owner=owner, pool=pool, observer=observer_for(metrics=metrics, pool=pool)
+    )
+    app = create_app(
+        store, orchestrator, version=__version__, metrics=metrics, metrics_path=metrics_path
+    )
     stop = threading.Event()
     loop = threading.Thread(
         target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True

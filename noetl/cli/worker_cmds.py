@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -10,12 +9,19 @@ from types import FrameType
 
 import click
 
+from noetl.cli.observe import (
+    log_options,
+    metrics_options,
+    new_metrics,
+    serve_metrics,
+    setup_logging,
+)
 from noetl.cli.run_cmd import db_option
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
-from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.runner import Worker, WorkerConfig, default_worker_id
 from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
@@ -73,6 +79,8 @@ def worker_group() -> None:
     envvar="NOETL_SECRETS_FILE",
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@log_options("INFO")
+@metrics_options(port=True)
 @db_option
 def worker_start(
     *,
@@ -83,31 +91,51 @@ def worker_start(
     poll_s: float,
     continue_: bool,
     secrets_file: str | None,
+    log_level: str,
+    log_format: str,
+    metrics_enabled: bool,
+    metrics_port: int | None,
+    metrics_host: str,
     db: str,
 ) -> None:
-    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first)."""
-    logging.basicConfig(
-        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
+    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first).
+    With --metrics-port, its metrics are served at http://HOST:PORT/metrics."""
+    from noetl.observability import observer_for
+
+    setup_logging(log_level, log_format)
     count = concurrency or os.cpu_count() or 2
+    worker_id = default_worker_id(pool)
+    # Metrics are recorded only where they can be scraped.
+    metrics = new_metrics() if metrics_enabled and metrics_port is not None else None
+    observer = observer_for(metrics=metrics, pool=pool, worker_id=worker_id)
+    exporter = None
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
     store = open_store(db, connections=count + 4)
     stop = threading.Event()
     try:
+        if metrics is not None and metrics_port is not None:
+            exporter = serve_metrics(metrics, metrics_port, metrics_host)
         with PythonPool(processes=min(python_processes or count, count)) as python_pool:
-            decider = Decider(store, pool=pool)
+            decider = Decider(store, pool=pool, observer=observer)
             # Child executions (the playbook tool) are created in the store, their tasks
             # in this worker's pool; a hard stop ends the waits (the lease then expires and
             # the re-run task finds its child).
             launcher = StoreLauncher(decider, stopping=stop.is_set)
+            tools = default_registry(
+                python_pool,
+                secrets=default_provider(secrets_file),
+                launcher=launcher,
+                observer=observer,
+            )
+            config = WorkerConfig(
+                pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s, worker_id=worker_id
+            )
             worker = Worker(
                 store,
-                default_registry(
-                    python_pool, secrets=default_provider(secrets_file), launcher=launcher
-                ),
-                WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
+                tools,
+                config,
                 decider=decider if continue_ else None,
+                observer=observer,
             )
 
             def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -128,6 +156,8 @@ def worker_start(
                 err=True,
             )
     finally:
+        if exporter is not None:
+            exporter.close()
         store.close()
 
 

@@ -66,7 +66,7 @@ class _Attempt:
 class _Turn:
     """The events and commands of one decision, and the calls still to make."""
 
-    __slots__ = ("calls", "commands", "events", "now", "restart")
+    __slots__ = ("calls", "commands", "events", "gate_error", "now", "restart")
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -74,6 +74,8 @@ class _Turn:
         self.commands: list[Command] = []
         self.calls: deque[tuple[str, str]] = deque()
         self.restart: list[str] = []  # steps a reopened execution runs again
+        # Why the last `when` gate evaluated counted as false: its render error, if any.
+        self.gate_error: str | None = None
 
 
 class Engine:
@@ -198,20 +200,26 @@ class Engine:
         if gate is True:
             self._dispatch(state, turn, name)
         elif gate is False:
-            self._emit(state, turn, EventType.STEP_PARKED, name, {})
+            # A gate that failed to render parks the step too (`on_when_error`); the
+            # payload says so, for the `when` metrics and logs.
+            parked = {} if turn.gate_error is None else {"when_error": turn.gate_error}
+            self._emit(state, turn, EventType.STEP_PARKED, name, parked)
 
     def _gate(self, state: ExecutionState, turn: _Turn, name: str) -> bool | None:
         """Evaluate `when`: True to run, False to park, None if the step already failed."""
         step = self.graph.nodes[name].step
+        turn.gate_error = None
         if step.when is None:
             return True
         try:
             return self.renderer.truthy(step.when, self._ctx(state, step).build())
         except TemplateError as exc:
             if self.playbook.policy.on_when_error == "fail_step":
-                self._emit(state, turn, EventType.STEP_STARTED, name, {})
+                failed = {"when_error": str(exc)}
+                self._emit(state, turn, EventType.STEP_STARTED, name, failed)
                 self._finish_step(state, turn, name, ok=False, error=f"when: {exc}")
                 return None
+            turn.gate_error = str(exc)
             return False
 
     # --- dispatch ------------------------------------------------------------------------

@@ -1,5 +1,14 @@
-"""Masking in API responses: the rules of `noetl.redaction`, used by the routes."""
+"""Masking secrets in what the API returns: moved to `noetl.observability.redaction`,
+which logs share; these names stay importable from here."""
 
-from noetl.redaction import MASK, REDACT_KEYS, redact, redact_event_payload, sensitive
+from __future__ import annotations
+
+from noetl.observability.redaction import (
+    MASK,
+    REDACT_KEYS,
+    redact,
+    redact_event_payload,
+    sensitive,
+)
 
 __all__ = ["MASK", "REDACT_KEYS", "redact", "redact_event_payload", "sensitive"]

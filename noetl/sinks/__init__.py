@@ -50,6 +50,7 @@ from typing import Any, Protocol
 from noetl.engine.render import Renderer
 from noetl.engine.types import Outcome, Task
 from noetl.errors import SinkError, TaskTimeoutError, TemplateError
+from noetl.observability import NOOP, Observer
 from noetl.worker.secrets import current_scope
 
 __all__ = [
@@ -184,8 +185,10 @@ def run_sinks(
     *,
     registry: SinkRegistry | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    observer: Observer = NOOP,
 ) -> SinkReport:
-    """Run the task's sinks on the tool's result `this` (see the module docstring).
+    """Run the task's sinks on the tool's result `this` (see the module docstring),
+    telling `observer` when each starts and finishes.
 
     Never raises; runs with the task's secret scope current (`ToolRegistry.run`)."""
     writers = REGISTRY if registry is None else registry
@@ -205,7 +208,9 @@ def run_sinks(
         if error is not None:
             summaries[index] = _summary(task, sink, "skipped")
             continue
+        observer.sink_started(task, sink)
         summary = _run_one(task, sink, this, out, writers=writers, sleep=sleep)
+        observer.sink_finished(task, sink, scope.mask(summary))
         summaries[index] = summary
         if summary["status"] == "ok":
             continue

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi import status as http
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.observability.redaction import redact, redact_event_payload
 from noetl.runtime.views import ExecutionView, load_view
 from noetl.server.deps import Deps
-from noetl.server.redact import redact, redact_event_payload
 from noetl.server.schemas import (
     CancelResult,
     ErrorBody,

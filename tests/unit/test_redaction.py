@@ -1,10 +1,17 @@
-"""Masking of sensitive values in API responses."""
+"""Redaction: sensitive keys in API responses and logs, secret values, shapes."""
 
 from __future__ import annotations
 
 import pytest
 
-from noetl.server.redact import MASK, redact, redact_event_payload, sensitive
+from noetl.observability.redaction import (
+    MASK,
+    SecretValues,
+    redact,
+    redact_event_payload,
+    sensitive,
+    signature_of,
+)
 
 
 @pytest.mark.parametrize(
@@ -23,6 +30,9 @@ from noetl.server.redact import MASK, redact, redact_event_payload, sensitive
         "apiKey",
         "auth",
         "oauth_state",
+        "bearer_token",
+        "credential",
+        "db_credentials",
     ],
 )
 def test_sensitive_keys(key: str) -> None:
@@ -49,7 +59,7 @@ def test_redact_is_recursive_and_leaves_the_input_alone() -> None:
         "api_token": MASK,
         "db": {"host": "h", "Password": MASK, "port": 5432},
         "headers": [{"Authorization": MASK, "accept": "json"}, "plain"],
-        "credentials": {"secret": MASK},
+        "credentials": MASK,
         "count": 3,
     }
     assert repr(data) == before
@@ -96,3 +106,63 @@ def test_event_payload_keeps_engine_identifiers_and_masks_user_data() -> None:
         },
         "workload": {"token": MASK, "n": 1},
     }
+
+
+def test_the_server_module_still_offers_the_same_functions() -> None:
+    from noetl.server import redact as server_redact
+
+    assert server_redact.redact is redact
+    assert server_redact.redact_event_payload is redact_event_payload
+
+
+def test_custom_keys_replace_the_default_list() -> None:
+    data = {"pin": "1234", "password": "kept"}
+    assert redact(data, keys=("pin",)) == {"pin": MASK, "password": "kept"}
+
+
+def test_secret_values_are_masked_wherever_they_appear() -> None:
+    values = SecretValues()
+    assert values.mask("nothing to hide") == "nothing to hide"
+    values.remember("s3cr3t-value")
+    values.remember("s3cr3t")
+    values.remember("ab")  # too short to mask: it would hide every "ab"
+    masked = values.mask(
+        {"msg": "dsn postgresql://u:s3cr3t-value@h/db", "s3cr3t": ["x s3cr3t y", 3, "ab"]}
+    )
+    assert masked == {"msg": "dsn postgresql://u:***@h/db", MASK: ["x *** y", 3, "ab"]}
+
+
+def test_secret_values_forget_the_oldest_past_their_limit() -> None:
+    values = SecretValues(limit=2)
+    for value in ("first-value", "second-value", "third-value"):
+        values.remember(value)
+    assert values.mask("first-value second-value third-value") == "first-value *** ***"
+    values.clear()
+    assert not values
+    assert values.mask("second-value") == "second-value"
+
+
+def test_signature_shows_keys_and_types_never_values() -> None:
+    spec = {
+        "method": "GET",
+        "url": "https://api.example.com/users/7?token=abc",
+        "headers": {"Authorization": "Bearer abc"},
+        "params": [{"id": 7}],
+        "timeout": 2.5,
+        "body": None,
+        "empty": [],
+    }
+    signature = signature_of(spec)
+    assert signature == (
+        "{method:str,url:str,headers:{Authorization:str},params:[{id:int}],"
+        "timeout:float,body:null,empty:[]}"
+    )
+    assert "abc" not in signature and "example" not in signature
+
+
+def test_signature_is_bounded_in_depth_and_width() -> None:
+    deep: dict[str, object] = {"a": {"b": {"c": {"d": {"e": 1}}}}}
+    assert signature_of(deep) == "{a:{b:{c:{d:{...}}}}}"
+    wide = {f"k{i}": i for i in range(30)}
+    assert signature_of(wide).endswith(",...}")
+    assert signature_of(wide).count(":int") == 20
