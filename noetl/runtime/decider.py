@@ -21,6 +21,7 @@ from noetl.dsl.graph import build_graph
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import CancelTasks, Engine, EnqueueTask, Event, EventType, ExecutionState, fold
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command, RequeueTask
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, Enqueue, NotFoundError, Requeue, Store
@@ -35,9 +36,20 @@ class Cached:
 class Decider:
     """Engines by playbook text and execution states by id (LRU), shared by threads."""
 
-    def __init__(self, store: Store, *, pool: str = "default", cache_size: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        pool: str = "default",
+        cache_size: int = 10_000,
+        options: EngineOptions | None = None,
+    ) -> None:
         self.store = store
         self.pool = pool
+        # The engine's defaults (retries, timeouts, policies): the same for every engine
+        # here, so a decision is the same whether a server or a worker makes it (given the
+        # same configuration).
+        self.options = options or EngineOptions()
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}
@@ -60,7 +72,7 @@ class Decider:
                 playbook = Playbook.model_validate_json(model)
             else:
                 playbook = load_playbook_text(text, path or "<inline>").require()
-            engine = Engine(build_graph(playbook))
+            engine = Engine(build_graph(playbook), options=self.options)
             with self._lock:
                 engine = self._engines.setdefault(key, engine)
         return engine

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Event, EventType
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.runtime.decider import Cached, Decider
 from noetl.store.base import (
@@ -51,6 +52,7 @@ class Orchestrator:
         input_lease_s: float = 30.0,
         reap_interval_s: float = 0.5,
         maintain_interval_s: float = 5.0,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -61,7 +63,7 @@ class Orchestrator:
         self._last_reap = float("-inf")
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
-        self.decider = Decider(store, pool=pool, cache_size=cache_size)
+        self.decider = Decider(store, pool=pool, cache_size=cache_size, options=options)
 
     # --- starting and canceling ----------------------------------------------------------
 
