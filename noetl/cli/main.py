@@ -11,6 +11,7 @@ import sys
 import click
 
 from noetl import __version__
+from noetl.cli.config_cmds import config_group
 from noetl.cli.db_cmds import db_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
 from noetl.cli.exec_cmds import exec_group
@@ -19,7 +20,7 @@ from noetl.cli.run_cmd import run_cmd
 from noetl.cli.serve import server_start
 from noetl.cli.server_cmds import server_group
 from noetl.cli.worker_cmds import worker_group
-from noetl.errors import NoetlError, PlaybookError
+from noetl.errors import ConfigError, NoetlError, PlaybookError
 
 EXIT_FAILED = 1
 EXIT_ERROR = 3
@@ -42,6 +43,7 @@ cli.add_command(playbook_group)
 cli.add_command(server_group)
 server_group.add_command(server_start)
 cli.add_command(worker_group)
+cli.add_command(config_group)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -57,6 +59,15 @@ def main(argv: list[str] | None = None) -> None:
     except PlaybookError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_FAILED)
+    except ConfigError as exc:  # a bad setting: each problem on a line of its own
+        lines = str(exc).splitlines() or ["invalid configuration"]
+        if len(lines) == 1:
+            click.echo(f"error: {lines[0]}", err=True)
+        else:
+            click.echo("error: invalid configuration:", err=True)
+            for line in lines:
+                click.echo(f"  {line}", err=True)
+        sys.exit(EXIT_ERROR)
     except NoetlError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)

@@ -14,7 +14,8 @@ from types import FrameType
 import click
 
 from noetl import __version__
-from noetl.cli.run_cmd import db_option
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 
@@ -37,17 +38,17 @@ def _uvicorn_server() -> type:
 
 
 @click.command("start")
-@click.option("--host", default="127.0.0.1", envvar="NOETL_SERVER_HOST", show_default=True)
-@click.option("--port", type=int, default=8083, envvar="NOETL_SERVER_PORT", show_default=True)
-@click.option(
+@setting_option("server.host", "--host", help="Address the API listens on.")
+@setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
+@setting_option(
+    "server.pool",
     "--pool",
-    default="default",
-    envvar="NOETL_WORKER_POOL",
-    show_default=True,
-    help="Pool new tasks are queued in.",
+    help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
+    default_text="worker.pool",
 )
 @db_option
-def server_start(*, host: str, port: int, pool: str, db: str) -> None:
+@with_settings
+def server_start(*, settings: Settings) -> None:
     """Serve the API and orchestrate executions until SIGTERM / Ctrl-C."""
     import uvicorn
 
@@ -56,12 +57,15 @@ def server_start(*, host: str, port: int, pool: str, db: str) -> None:
     _Server = _uvicorn_server()
 
     logging.basicConfig(
-        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
+        level=settings.logging.level,
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    store = open_store(db)
+    host, port = settings.server.host, settings.server.port
+    store = open_store(settings.db.url)
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    orchestrator = Orchestrator(store, owner=owner, pool=pool)
+    orchestrator = Orchestrator(
+        store, owner=owner, pool=settings.server_pool, options=settings.engine_options()
+    )
     app = create_app(store, orchestrator, version=__version__)
     stop = threading.Event()
     loop = threading.Thread(
