@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from noetl.redaction import mask_url
 from noetl.server.redact import MASK, redact, redact_event_payload, sensitive
 
 
@@ -96,3 +97,27 @@ def test_event_payload_keeps_engine_identifiers_and_masks_user_data() -> None:
         },
         "workload": {"token": MASK, "n": 1},
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://ada:s3cret@db:5432/x", "postgresql://ada:***@db:5432/x"),
+        ("postgresql://ada@db/x?sslmode=require", "postgresql://ada@db/x?sslmode=require"),
+        ("https://u:p%40ss@otel:4318/v1?token=abc&x=1", "https://u:***@otel:4318/v1?token=***&x=1"),
+        ("host=db password=s3cret user=ada", "host=db password=*** user=ada"),
+        ("host=db PASSWORD = 's3 cret'", "host=db PASSWORD = ***"),
+        ("http://[broken", "http://***"),
+        ("./.noetl/noetl.db", "./.noetl/noetl.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_mask_url_hides_passwords(text: str, expected: str) -> None:
+    assert mask_url(text) == expected
+
+
+def test_the_api_and_the_rest_share_one_rule() -> None:
+    from noetl import redaction
+    from noetl.server import redact as api
+
+    assert api.sensitive is redaction.sensitive and api.REDACT_KEYS is redaction.REDACT_KEYS
