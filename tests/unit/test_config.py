@@ -419,3 +419,11 @@ def test_show_yaml_reads_back_as_the_same_configuration(tmp_path: Path) -> None:
     assert yaml.safe_load(text) == data["config"]
     again = write(tmp_path, text, "again.yaml")
     assert load_settings(again, NO_ENV) == resolved.settings
+
+
+def test_the_operations_guide_documents_every_key_and_variable() -> None:
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text("utf-8")
+    for leaf in leaves():
+        assert f"`{leaf.path}`" in guide, leaf.path
+        for name in (leaf.env, *leaf.aliases):
+            assert f"`{name}`" in guide, name
