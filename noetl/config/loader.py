@@ -317,10 +317,8 @@ def _nest(values: Mapping[str, Any]) -> dict[str, Any]:
 def _explain(error: Any, values: Mapping[str, Any], origins: Mapping[str, Origin]) -> str:
     """One line for a pydantic error: where, the key, the value (unless secret), what is
     allowed."""
-    loc = [str(part) for part in error["loc"] if not isinstance(part, int)]
-    path = ".".join(loc)
-    if path not in _leaf_map():  # a list item or a section: the key it belongs to
-        path = next((p for p in values if path.startswith(p + ".") or p.startswith(path)), path)
+    # A list item's position is left out: the error is about the key that holds the list.
+    path = ".".join(str(part) for part in error["loc"] if not isinstance(part, int))
     origin = origins.get(path, DEFAULT)
     message = str(error["msg"]).removeprefix("Value error, ")
     message = message[:1].lower() + message[1:]
