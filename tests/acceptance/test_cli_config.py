@@ -256,3 +256,14 @@ def test_timeouts_tool_default_ms_reaches_a_task_without_a_timeout(tmp_path: Pat
     [outcome] = [p for t, p in logged if t == "tool.processed"]
     assert outcome["error_type"] == "TimeoutError"
     assert "300 ms" in outcome["error"]
+
+
+def test_a_flag_wins_over_the_environment_and_the_file(tmp_path: Path) -> None:
+    config = tmp_path / "noetl.yaml"
+    config.write_text(f"db:\n  url: {tmp_path / 'file.db'}\n", encoding="utf-8")
+    env = {"NOETL_CONFIG": str(config)}
+    assert f"database: {tmp_path / 'file.db'}" in noetl("db", "status", env=env).stdout
+    env["NOETL_DB"] = str(tmp_path / "env.db")
+    assert f"database: {tmp_path / 'env.db'}" in noetl("db", "status", env=env).stdout
+    flagged = noetl("db", "status", "--db", str(tmp_path / "flag.db"), env=env)
+    assert f"database: {tmp_path / 'flag.db'}" in flagged.stdout
