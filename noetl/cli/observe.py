@@ -1,8 +1,9 @@
 """Logging and metrics options shared by `noetl server start`, `worker start` and `run`.
 
-Every flag has its environment twin (NOETL_LOGGING_LEVEL, with NOETL_LOG_LEVEL still read
-as an alias; NOETL_LOGGING_FORMAT; NOETL_METRICS_ENABLED, NOETL_METRICS_PORT,
-NOETL_METRICS_HOST, NOETL_METRICS_PATH).
+Each flag sets a key of the configuration (`logging.level`, `logging.format`,
+`metrics.enabled`, `metrics.port`, `metrics.host`, `metrics.path`), so its environment twin
+is the configuration's (NOETL_LOGGING_LEVEL, with NOETL_LOG_LEVEL as an alias;
+NOETL_LOGGING_FORMAT; NOETL_METRICS_ENABLED, ...), and so is the file.
 """
 
 from __future__ import annotations
@@ -12,9 +13,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from noetl.cli.settings import setting_option
 from noetl.observability.logging import LOG_FORMATS, configure_logging
 
 if TYPE_CHECKING:
+    from noetl.config import Settings
     from noetl.observability.exporter import Exporter
     from noetl.observability.metrics import Metrics
     from noetl.store.base import Store
@@ -24,26 +27,21 @@ LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def log_options(default_level: str) -> Callable[[F], F]:
-    """`--log-level` and `--log-format`."""
+    """`--log-level` and `--log-format` (`default_level` when the settings leave it unset)."""
 
     def decorate(func: F) -> F:
-        func = click.option(
+        func = setting_option(
+            "logging.format",
             "--log-format",
             type=click.Choice(LOG_FORMATS),
-            default="text",
-            envvar="NOETL_LOGGING_FORMAT",
-            show_envvar=True,
-            show_default=True,
             help="json: one JSON object per line (for log shippers); text: for terminals.",
         )(func)
-        return click.option(
+        return setting_option(
+            "logging.level",
             "--log-level",
             type=click.Choice(LEVELS, case_sensitive=False),
-            default=default_level,
-            envvar=["NOETL_LOGGING_LEVEL", "NOETL_LOG_LEVEL"],
-            show_envvar=True,
-            show_default=True,
             help="Level of NoETL's own logs (other libraries log from WARNING).",
+            default_text=default_level,
         )(func)
 
     return decorate
@@ -55,46 +53,33 @@ def metrics_options(*, port: bool, path: bool = False) -> Callable[[F], F]:
 
     def decorate(func: F) -> F:
         if path:
-            func = click.option(
-                "--metrics-path",
-                default="/metrics",
-                envvar="NOETL_METRICS_PATH",
-                show_envvar=True,
-                show_default=True,
-                help="Path of the metrics on the API's port.",
+            func = setting_option(
+                "metrics.path", "--metrics-path", help="Path of the metrics on the API's port."
             )(func)
         if port:
-            func = click.option(
-                "--metrics-host",
-                default="127.0.0.1",
-                envvar="NOETL_METRICS_HOST",
-                show_envvar=True,
-                show_default=True,
-                help="Address the metrics exporter listens on.",
+            func = setting_option(
+                "metrics.host", "--metrics-host", help="Address the metrics exporter listens on."
             )(func)
-            func = click.option(
+            func = setting_option(
+                "metrics.port",
                 "--metrics-port",
                 type=click.IntRange(0, 65535),
-                default=None,
-                envvar="NOETL_METRICS_PORT",
-                show_envvar=True,
                 help="Serve Prometheus metrics on this port at /metrics (0: any free port).",
             )(func)
-        return click.option(
-            "--metrics/--no-metrics",
-            "metrics_enabled",
-            default=True,
-            envvar="NOETL_METRICS_ENABLED",
-            show_envvar=True,
-            show_default=True,
-            help="Record Prometheus metrics.",
+        return setting_option(
+            "metrics.enabled", "--metrics/--no-metrics", help="Record Prometheus metrics."
         )(func)
 
     return decorate
 
 
-def setup_logging(level: str, fmt: str) -> None:
-    configure_logging(level, fmt)
+def setup_logging(settings: Settings, default_level: str) -> None:
+    """Configure logging from the settings (`default_level` when they leave it unset)."""
+    configure_logging(
+        settings.logging.level or default_level,
+        settings.logging.format,
+        redact_keys=settings.logging.redact_keys,
+    )
 
 
 def new_metrics(store: Store | None = None) -> Metrics:
@@ -106,6 +91,14 @@ def new_metrics(store: Store | None = None) -> Metrics:
     if store is not None:
         metrics.registry.register(StoreGauges(store))
     return metrics
+
+
+def exporter_metrics(settings: Settings) -> Metrics | None:
+    """The metrics of a process that serves them on an exporter of its own (a worker,
+    `noetl run`): only when enabled and a port is set."""
+    if settings.metrics.enabled and settings.metrics.port is not None:
+        return new_metrics()
+    return None
 
 
 def serve_metrics(metrics: Metrics, port: int, host: str) -> Exporter:

@@ -15,7 +15,8 @@ import click
 
 from noetl import __version__
 from noetl.cli.observe import log_options, metrics_options, new_metrics, setup_logging
-from noetl.cli.run_cmd import db_option
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 
@@ -38,30 +39,21 @@ def _uvicorn_server() -> type:
 
 
 @click.command("start")
-@click.option("--host", default="127.0.0.1", envvar="NOETL_SERVER_HOST", show_default=True)
-@click.option("--port", type=int, default=8083, envvar="NOETL_SERVER_PORT", show_default=True)
-@click.option(
+@setting_option("server.host", "--host", help="Address the API listens on.")
+@setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
+@setting_option(
+    "server.pool",
     "--pool",
-    default="default",
-    envvar="NOETL_WORKER_POOL",
-    show_default=True,
-    help="Pool new tasks are queued in.",
+    help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
+    default_text="worker.pool",
 )
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option
-def server_start(
-    *,
-    host: str,
-    port: int,
-    pool: str,
-    log_level: str,
-    log_format: str,
-    metrics_enabled: bool,
-    metrics_path: str,
-    db: str,
-) -> None:
-    """Serve the API and orchestrate executions until SIGTERM / Ctrl-C."""
+@with_settings
+def server_start(*, settings: Settings) -> None:
+    """Serve the API and orchestrate executions until SIGTERM / Ctrl-C; the metrics are at
+    /metrics on the API's port (unless --no-metrics)."""
     import uvicorn
 
     from noetl.observability import observer_for
@@ -69,15 +61,25 @@ def server_start(
 
     _Server = _uvicorn_server()
 
-    setup_logging(log_level, log_format)
-    store = open_store(db)
+    setup_logging(settings, "INFO")
+    host, port = settings.server.host, settings.server.port
+    store = open_store(settings.db.url)
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    metrics = new_metrics(store) if metrics_enabled else None
+    pool = settings.server_pool
+    metrics = new_metrics(store) if settings.metrics.enabled else None
     orchestrator = Orchestrator(
-        store, owner=owner, pool=pool, observer=observer_for(metrics=metrics, pool=pool)
+        store,
+        owner=owner,
+        pool=pool,
+        observer=observer_for(metrics=metrics, pool=pool),
+        options=settings.engine_options(),
     )
     app = create_app(
-        store, orchestrator, version=__version__, metrics=metrics, metrics_path=metrics_path
+        store,
+        orchestrator,
+        version=__version__,
+        metrics=metrics,
+        metrics_path=settings.metrics.path,
     )
     stop = threading.Event()
     loop = threading.Thread(

@@ -19,7 +19,7 @@ from noetl.engine.types import Outcome, Task
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.logging import log_event
 from noetl.observability.observer import ReportPath
-from noetl.observability.redaction import signature_of
+from noetl.redaction import signature_of
 
 __all__ = ["LogObserver"]
 

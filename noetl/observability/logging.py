@@ -8,7 +8,7 @@
 * Context is injected into every record, whatever logged it: the task a thread runs
   (`bind_task`, set by `ToolRegistry.run`: execution_id, step_id, call_id, loop_index,
   loop_key, tool_kind, attempt) and any fields of `log_context(...)`.
-* Redaction (`noetl.observability.redaction`) is applied to every record: values under
+* Redaction (`noetl.redaction`) is applied to every record: values under
   sensitive keys are masked, and so is every secret value a worker resolved, wherever it
   appears (message, fields, traceback).
 """
@@ -26,7 +26,7 @@ from typing import IO, Any, Literal
 
 from noetl.engine.types import Task
 from noetl.errors import ConfigError
-from noetl.observability.redaction import REDACT_KEYS, SECRET_VALUES, SecretValues, redact
+from noetl.redaction import REDACT_KEYS, SECRET_VALUES, SecretValues, redact
 
 __all__ = [
     "FIELDS_ATTR",

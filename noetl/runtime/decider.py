@@ -21,6 +21,7 @@ from noetl.dsl.graph import build_graph
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
 from noetl.runtime.appends import build_append
@@ -44,10 +45,15 @@ class Decider:
         pool: str = "default",
         cache_size: int = 10_000,
         observer: Observer = NOOP,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
         self.observer = observer
+        # The engine's defaults (retries, timeouts, policies): the same for every engine
+        # here, so a decision is the same whether a server or a worker makes it (given the
+        # same configuration).
+        self.options = options or EngineOptions()
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}
@@ -70,7 +76,7 @@ class Decider:
                 playbook = Playbook.model_validate_json(model)
             else:
                 playbook = load_playbook_text(text, path or "<inline>").require()
-            engine = Engine(build_graph(playbook))
+            engine = Engine(build_graph(playbook), options=self.options)
             with self._lock:
                 engine = self._engines.setdefault(key, engine)
         return engine

@@ -21,7 +21,7 @@ from typing import Any
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
 from noetl.engine.recovery import replay_refusal
 from noetl.errors import ConflictError
-from noetl.observability.redaction import redact
+from noetl.redaction import redact
 from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError, Store
 
 # How much of a task's context a dead-letter entry keeps (its end; seed 000: "last 2KB").

@@ -38,6 +38,7 @@ from noetl.engine import (
     Outcome,
     Task,
 )
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.runtime.appends import build_append
@@ -103,8 +104,11 @@ class EmbeddedRuntime:
         workers: int = 2,
         clock: Clock = time.time,
         observer: Observer = NOOP,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
+        # The engine's defaults (retries, timeouts, policies), for every execution here.
+        self.options = options or EngineOptions()
         self.tools = tools
         self.clock = clock
         self.observer = observer
@@ -155,7 +159,7 @@ class EmbeddedRuntime:
             if execution_id in self._executions:
                 raise ConcurrencyError(f"execution {execution_id} exists", [execution_id])
             merged = merge_workload(playbook.workload, workload or {})
-            engine = Engine(self._graph(playbook))
+            engine = Engine(self._graph(playbook), options=self.options)
             state = engine.new_state(execution_id)
             execution = _Execution(engine=engine, state=state, started_at=now)
             decision = engine.start(state, merged, now)

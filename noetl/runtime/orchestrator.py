@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.errors import ConflictError
 from noetl.observability import NOOP, Observer
@@ -66,6 +67,7 @@ class Orchestrator:
         reap_interval_s: float = 0.5,
         maintain_interval_s: float = 5.0,
         observer: Observer = NOOP,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -76,7 +78,9 @@ class Orchestrator:
         self._last_reap = float("-inf")
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
-        self.decider = Decider(store, pool=pool, cache_size=cache_size, observer=observer)
+        self.decider = Decider(
+            store, pool=pool, cache_size=cache_size, observer=observer, options=options
+        )
         self.dlq = DeadLetterQueue(store, self.engine_of)
 
     def engine_of(self, record: ExecutionRecord) -> Engine:

@@ -14,7 +14,7 @@ Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, su
 (`noetl.engine.secrets`) in the spec and args, hands credentials to tools, remembers every
 value it handed out, and masks them in the outcome (result, error, stdout), so a value
 never reaches the event log, the inbox, the DLQ, logs or API responses. Every value handed
-out is also remembered process-wide (`noetl.observability.redaction.SECRET_VALUES`), so
+out is also remembered process-wide (`noetl.redaction.SECRET_VALUES`), so
 log lines mask it wherever it appears.
 """
 
@@ -33,7 +33,7 @@ import yaml
 from noetl.engine.secrets import MARKER
 from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError, FatalError
-from noetl.observability.redaction import SECRET_VALUES
+from noetl.redaction import SECRET_VALUES
 
 MASK = "***"
 MIN_MASKED = 3  # shorter values are not masked: "a" would mask every "a" in a result

@@ -25,7 +25,7 @@ from noetl.observability.logging import (
     log_event,
     reset_task,
 )
-from noetl.observability.redaction import MASK, SecretValues
+from noetl.redaction import MASK, SecretValues
 
 CANARY = "canary-7f3a9c21-secret"
 TS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")

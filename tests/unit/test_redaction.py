@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from noetl.observability.redaction import (
+from noetl.redaction import (
     MASK,
     SecretValues,
+    mask_url,
     redact,
     redact_event_payload,
     sensitive,
@@ -166,3 +167,27 @@ def test_signature_is_bounded_in_depth_and_width() -> None:
     wide = {f"k{i}": i for i in range(30)}
     assert signature_of(wide).endswith(",...}")
     assert signature_of(wide).count(":int") == 20
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("postgresql://ada:s3cret@db:5432/x", "postgresql://ada:***@db:5432/x"),
+        ("postgresql://ada@db/x?sslmode=require", "postgresql://ada@db/x?sslmode=require"),
+        ("https://u:p%40ss@otel:4318/v1?token=abc&x=1", "https://u:***@otel:4318/v1?token=***&x=1"),
+        ("host=db password=s3cret user=ada", "host=db password=*** user=ada"),
+        ("host=db PASSWORD = 's3 cret'", "host=db PASSWORD = ***"),
+        ("http://[broken", "http://***"),
+        ("./.noetl/noetl.db", "./.noetl/noetl.db"),
+        ("memory://", "memory://"),
+    ],
+)
+def test_mask_url_hides_passwords(text: str, expected: str) -> None:
+    assert mask_url(text) == expected
+
+
+def test_the_api_and_the_rest_share_one_rule() -> None:
+    from noetl import redaction
+    from noetl.server import redact as api
+
+    assert api.sensitive is redaction.sensitive and api.REDACT_KEYS is redaction.REDACT_KEYS

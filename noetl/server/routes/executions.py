@@ -9,7 +9,7 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi import status as http
 
 from noetl.engine.types import Event, ExecutionStatus
-from noetl.observability.redaction import redact, redact_event_payload
+from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import ExecutionView, load_view
 from noetl.server.deps import Deps
 from noetl.server.schemas import (

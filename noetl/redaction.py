@@ -1,4 +1,5 @@
-"""Redaction: what API responses, logs and (later) traces must never show (seed 000, 8.9).
+"""Redaction: what API responses, logs, traces, the DLQ and `noetl config show` must never
+show (seed 000, 8.9).
 
 Two rules, applied together wherever data leaves the process:
 
@@ -10,21 +11,27 @@ Two rules, applied together wherever data leaves the process:
   is remembered in `SECRET_VALUES`, and log lines mask those values wherever they appear,
   whatever the key (an error message quoting a DSN, a URL with a token in it).
 
+A URL or DSN is shown without its password (`mask_url`): the password of its user part,
+query parameters under a sensitive name, and `password=...` words of a keyword DSN.
+
 `signature_of` describes a value's shape (keys and types, never values), for log lines and
 spans that must say what a tool was given without saying what it was.
 """
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 __all__ = [
     "MASK",
     "REDACT_KEYS",
     "SECRET_VALUES",
     "SecretValues",
+    "mask_url",
     "redact",
     "redact_event_payload",
     "sensitive",
@@ -44,6 +51,8 @@ REDACT_KEYS: tuple[str, ...] = (
     "credential",
 )
 MASK = "***"
+# `password=...` (or pwd / passwd) in a keyword DSN or any other text.
+_PASSWORD_WORD = re.compile(r"(?i)\b(password|passwd|pwd)(\s*=\s*)('[^']*'|\"[^\"]*\"|\S+)")
 MIN_MASKED = 3  # shorter values are not masked by value: "a" would mask every "a"
 
 
@@ -170,3 +179,32 @@ def _shape(value: Any, depth: int) -> str:
     if value is None:
         return "null"
     return type(value).__name__
+
+
+def mask_url(text: str) -> str:
+    """`text` (a URL, a DSN, any string) with its passwords replaced by `MASK`:
+    `postgresql://ada:s3cret@db/x` -> `postgresql://ada:***@db/x`; a query parameter with a
+    sensitive name and a `password=...` word are masked too. Text that holds none is
+    returned as it is."""
+    masked = _PASSWORD_WORD.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    if "://" not in masked:
+        return masked
+    try:
+        parts = urlsplit(masked)
+        password = parts.password
+    except ValueError:  # not a URL after all (a bad port, brackets): hide what may follow
+        scheme, _, _ = masked.partition("://")
+        return f"{scheme}://{MASK}"
+    netloc = parts.netloc
+    if password is not None:
+        user, _, host = netloc.rpartition("@")
+        name = user.split(":", 1)[0]
+        netloc = f"{name}:{MASK}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(sensitive(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if sensitive(k) else v) for k, v in pairs], safe="*")
+    if netloc == parts.netloc and query == parts.query:
+        return masked
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
