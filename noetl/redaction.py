@@ -1,27 +1,68 @@
-"""Masking secrets in what NoETL shows: API responses, the dead-letter queue (seed 000, 8.9).
+"""Redaction: what API responses, logs, traces, the DLQ and `noetl config show` must never
+show (seed 000, 8.9).
 
-A value is hidden when its KEY looks sensitive: the key contains one of `REDACT_KEYS`,
-case-insensitively, at any depth of nested mappings and lists. Substring matching errs on
-the side of hiding (`author` contains `auth`, `monkey` contains `key`); a leaked token
-costs more than a hidden harmless value.
+Two rules, applied together wherever data leaves the process:
+
+* By key: a value stored under a key that looks sensitive (`REDACT_KEYS`, matched as a
+  case-insensitive substring at any depth of mappings and lists) is replaced by `MASK`.
+  Substring matching errs on the side of hiding (`author` contains `auth`, `monkey`
+  contains `key`): a leaked token costs more than a hidden harmless value.
+* By value: every secret value a worker resolved for a task (`noetl.worker.secrets`)
+  is remembered in `SECRET_VALUES`, and log lines mask those values wherever they appear,
+  whatever the key (an error message quoting a DSN, a URL with a token in it).
+
+A URL or DSN is shown without its password (`mask_url`): the password of its user part,
+query parameters under a sensitive name, and `password=...` words of a keyword DSN.
+
+`signature_of` describes a value's shape (keys and types, never values), for log lines and
+spans that must say what a tool was given without saying what it was.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+import re
+import threading
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-REDACT_KEYS = ("password", "token", "secret", "authorization", "key", "auth", "api_key")
+__all__ = [
+    "MASK",
+    "REDACT_KEYS",
+    "SECRET_VALUES",
+    "SecretValues",
+    "mask_url",
+    "redact",
+    "redact_event_payload",
+    "sensitive",
+    "signature_of",
+]
+
+# seed 000, 8.9
+REDACT_KEYS: tuple[str, ...] = (
+    "password",
+    "token",
+    "secret",
+    "authorization",
+    "key",
+    "auth",
+    "api_key",
+    "bearer",
+    "credential",
+)
 MASK = "***"
+# `password=...` (or pwd / passwd) in a keyword DSN or any other text.
+_PASSWORD_WORD = re.compile(r"(?i)\b(password|passwd|pwd)(\s*=\s*)('[^']*'|\"[^\"]*\"|\S+)")
+MIN_MASKED = 3  # shorter values are not masked by value: "a" would mask every "a"
 
 
-def sensitive(key: object) -> bool:
+def sensitive(key: object, keys: Collection[str] = REDACT_KEYS) -> bool:
     """True if a value stored under `key` must not be shown."""
     lowered = str(key).lower()
-    return any(word in lowered for word in REDACT_KEYS)
+    return any(word in lowered for word in keys)
 
 
-def redact(value: Any, *, keep: Collection[str] = ()) -> Any:
+def redact(value: Any, *, keep: Collection[str] = (), keys: Collection[str] = REDACT_KEYS) -> Any:
     """A copy of `value` with every value under a sensitive key replaced by `MASK`.
 
     `keep` names top-level keys left as they are (fields the engine itself writes whose
@@ -30,10 +71,11 @@ def redact(value: Any, *, keep: Collection[str] = ()) -> Any:
     """
     if isinstance(value, Mapping):
         return {
-            k: (v if k in keep else MASK if sensitive(k) else redact(v)) for k, v in value.items()
+            k: (v if k in keep else MASK if sensitive(k, keys) else redact(v, keys=keys))
+            for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redact(item) for item in value]
+        return [redact(item, keys=keys) for item in value]
     return value
 
 
@@ -50,3 +92,119 @@ def redact_event_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(task, Mapping):
         out["task"] = redact(task, keep=("key",))
     return out
+
+
+class SecretValues:
+    """The secret values this process handed to tasks, so logs can mask them anywhere.
+
+    Bounded (the oldest values are forgotten past `limit`); `mask` reads a snapshot, so
+    threads may remember values while others mask."""
+
+    def __init__(self, limit: int = 10_000) -> None:
+        self._limit = limit
+        self._known: dict[str, None] = {}
+        self._ordered: tuple[str, ...] = ()  # longest first, so a longer value masks whole
+        self._lock = threading.Lock()
+
+    def remember(self, value: str) -> None:
+        if len(value) < MIN_MASKED or value in self._known:
+            return
+        with self._lock:
+            self._known[value] = None
+            while len(self._known) > self._limit:
+                del self._known[next(iter(self._known))]
+            self._ordered = tuple(sorted(self._known, key=len, reverse=True))
+
+    def __bool__(self) -> bool:
+        return bool(self._ordered)
+
+    def mask(self, value: Any) -> Any:
+        """`value` with every remembered secret replaced by `MASK` (strings, lists, maps)."""
+        ordered = self._ordered
+        if not ordered:
+            return value
+        return _mask(value, ordered)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._known.clear()
+            self._ordered = ()
+
+
+def _mask(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, MASK)
+        return value
+    if isinstance(value, Mapping):
+        return {_mask(k, secrets): _mask(v, secrets) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mask(v, secrets) for v in value]
+    return value
+
+
+# The process's secret values: workers add to it (SecretScope), log formatters read it.
+SECRET_VALUES = SecretValues()
+
+_MAX_DEPTH = 4
+_MAX_KEYS = 20
+_MAX_KEY_CHARS = 40
+
+
+def signature_of(value: Any) -> str:
+    """The shape of `value`: keys and type names, never values, e.g.
+    `{method:str,url:str,headers:{Authorization:str}}`. Bounded in depth and width."""
+    return _shape(value, 0)
+
+
+def _shape(value: Any, depth: int) -> str:
+    if isinstance(value, Mapping):
+        if depth >= _MAX_DEPTH:
+            return "{...}"
+        parts = []
+        for index, (key, item) in enumerate(value.items()):
+            if index >= _MAX_KEYS:
+                parts.append("...")
+                break
+            name = str(key)[:_MAX_KEY_CHARS]
+            parts.append(f"{name}:{_shape(item, depth + 1)}")
+        return "{" + ",".join(parts) + "}"
+    if isinstance(value, list | tuple):
+        if not value:
+            return "[]"
+        if depth >= _MAX_DEPTH:
+            return "[...]"
+        return f"[{_shape(value[0], depth + 1)}]"
+    if value is None:
+        return "null"
+    return type(value).__name__
+
+
+def mask_url(text: str) -> str:
+    """`text` (a URL, a DSN, any string) with its passwords replaced by `MASK`:
+    `postgresql://ada:s3cret@db/x` -> `postgresql://ada:***@db/x`; a query parameter with a
+    sensitive name and a `password=...` word are masked too. Text that holds none is
+    returned as it is."""
+    masked = _PASSWORD_WORD.sub(lambda m: f"{m.group(1)}{m.group(2)}{MASK}", text)
+    if "://" not in masked:
+        return masked
+    try:
+        parts = urlsplit(masked)
+        password = parts.password
+    except ValueError:  # not a URL after all (a bad port, brackets): hide what may follow
+        scheme, _, _ = masked.partition("://")
+        return f"{scheme}://{MASK}"
+    netloc = parts.netloc
+    if password is not None:
+        user, _, host = netloc.rpartition("@")
+        name = user.split(":", 1)[0]
+        netloc = f"{name}:{MASK}@{host}"
+    query = parts.query
+    if query:
+        pairs = parse_qsl(query, keep_blank_values=True)
+        if any(sensitive(k) for k, _ in pairs):
+            query = urlencode([(k, MASK if sensitive(k) else v) for k, v in pairs], safe="*")
+    if netloc == parts.netloc and query == parts.query:
+        return masked
+    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))

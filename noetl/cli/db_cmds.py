@@ -1,6 +1,7 @@
 """`noetl db init | migrate | status`: create, upgrade and inspect the database schema.
 
-The same `--db` / `NOETL_DB` as every other command: a SQLite file or a PostgreSQL URL.
+The same `--db` / `NOETL_DB` (`db.url` in the configuration) as every other command: a
+SQLite file or a PostgreSQL URL.
 Stores also bring their schema up to date when they open; these commands are for doing
 it on purpose (before a rollout, from a deploy job) and for seeing where a database is.
 """
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import click
 
-from noetl.cli.run_cmd import db_option
+from noetl.cli.settings import db_option, with_settings
+from noetl.config import Settings
 from noetl.store import display_url, migrate_schema, schema_status
 from noetl.store.migrate import Migration
 
@@ -25,8 +27,10 @@ def _labels(migrations: list[Migration]) -> str:
 
 @db_group.command("init")
 @db_option
-def db_init(*, db: str) -> None:
+@with_settings
+def db_init(*, settings: Settings) -> None:
     """Create the schema; a database that already has it is left as it is."""
+    db = settings.db.url
     where = display_url(db)
     applied = migrate_schema(db)
     if applied:
@@ -38,8 +42,10 @@ def db_init(*, db: str) -> None:
 
 @db_group.command("migrate")
 @db_option
-def db_migrate(*, db: str) -> None:
+@with_settings
+def db_migrate(*, settings: Settings) -> None:
     """Apply pending migrations, in one transaction, and print each one applied."""
+    db = settings.db.url
     where = display_url(db)
     applied = migrate_schema(db)
     for migration in applied:
@@ -50,8 +56,10 @@ def db_migrate(*, db: str) -> None:
 
 @db_group.command("status")
 @db_option
-def db_status(*, db: str) -> None:
+@with_settings
+def db_status(*, settings: Settings) -> None:
     """Show the applied and the pending schema versions."""
+    db = settings.db.url
     status = schema_status(db)
     applied = ", ".join(status.label(v) for v in status.applied) or "none"
     click.echo(f"database: {display_url(db)}")

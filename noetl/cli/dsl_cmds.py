@@ -8,18 +8,17 @@ from pathlib import Path
 
 import click
 
+from noetl.cli.settings import setting_option, with_settings
+from noetl.config import Settings
 from noetl.dsl.codemod import rewrite_file
 from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.schema import playbook_json_schema
 from noetl.dsl.validate import LoadResult, load_playbook
 from noetl.errors import PlaybookError
 
-legacy_option = click.option(
+legacy_option = setting_option(
+    "dsl.allow_legacy",
     "--legacy/--no-legacy",
-    "allow_legacy",
-    default=True,
-    envvar="NOETL_ALLOW_LEGACY",
-    show_envvar=True,
     help="Accept legacy forms (iter/iterator/over/coll, save) with a deprecation warning.",
 )
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
@@ -88,9 +87,10 @@ files_argument = click.argument(
 @files_argument
 @legacy_option
 @json_option
-def validate_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool) -> None:
+@with_settings
+def validate_cmd(files: tuple[Path, ...], as_json: bool, settings: Settings) -> None:
     """Check playbooks; exit 0 when all are valid, 1 otherwise (every error is listed)."""
-    results = _check(files, allow_legacy, warnings=False)
+    results = _check(files, settings.dsl.allow_legacy, warnings=False)
     sys.exit(_report(results, warnings=False, as_json=as_json))
 
 
@@ -99,9 +99,10 @@ def validate_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool) -> 
 @legacy_option
 @json_option
 @click.option("--strict", is_flag=True, help="Fail on warnings too.")
-def lint_cmd(files: tuple[Path, ...], allow_legacy: bool, as_json: bool, strict: bool) -> None:
+@with_settings
+def lint_cmd(files: tuple[Path, ...], as_json: bool, strict: bool, settings: Settings) -> None:
     """Like validate, and also show warnings (unreachable steps, legacy forms, ...)."""
-    results = _check(files, allow_legacy, warnings=True)
+    results = _check(files, settings.dsl.allow_legacy, warnings=True)
     code = _report(results, warnings=True, as_json=as_json)
     if strict and any(r.warnings for r in results):
         if not as_json:

@@ -11,6 +11,7 @@ import sys
 import click
 
 from noetl import __version__
+from noetl.cli.config_cmds import config_group
 from noetl.cli.db_cmds import db_group
 from noetl.cli.dlq_cmds import dlq_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
@@ -21,7 +22,7 @@ from noetl.cli.serve import server_start
 from noetl.cli.server_cmds import server_group
 from noetl.cli.ui_cmd import ui_cmd
 from noetl.cli.worker_cmds import worker_group
-from noetl.errors import ConflictError, NoetlError, PlaybookError
+from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError
 from noetl.store.base import NotFoundError
 
 EXIT_FAILED = 1
@@ -46,6 +47,7 @@ cli.add_command(playbook_group)
 cli.add_command(server_group)
 server_group.add_command(server_start)
 cli.add_command(worker_group)
+cli.add_command(config_group)
 cli.add_command(ui_cmd)
 
 
@@ -65,6 +67,15 @@ def main(argv: list[str] | None = None) -> None:
     except (ConflictError, NotFoundError) as exc:  # as the API's 409 and 404 answers
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
+    except ConfigError as exc:  # a bad setting: each problem on a line of its own
+        lines = str(exc).splitlines() or ["invalid configuration"]
+        if len(lines) == 1:
+            click.echo(f"error: {lines[0]}", err=True)
+        else:
+            click.echo("error: invalid configuration:", err=True)
+            for line in lines:
+                click.echo(f"  {line}", err=True)
+        sys.exit(EXIT_ERROR)
     except NoetlError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_ERROR)

@@ -12,22 +12,24 @@ from rich.console import Console
 
 from noetl.cli.inputs import apply_sets, read_workload
 from noetl.cli.live import LiveView, print_summary
+from noetl.cli.observe import (
+    exporter_metrics,
+    log_options,
+    metrics_options,
+    serve_metrics,
+    setup_logging,
+)
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
 from noetl.runtime.embedded import EmbeddedRuntime, RunResult
-from noetl.runtime.local import DEFAULT_DB, embedded_runtime
+from noetl.runtime.local import embedded_runtime
 from noetl.store.base import ConcurrencyError
 
-db_option = click.option(
-    "--db",
-    default=DEFAULT_DB,
-    envvar="NOETL_DB",
-    show_envvar=True,
-    show_default=True,
-    help="Database: a SQLite file path (or sqlite:///path, memory://).",
-)
+__all__ = ["db_option", "run_cmd"]
 
 
 @click.command("run")
@@ -42,42 +44,67 @@ db_option = click.option(
     help="A JSON file with the workload.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
-@click.option(
+@setting_option(
+    "run.workers",
     "--workers",
     type=click.IntRange(1, 256),
-    envvar="NOETL_WORKERS",
-    help="Worker processes (default: CPU count).",
+    help="Worker threads and python processes.",
+    default_text="CPU count",
 )
-@click.option(
+@setting_option(
+    "secrets.file",
     "--secrets-file",
     type=click.Path(dir_okay=False),
-    envvar="NOETL_SECRETS_FILE",
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@setting_option(
+    "dsl.allow_legacy",
+    "--legacy/--no-legacy",
+    help="Accept legacy forms (iter/iterator/over/coll, save) with a deprecation warning.",
+)
+@log_options("WARNING")
+@metrics_options(port=True)
 @db_option
+@with_settings
 def run_cmd(
     *,
     file: Path,
     sets: tuple[str, ...],
     workload_file: Path | None,
     as_json: bool,
-    workers: int | None,
-    secrets_file: str | None,
-    db: str,
+    settings: Settings,
 ) -> None:
-    """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise."""
-    loaded = load_playbook(file)
+    """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise. With
+    --metrics-port, its metrics are served at http://HOST:PORT/metrics while it runs."""
+    setup_logging(settings, "WARNING")
+    loaded = load_playbook(file, allow_legacy=settings.dsl.allow_legacy)
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
     if not loaded.ok:
         raise PlaybookError(loaded.errors)
     playbook = loaded.require()
+    _warn_route_edge(playbook, settings, str(file))
     workload = read_workload(workload_file) if workload_file else {}
     workload = apply_sets(workload, sets)
     text = loaded.source.text if loaded.source else ""
+    metrics = exporter_metrics(settings)
+    exporter = None
     try:
-        with embedded_runtime(db, workers=workers, secrets_file=secrets_file) as runtime:
-            result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+        with embedded_runtime(
+            settings.db.url,
+            workers=settings.run.workers,
+            secrets_file=settings.secrets.file,
+            metrics=metrics,
+            log_events=True,
+            options=settings.engine_options(),
+        ) as runtime:
+            try:
+                if metrics is not None and settings.metrics.port is not None:
+                    exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
+                result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+            finally:
+                if exporter is not None:
+                    exporter.close()
     except ConcurrencyError as exc:
         # Another process wrote to the execution: most likely an operator canceled it from
         # the console (`noetl ui`) over the same database. The log there is the truth.
@@ -90,6 +117,21 @@ def run_cmd(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)
+
+
+def _warn_route_edge(playbook: Playbook, settings: Settings, path: str) -> None:
+    """Say so when the configured `route_edge:<step>` default cannot apply here (the
+    engine then halts, see `noetl.engine.options.effective_policy`)."""
+    default = settings.policies.on_step_fail
+    if playbook.policy.on_step_fail is not None or not default.startswith("route_edge:"):
+        return
+    target = default.split(":", 1)[1]
+    if all(step.step != target for step in playbook.workflow):
+        click.echo(
+            f"{path}: warning: the configured policies.on_step_fail {default!r} names no step "
+            "of this playbook; an unhandled failure halts it",
+            err=True,
+        )
 
 
 def _run(

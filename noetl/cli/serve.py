@@ -14,7 +14,9 @@ from types import FrameType
 import click
 
 from noetl import __version__
-from noetl.cli.run_cmd import db_option
+from noetl.cli.observe import log_options, metrics_options, new_metrics, setup_logging
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 
@@ -37,38 +39,53 @@ def _uvicorn_server() -> type:
 
 
 @click.command("start")
-@click.option("--host", default="127.0.0.1", envvar="NOETL_SERVER_HOST", show_default=True)
-@click.option("--port", type=int, default=8083, envvar="NOETL_SERVER_PORT", show_default=True)
-@click.option(
+@setting_option("server.host", "--host", help="Address the API listens on.")
+@setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
+@setting_option(
+    "server.pool",
     "--pool",
-    default="default",
-    envvar="NOETL_WORKER_POOL",
-    show_default=True,
-    help="Pool new tasks are queued in.",
+    help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
+    default_text="worker.pool",
 )
+@log_options("INFO")
+@metrics_options(port=False, path=True)
 @db_option
-def server_start(*, host: str, port: int, pool: str, db: str) -> None:
-    """Serve the API and orchestrate executions until SIGTERM / Ctrl-C."""
-    serve(db, host=host, port=port, pool=pool, name="noetl server")
+@with_settings
+def server_start(*, settings: Settings) -> None:
+    """Serve the API and orchestrate executions until SIGTERM / Ctrl-C; the metrics are at
+    /metrics on the API's port (unless --no-metrics)."""
+    serve(settings, host=settings.server.host, port=settings.server.port, name="noetl server")
 
 
-def serve(db: str, *, host: str, port: int, pool: str, name: str, note: str = "") -> None:
-    """The API (and the console at /ui/) and the orchestrator loop over the database `db`,
+def serve(settings: Settings, *, host: str, port: int, name: str, note: str = "") -> None:
+    """The API (with the console at /ui/) and the orchestrator loop over `settings.db`,
     until SIGTERM / Ctrl-C; `note` is printed after the address."""
     import uvicorn
 
+    from noetl.observability import observer_for
     from noetl.server.app import create_app
 
     _Server = _uvicorn_server()
 
-    logging.basicConfig(
-        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    store = open_store(db)
+    setup_logging(settings, "INFO")
+    store = open_store(settings.db.url)
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    orchestrator = Orchestrator(store, owner=owner, pool=pool)
-    app = create_app(store, orchestrator, version=__version__)
+    pool = settings.server_pool
+    metrics = new_metrics(store) if settings.metrics.enabled else None
+    orchestrator = Orchestrator(
+        store,
+        owner=owner,
+        pool=pool,
+        observer=observer_for(metrics=metrics, pool=pool),
+        options=settings.engine_options(),
+    )
+    app = create_app(
+        store,
+        orchestrator,
+        version=__version__,
+        metrics=metrics,
+        metrics_path=settings.metrics.path,
+    )
     stop = threading.Event()
     loop = threading.Thread(
         target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True

@@ -12,43 +12,35 @@ import os
 
 import click
 
-from noetl.cli.run_cmd import db_option
+from noetl.cli.observe import log_options, metrics_options
 from noetl.cli.serve import serve
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.store import display_url, sqlite_file
 
 
 @click.command("ui")
-@click.option(
-    "--host",
-    default="127.0.0.1",
-    envvar="NOETL_UI_HOST",
-    show_envvar=True,
-    show_default=True,
-    help="Address to listen on.",
+@setting_option("ui.host", "--host", help="Address to listen on.")
+@setting_option(
+    "ui.port", "--port", type=click.IntRange(1, 65535), help="Port of the console and the API."
 )
-@click.option(
-    "--port",
-    type=click.IntRange(1, 65535),
-    default=8084,
-    envvar="NOETL_UI_PORT",
-    show_envvar=True,
-    show_default=True,
-    help="Port of the console and the API.",
-)
-@click.option(
+@setting_option(
+    "server.pool",
     "--pool",
-    default="default",
-    envvar="NOETL_WORKER_POOL",
-    show_default=True,
-    help="Pool executions started from the console are queued in.",
+    help="Pool executions started from the console are queued in (unset: worker.pool).",
+    default_text="worker.pool",
 )
+@log_options("INFO")
+@metrics_options(port=False, path=True)
 @db_option
-def ui_cmd(*, host: str, port: int, pool: str, db: str) -> None:
+@with_settings
+def ui_cmd(*, settings: Settings) -> None:
     """Open the operator console over a database (default: the one `noetl run` writes).
 
     Browse executions, their graphs and events, dead letters and playbooks at
     http://HOST:PORT/ui/. Executions started or replayed from the console need a worker
     over the same database: `noetl worker start --db PATH`."""
+    db = settings.db.url
     path = sqlite_file(db)
     if path is not None and not os.path.exists(path):
         click.echo(
@@ -56,6 +48,7 @@ def ui_cmd(*, host: str, port: int, pool: str, db: str) -> None:
             "as `noetl run --db` writes them",
             err=True,
         )
+    host, port = settings.ui.host, settings.ui.port
     # The URL is shown masked: a PostgreSQL URL may carry a password.
     shown = display_url(db)
     note = (
@@ -63,4 +56,4 @@ def ui_cmd(*, host: str, port: int, pool: str, db: str) -> None:
         f"\n  executions started from the console run on a worker: "
         f"noetl worker start --db {shown}"
     )
-    serve(db, host=host, port=port, pool=pool, name="noetl ui", note=note)
+    serve(settings, host=host, port=port, name="noetl ui", note=note)

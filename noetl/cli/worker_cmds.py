@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
@@ -10,12 +9,20 @@ from types import FrameType
 
 import click
 
-from noetl.cli.run_cmd import db_option
+from noetl.cli.observe import (
+    exporter_metrics,
+    log_options,
+    metrics_options,
+    serve_metrics,
+    setup_logging,
+)
+from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.config import Settings
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
-from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.runner import Worker, WorkerConfig, default_worker_id
 from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
@@ -26,88 +33,98 @@ def worker_group() -> None:
 
 
 @worker_group.command("start")
-@click.option("--pool", default="default", envvar="NOETL_WORKER_POOL", show_default=True)
-@click.option(
+@setting_option("worker.pool", "--pool", help="The pool tasks are taken from.")
+@setting_option(
+    "worker.concurrency",
     "--concurrency",
     type=click.IntRange(1, 512),
-    envvar="NOETL_WORKER_CONCURRENCY",
-    help="Tasks run at once (default: CPU count).",
+    help="Tasks run at once.",
+    default_text="CPU count",
 )
-@click.option(
+@setting_option(
+    "worker.python_processes",
     "--python-processes",
     type=click.IntRange(1, 512),
-    envvar="NOETL_WORKER_PYTHON_PROCESSES",
-    help="Child processes that run python tasks (default: the concurrency). Fewer than "
-    "the concurrency suits short tasks: the slots keep the queue busy, the processes the CPU.",
+    help="Child processes that run python tasks. Fewer than the concurrency suits short "
+    "tasks: the slots keep the queue busy, the processes the CPU.",
+    default_text="the concurrency",
 )
-@click.option(
+@setting_option(
+    "worker.lease_s",
     "--lease",
-    "lease_s",
-    type=float,
-    default=30.0,
-    envvar="NOETL_WORKER_LEASE_S",
-    show_default=True,
+    type=click.FloatRange(0, 3600, min_open=True),
     help="Lease length in seconds (heartbeats every third of it).",
 )
-@click.option(
+@setting_option(
+    "worker.poll_s",
     "--poll",
-    "poll_s",
-    type=float,
-    default=0.5,
-    envvar="NOETL_WORKER_POLL_S",
-    show_default=True,
-    help="Polling interval when no notification arrives.",
+    type=click.FloatRange(0, 60, min_open=True),
+    help="Polling interval in seconds when no notification arrives.",
 )
-@click.option(
+@setting_option(
+    "worker.continue",
     "--continue/--no-continue",
-    "continue_",
-    default=True,
-    envvar="NOETL_WORKER_CONTINUE",
-    show_default=True,
     help="Decide what follows a task that was its execution's only one in flight here, "
     "and run the next task at once (else every outcome goes to the server).",
 )
-@click.option(
+@setting_option(
+    "secrets.file",
     "--secrets-file",
     type=click.Path(dir_okay=False),
-    envvar="NOETL_SECRETS_FILE",
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@log_options("INFO")
+@metrics_options(port=True)
 @db_option
-def worker_start(
-    *,
-    pool: str,
-    concurrency: int | None,
-    python_processes: int | None,
-    lease_s: float,
-    poll_s: float,
-    continue_: bool,
-    secrets_file: str | None,
-    db: str,
-) -> None:
-    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first)."""
-    logging.basicConfig(
-        level=os.environ.get("NOETL_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-    )
-    count = concurrency or os.cpu_count() or 2
+@with_settings
+def worker_start(*, settings: Settings) -> None:
+    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first).
+    With --metrics-port, its metrics are served at http://HOST:PORT/metrics."""
+    from noetl.observability import observer_for
+
+    setup_logging(settings, "INFO")
+    config = settings.worker
+    pool = config.pool
+    count = config.concurrency or os.cpu_count() or 2
+    processes = min(config.python_processes or count, count)
+    worker_id = default_worker_id(pool)
+    # Metrics are recorded only where they can be scraped.
+    metrics = exporter_metrics(settings)
+    observer = observer_for(metrics=metrics, pool=pool, worker_id=worker_id)
+    exporter = None
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
-    store = open_store(db, connections=count + 4)
+    store = open_store(settings.db.url, connections=count + 4)
     stop = threading.Event()
     try:
-        with PythonPool(processes=min(python_processes or count, count)) as python_pool:
-            decider = Decider(store, pool=pool)
+        if metrics is not None and settings.metrics.port is not None:
+            exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
+        with PythonPool(processes=processes) as python_pool:
+            # Continuations decide here with the same engine defaults as the servers'.
+            decider = Decider(
+                store, pool=pool, observer=observer, options=settings.engine_options()
+            )
             # Child executions (the playbook tool) are created in the store, their tasks
             # in this worker's pool; a hard stop ends the waits (the lease then expires and
             # the re-run task finds its child).
             launcher = StoreLauncher(decider, stopping=stop.is_set)
+            tools = default_registry(
+                python_pool,
+                secrets=default_provider(settings.secrets.file),
+                launcher=launcher,
+                observer=observer,
+            )
             worker = Worker(
                 store,
-                default_registry(
-                    python_pool, secrets=default_provider(secrets_file), launcher=launcher
+                tools,
+                WorkerConfig(
+                    pool=pool,
+                    concurrency=count,
+                    lease_s=config.lease_s,
+                    poll_s=config.poll_s,
+                    worker_id=worker_id,
                 ),
-                WorkerConfig(pool=pool, concurrency=count, lease_s=lease_s, poll_s=poll_s),
-                decider=decider if continue_ else None,
+                decider=decider if config.continue_ else None,
+                observer=observer,
             )
 
             def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -127,16 +144,20 @@ def worker_start(
                 f"{stats.rejected} refused, {stats.lost} lost",
                 err=True,
             )
+            tools.close()
     finally:
+        if exporter is not None:
+            exporter.close()
         store.close()
 
 
 @worker_group.command("drain")
 @click.option("--pool", default=None, help="Only workers of this pool (default: all).")
 @db_option
-def worker_drain(*, pool: str | None, db: str) -> None:
+@with_settings
+def worker_drain(*, pool: str | None, settings: Settings) -> None:
     """Ask running workers to stop taking tasks, finish what they hold, and exit."""
-    store = open_store(db)
+    store = open_store(settings.db.url)
     try:
         count = store.request_drain(pool)
     finally:

@@ -217,16 +217,20 @@ OnStepFail = Annotated[str, StringConstraints(pattern=ON_STEP_FAIL_PATTERN)]
 
 
 class Policy(Model):
-    """Failure policies (seed 000 section 8.8)."""
+    """Failure policies (seed 000 section 8.8).
 
-    on_step_fail: OnStepFail = "halt"
-    on_sink_fail: Literal["retry", "fail_step", "async_ignore"] = "retry"
-    on_when_error: Literal["treat_as_false", "fail_step"] = "treat_as_false"
+    A key left out is None, "not set": the engine then takes the configuration's default
+    (`policies.*`), else the built-in one (halt, retry, treat_as_false); see
+    `noetl.engine.options.effective_policy`."""
+
+    on_step_fail: OnStepFail | None = None
+    on_sink_fail: Literal["retry", "fail_step", "async_ignore"] | None = None
+    on_when_error: Literal["treat_as_false", "fail_step"] | None = None
     rollback: Literal["none", "on_fail"] = "none"
 
     @property
     def route_edge_target(self) -> str | None:
-        if self.on_step_fail.startswith("route_edge:"):
+        if self.on_step_fail is not None and self.on_step_fail.startswith("route_edge:"):
             return self.on_step_fail.split(":", 1)[1]
         return None
 

@@ -1,6 +1,7 @@
 """The pure engine: events in, new events and commands out. No I/O."""
 
 from noetl.engine.engine import Engine
+from noetl.engine.options import EngineOptions
 from noetl.engine.retry import RetryDefaults
 from noetl.engine.state import ExecutionState, StepRun, apply, fold
 from noetl.engine.types import (
@@ -19,6 +20,7 @@ __all__ = [
     "CancelTasks",
     "Decision",
     "Engine",
+    "EngineOptions",
     "EnqueueTask",
     "Event",
     "EventType",

@@ -24,6 +24,7 @@ from noetl.dsl.graph import Graph
 from noetl.dsl.model import Condition, Loop, Step, Tool
 from noetl.engine import recovery
 from noetl.engine.context import TemplateContext
+from noetl.engine.options import EngineOptions, effective_policy
 from noetl.engine.render import Renderer, render_spec
 from noetl.engine.retry import (
     FINISH,
@@ -66,7 +67,7 @@ class _Attempt:
 class _Turn:
     """The events and commands of one decision, and the calls still to make."""
 
-    __slots__ = ("calls", "commands", "events", "now", "restart")
+    __slots__ = ("calls", "commands", "events", "gate_error", "now", "restart")
 
     def __init__(self, now: float) -> None:
         self.now = now
@@ -74,6 +75,8 @@ class _Turn:
         self.commands: list[Command] = []
         self.calls: deque[tuple[str, str]] = deque()
         self.restart: list[str] = []  # steps a reopened execution runs again
+        # Why the last `when` gate evaluated counted as false: its render error, if any.
+        self.gate_error: str | None = None
 
 
 class Engine:
@@ -86,19 +89,24 @@ class Engine:
         *,
         max_lease_expiries: int = 3,
         retry_defaults: RetryDefaults | None = None,
-        dead_letters: bool = True,
+        options: EngineOptions | None = None,
     ) -> None:
         self.max_lease_expiries = max_lease_expiries
-        # Record tasks that fail for good as `task.dead_lettered` (the DLQ); off, they
-        # only fail their step.
-        self.dead_letters = dead_letters
         self.graph = graph
         self.playbook = graph.playbook
         self.renderer = renderer or Renderer()
         self.order = graph.order
         self.position = {name: index for index, name in enumerate(self.order)}
-        # The policy of a step without `retry` (from the configuration; seed 000 defaults).
-        self.retry_defaults = retry_defaults or RetryDefaults()
+        # Defaults for what the playbook leaves unsaid (from the configuration).
+        self.options = options or EngineOptions()
+        # The policy of a step without `retry` (`retry_defaults` overrides the options').
+        self.retry_defaults = retry_defaults or self.options.retry
+        # The playbook's `policy` with the keys it leaves unset filled in.
+        self.policy = effective_policy(self.playbook, self.options)
+        # Record tasks that fail for good as `task.dead_lettered` (the DLQ); off, they
+        # only fail their step.
+        self.dead_letters = self.options.dead_letters
+        self._sink_retry = self.options.sink_retry_json()
         self._secret_steps: dict[str, bool] = {}
         self.retry_rules: dict[str, RetryRule] = {
             step.step: rule_for(step, self.playbook, self.retry_defaults)
@@ -198,20 +206,26 @@ class Engine:
         if gate is True:
             self._dispatch(state, turn, name)
         elif gate is False:
-            self._emit(state, turn, EventType.STEP_PARKED, name, {})
+            # A gate that failed to render parks the step too (`on_when_error`); the
+            # payload says so, for the `when` metrics and logs.
+            parked = {} if turn.gate_error is None else {"when_error": turn.gate_error}
+            self._emit(state, turn, EventType.STEP_PARKED, name, parked)
 
     def _gate(self, state: ExecutionState, turn: _Turn, name: str) -> bool | None:
         """Evaluate `when`: True to run, False to park, None if the step already failed."""
         step = self.graph.nodes[name].step
+        turn.gate_error = None
         if step.when is None:
             return True
         try:
             return self.renderer.truthy(step.when, self._ctx(state, step).build())
         except TemplateError as exc:
-            if self.playbook.policy.on_when_error == "fail_step":
-                self._emit(state, turn, EventType.STEP_STARTED, name, {})
+            if self.policy.on_when_error == "fail_step":
+                failed = {"when_error": str(exc)}
+                self._emit(state, turn, EventType.STEP_STARTED, name, failed)
                 self._finish_step(state, turn, name, ok=False, error=f"when: {exc}")
                 return None
+            turn.gate_error = str(exc)
             return False
 
     # --- dispatch ------------------------------------------------------------------------
@@ -265,9 +279,10 @@ class Engine:
         self._emit(
             state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
         )
-        if loop.total_timeout_ms and items:
+        budget = loop.total_timeout_ms or self.options.loop_total_timeout_ms
+        if budget and items:
             loop_seq = state.steps[name].loop_seq
-            turn.commands.append(recovery.loop_timer(name, loop_seq, loop.total_timeout_ms))
+            turn.commands.append(recovery.loop_timer(name, loop_seq, budget))
         self._advance_loop(state, turn, step)
 
     def _advance_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
@@ -356,6 +371,9 @@ class Engine:
             f":{item_key}" if index is not None else ""
         )
         timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
+        if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
+            in_loop = self.options.loop_item_timeout_ms if step.loop else None
+            timeout = in_loop or self.options.tool_timeout_ms
         return Task(
             task_id=f"{state.execution_id}.{step.step}{suffix}",
             execution_id=state.execution_id,
@@ -390,10 +408,17 @@ class Engine:
         """The step's `result.sink` entries as the worker runs them, specs rendered now.
 
         `args` is kept as a template: it may use `this` and `out`, which only the worker
-        has. `policy.on_sink_fail: async_ignore` makes every sink best-effort."""
+        has. `policy.on_sink_fail: async_ignore` makes every sink best-effort; `fail_step`
+        tries a sink without its own `retry` once. A sink without `retry` / `timeout_ms`
+        gets the options' defaults."""
         if step.result is None or not step.result.sink:
             return ()
-        all_async = self.playbook.policy.on_sink_fail == "async_ignore"
+        all_async = self.policy.on_sink_fail == "async_ignore"
+        default_retry = (
+            {"max_attempts": 1} if self.policy.on_sink_fail == "fail_step" else self._sink_retry
+        )
+        if default_retry is not None:
+            default_retry = dict(default_retry)  # each task gets its own copy
         sinks: list[dict[str, Any]] = []
         for index, sink in enumerate(step.result.sink):
             try:
@@ -406,8 +431,8 @@ class Engine:
                 # the validator's default id (noetl.dsl.checks), so ids it checked are unique
                 "id": sink.id or f"{sink.kind}_{index}",
                 "async": sink.async_ or all_async,
-                "timeout_ms": sink.timeout_ms,
-                "retry": sink.retry.model_dump(mode="json") if sink.retry else None,
+                "timeout_ms": sink.timeout_ms or self.options.sink_timeout_ms,
+                "retry": sink.retry.model_dump(mode="json") if sink.retry else default_retry,
             }
             if sink.args is not None:
                 entry["args"] = sink.args
@@ -763,8 +788,8 @@ class Engine:
             payload["edges"] = evaluated
         unhandled = not ok and not taken
         if unhandled:
-            payload["on_step_fail"] = self.playbook.policy.on_step_fail
-            if self.playbook.policy.on_step_fail == "halt":
+            payload["on_step_fail"] = self.policy.on_step_fail
+            if self.policy.on_step_fail == "halt":
                 payload["unhandled_failure"] = True
         if taken or not ok or step.next is not None:
             self._emit(state, turn, EventType.NEXT_EVALUATED, step.step, payload)
@@ -775,7 +800,7 @@ class Engine:
 
     def _apply_failure_policy(self, state: ExecutionState, turn: _Turn, name: str) -> None:
         """A failed step no edge handled: halt (and maybe roll back), continue, or route."""
-        action = self.playbook.policy.on_step_fail
+        action = self.policy.on_step_fail
         if action == "halt":
             if not self._start_rollback(state, turn, name):
                 self._finish_workflow(state, turn, ExecutionStatus.FAIL, f"step '{name}' failed")
@@ -785,7 +810,7 @@ class Engine:
     def _start_rollback(self, state: ExecutionState, turn: _Turn, failed: str) -> bool:
         """Saga: on a halting failure with `policy.rollback: on_fail`, run the compensating
         steps of the steps that succeeded, newest first. False when there is nothing to do."""
-        if self.playbook.policy.rollback != "on_fail":
+        if self.policy.rollback != "on_fail":
             return False
         queue: list[str] = []
         for name in reversed(state.completed):

@@ -244,7 +244,7 @@ def on_timer(engine: Engine, state: ExecutionState, turn: _Turn, event: Event) -
         or run.loop_seq != payload.get("loop_seq")
     ):
         return  # finished in time, or a timer of an earlier run of the step
-    budget = step.loop.total_timeout_ms
+    budget = step.loop.total_timeout_ms or engine.options.loop_total_timeout_ms
     in_flight = sorted(t for t, (owner, _) in state.tasks.items() if owner == name)
     done = run.completed
     engine._emit(

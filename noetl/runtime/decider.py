@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,9 @@ from noetl.dsl.graph import build_graph
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
+from noetl.observability import NOOP, Observer
 from noetl.runtime.appends import build_append
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, NotFoundError, Store
@@ -36,9 +38,22 @@ class Cached:
 class Decider:
     """Engines by playbook text and execution states by id (LRU), shared by threads."""
 
-    def __init__(self, store: Store, *, pool: str = "default", cache_size: int = 10_000) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        pool: str = "default",
+        cache_size: int = 10_000,
+        observer: Observer = NOOP,
+        options: EngineOptions | None = None,
+    ) -> None:
         self.store = store
         self.pool = pool
+        self.observer = observer
+        # The engine's defaults (retries, timeouts, policies): the same for every engine
+        # here, so a decision is the same whether a server or a worker makes it (given the
+        # same configuration).
+        self.options = options or EngineOptions()
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}
@@ -61,7 +76,7 @@ class Decider:
                 playbook = Playbook.model_validate_json(model)
             else:
                 playbook = load_playbook_text(text, path or "<inline>").require()
-            engine = Engine(build_graph(playbook))
+            engine = Engine(build_graph(playbook), options=self.options)
             with self._lock:
                 engine = self._engines.setdefault(key, engine)
         return engine
@@ -100,6 +115,7 @@ class Decider:
         )
         self.store.create_execution(record, initial, compiled=self._compiled(engine))
         self.remember(execution_id, Cached(engine, state))
+        self.observer.committed(engine, state, initial.events)
         return execution_id
 
     def _compiled(self, engine: Engine) -> str:
@@ -151,6 +167,17 @@ class Decider:
             self._states.move_to_end(execution_id)
             while len(self._states) > self._cache_size:
                 self._states.popitem(last=False)
+
+    def committed(self, appends: Iterable[Append]) -> None:
+        """Tell the observer about appends just committed (their states are cached: a
+        decision is committed before its execution is forgotten)."""
+        if self.observer is NOOP:
+            return
+        for append in appends:
+            with self._lock:
+                cached = self._states.get(append.execution_id)
+            if cached is not None and append.events:
+                self.observer.committed(cached.engine, cached.state, append.events)
 
     def forget(self, execution_id: str) -> None:
         with self._lock:

@@ -38,7 +38,9 @@ from noetl.engine import (
     Outcome,
     Task,
 )
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
+from noetl.observability import NOOP, Observer
 from noetl.runtime.appends import build_append
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
@@ -101,10 +103,15 @@ class EmbeddedRuntime:
         *,
         workers: int = 2,
         clock: Clock = time.time,
+        observer: Observer = NOOP,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
+        # The engine's defaults (retries, timeouts, policies), for every execution here.
+        self.options = options or EngineOptions()
         self.tools = tools
         self.clock = clock
+        self.observer = observer
         self._workers = max(1, workers)
         self._pool = ThreadPoolExecutor(
             max_workers=self._workers, thread_name_prefix="noetl-worker"
@@ -152,7 +159,7 @@ class EmbeddedRuntime:
             if execution_id in self._executions:
                 raise ConcurrencyError(f"execution {execution_id} exists", [execution_id])
             merged = merge_workload(playbook.workload, workload or {})
-            engine = Engine(self._graph(playbook))
+            engine = Engine(self._graph(playbook), options=self.options)
             state = engine.new_state(execution_id)
             execution = _Execution(engine=engine, state=state, started_at=now)
             decision = engine.start(state, merged, now)
@@ -169,6 +176,7 @@ class EmbeddedRuntime:
             # The row and its start in one write; the compiled playbook lets another
             # process (a replay from the dead-letter queue) decide for it later.
             self.store.create_execution(record, initial, compiled=self._compiled(playbook))
+            self.observer.committed(engine, state, decision.events)
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
                 self._children.setdefault(parent_execution_id, []).append(execution_id)
@@ -317,7 +325,13 @@ class EmbeddedRuntime:
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
         self.store.commit(self._appends(decisions, now))
+        self._observe(decisions)
         self._dispatch(decisions)
+
+    def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
+        if self.observer is not NOOP:
+            for execution, _, decision in decisions:
+                self.observer.committed(execution.engine, execution.state, decision.events)
 
     def _appends(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float

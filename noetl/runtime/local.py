@@ -8,7 +8,11 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
+from noetl.config.model import DEFAULT_DB
+from noetl.engine.options import EngineOptions
+from noetl.observability import observer_for
 from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
@@ -20,24 +24,47 @@ from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
-DEFAULT_DB = os.path.join(".noetl", "noetl.db")
+if TYPE_CHECKING:
+    from noetl.observability.metrics import Metrics
+
+__all__ = ["DEFAULT_DB", "embedded_runtime", "local_cluster", "wait_finished"]
+# The `pool` label of the embedded runtime's worker metrics.
+LOCAL_POOL = "local"
 
 
 @contextmanager
 def embedded_runtime(
-    db: str = DEFAULT_DB, *, workers: int | None = None, secrets_file: str | None = None
+    db: str = DEFAULT_DB,
+    *,
+    workers: int | None = None,
+    secrets_file: str | None = None,
+    metrics: Metrics | None = None,
+    log_events: bool = False,
+    options: EngineOptions | None = None,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
-    `NOETL_SECRETS_FILE`)."""
+    `NOETL_SECRETS_FILE`). `metrics` records its metrics (and the store's state gauges);
+    `log_events` writes seed 000's log events (see noetl.observability). `options`: the
+    engine's defaults (the configuration's, see `noetl.config.Settings.engine_options`;
+    None: the engine's own)."""
     count = workers or os.cpu_count() or 2
     provider = default_provider(secrets_file)
     store = open_store(db)
+    observer = observer_for(metrics=metrics, logs=log_events, pool=LOCAL_POOL)
+    if metrics is not None:
+        from noetl.observability.store_gauges import StoreGauges  # noqa: PLC0415
+
+        metrics.registry.register(StoreGauges(store))
     try:
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
-            registry = default_registry(pool, secrets=provider, launcher=launcher)
-            runtime = EmbeddedRuntime(store, registry, workers=count)
+            registry = default_registry(
+                pool, secrets=provider, launcher=launcher, observer=observer
+            )
+            runtime = EmbeddedRuntime(
+                store, registry, workers=count, observer=observer, options=options
+            )
             launcher.bind(runtime)
             try:
                 yield runtime
@@ -50,7 +77,11 @@ def embedded_runtime(
 
 @contextmanager
 def local_cluster(
-    store: Store, *, workers: int | None = None, secrets_file: str | None = None
+    store: Store,
+    *,
+    workers: int | None = None,
+    secrets_file: str | None = None,
+    options: EngineOptions | None = None,
 ) -> Iterator[Orchestrator]:
     """An orchestrator and a worker as threads of this process over `store`: what
     `noetl dlq replay --db` and `noetl exec force-complete --db` use to carry an execution
@@ -58,8 +89,8 @@ def local_cluster(
     count = workers or os.cpu_count() or 2
     stop = threading.Event()
     with PythonPool(processes=count) as pool:
-        orchestrator = Orchestrator(store, owner=f"local:{os.getpid()}")
-        decider = Decider(store)
+        orchestrator = Orchestrator(store, owner=f"local:{os.getpid()}", options=options)
+        decider = Decider(store, options=options)
         registry = default_registry(
             pool,
             secrets=default_provider(secrets_file),

@@ -23,8 +23,10 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
+from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.errors import ConflictError
+from noetl.observability import NOOP, Observer
 from noetl.runtime.decider import Cached, Decider
 from noetl.runtime.dlq import DeadLetterQueue
 from noetl.store.base import (
@@ -64,6 +66,8 @@ class Orchestrator:
         input_lease_s: float = 30.0,
         reap_interval_s: float = 0.5,
         maintain_interval_s: float = 5.0,
+        observer: Observer = NOOP,
+        options: EngineOptions | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -74,7 +78,9 @@ class Orchestrator:
         self._last_reap = float("-inf")
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
-        self.decider = Decider(store, pool=pool, cache_size=cache_size)
+        self.decider = Decider(
+            store, pool=pool, cache_size=cache_size, observer=observer, options=options
+        )
         self.dlq = DeadLetterQueue(store, self.engine_of)
 
     def engine_of(self, record: ExecutionRecord) -> Engine:
@@ -204,6 +210,7 @@ class Orchestrator:
                 break
             try:
                 self.store.commit(list(appends.values()))
+                self.decider.committed(appends.values())
                 break
             except ConcurrencyError as exc:
                 stale = [e for e in exc.execution_ids if e in appends] or list(appends)
@@ -256,6 +263,7 @@ class Orchestrator:
                 return
             try:
                 self.store.commit([append])
+                self.decider.committed([append])
                 return
             except ConcurrencyError:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Response
 
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
@@ -17,6 +18,9 @@ from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
 from noetl.server.routes import admin, dlq, executions, health, playbooks, steps, ui, workers
 from noetl.store.base import Store
+
+if TYPE_CHECKING:
+    from noetl.observability.metrics import Metrics
 
 DESCRIPTION = """
 Start and inspect NoETL executions, keep a catalog of playbooks, and work the dead-letter
@@ -36,8 +40,11 @@ def create_app(
     *,
     version: str,
     clock: Callable[[], float] = time.time,
+    metrics: Metrics | None = None,
+    metrics_path: str = "/metrics",
 ) -> FastAPI:
-    """The API over `store`; executions are started and canceled through `orchestrator`."""
+    """The API over `store`; executions are started and canceled through `orchestrator`.
+    With `metrics`, their Prometheus text is served at `metrics_path`."""
     app = FastAPI(title="NoETL", version=version, description=DESCRIPTION.strip())
     app.state.services = Services(
         store=store,
@@ -54,5 +61,19 @@ def create_app(
     app.include_router(workers.router)
     app.include_router(dlq.router)
     app.include_router(admin.router)
+    if metrics is not None:
+        _serve_metrics(app, metrics, metrics_path)
     app.include_router(ui.console_router())
     return app
+
+
+def _serve_metrics(app: FastAPI, metrics: Metrics, path: str) -> None:
+    from noetl.observability.exporter import CONTENT_TYPE, render  # noqa: PLC0415
+
+    registry = metrics.registry
+
+    # A sync route: FastAPI runs it in a thread, so the store queries of a scrape do
+    # not block the event loop.
+    @app.get(path, include_in_schema=False)
+    def scrape() -> Response:
+        return Response(render(registry), media_type=CONTENT_TYPE)

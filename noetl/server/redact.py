@@ -1,4 +1,5 @@
-"""Masking in API responses: the rules of `noetl.redaction`, used by the routes."""
+"""Masking secrets in what the API returns: the rules of `noetl.redaction`, which logs,
+the DLQ and `noetl config show` share; these names stay importable from here."""
 
 from __future__ import annotations
 

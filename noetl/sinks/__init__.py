@@ -17,10 +17,13 @@ engine, secret references still markers). After the tool returns `this`, the wor
    (`rows`, `table`, `path`, ...) and `error` when it failed.
 
 Each write is tried up to 3 times (0.2 s then 0.4 s apart), or as its `retry` block says
-(`max_attempts`, `initial_delay`, `backoff`, `backoff_multiplier`, `max_delay`, `jitter`;
-`retry_when` / `stop_when` do not apply to sinks), but only while the error is retryable
-(`RetryableError`: a lost connection, a serialization failure, a timeout). `timeout_ms`
-bounds each attempt. A synchronous sink that still fails fails the task (`SinkError`,
+(`max_attempts`, `initial_delay`, `backoff`, `backoff_multiplier`, `max_delay`, `jitter`),
+but only while the error is retryable (`RetryableError`: a lost connection, a
+serialization failure, a timeout). A failed write may instead be judged by the block's
+`retry_when` (retry when true, whatever the error) and `stop_when` (give up when true),
+rendered over the task's context plus `error`, `error_type`, `retryable`, `attempt`,
+`max_attempts`, `sink_id` and `sink_kind`; a successful write is never written again.
+`timeout_ms` bounds each attempt. A synchronous sink that still fails fails the task (`SinkError`,
 naming the sink's id and kind) and the sinks after it are skipped; an `async: true` sink is
 best-effort: a failure is logged and reported in its summary, never in the task's status.
 Async sinks run in this same call, after the synchronous ones (they delay the outcome but
@@ -50,6 +53,7 @@ from typing import Any, Protocol
 from noetl.engine.render import Renderer
 from noetl.engine.types import Outcome, Task
 from noetl.errors import SinkError, TaskTimeoutError, TemplateError
+from noetl.observability import NOOP, Observer
 from noetl.worker.secrets import current_scope
 
 __all__ = [
@@ -184,8 +188,10 @@ def run_sinks(
     *,
     registry: SinkRegistry | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    observer: Observer = NOOP,
 ) -> SinkReport:
-    """Run the task's sinks on the tool's result `this` (see the module docstring).
+    """Run the task's sinks on the tool's result `this` (see the module docstring),
+    telling `observer` when each starts and finishes.
 
     Never raises; runs with the task's secret scope current (`ToolRegistry.run`)."""
     writers = REGISTRY if registry is None else registry
@@ -205,7 +211,9 @@ def run_sinks(
         if error is not None:
             summaries[index] = _summary(task, sink, "skipped")
             continue
+        observer.sink_started(task, sink)
         summary = _run_one(task, sink, this, out, writers=writers, sleep=sleep)
+        observer.sink_finished(task, sink, scope.mask(summary))
         summaries[index] = summary
         if summary["status"] == "ok":
             continue
@@ -258,7 +266,7 @@ def _run_one(
                 written = _call(lambda: writer.write(value, spec, key), timeout_ms)
                 break
             except Exception as exc:
-                if getattr(exc, "retryable", False) is not True or attempts > len(delays):
+                if attempts > len(delays) or not _again(task, sink, exc, attempts, delays):
                     raise
                 sleep(delays[attempts - 1])
     except Exception as exc:
@@ -270,6 +278,42 @@ def _run_one(
     summary["attempts"] = attempts
     summary["duration_ms"] = round((time.perf_counter() - started) * 1000, 3)
     return summary
+
+
+def _again(
+    task: Task, sink: Mapping[str, Any], exc: Exception, attempt: int, delays: list[float]
+) -> bool:
+    """Whether a failed write is tried again: `stop_when` true stops, `retry_when` (when
+    given) decides, else only a retryable error is. A condition that cannot be rendered
+    fails the sink (SinkError naming the key)."""
+    retryable = getattr(exc, "retryable", False) is True
+    policy = sink.get("retry") or {}
+    retry_when, stop_when = policy.get("retry_when"), policy.get("stop_when")
+    if retry_when is None and stop_when is None:
+        return retryable
+    names = {
+        **task.context,
+        "error": _describe(exc),
+        "error_type": type(exc).__name__,
+        "retryable": retryable,
+        "attempt": attempt,
+        "max_attempts": len(delays) + 1,
+        "sink_id": sink.get("id"),
+        "sink_kind": sink.get("kind"),
+    }
+    renderer = _renderer()
+    for key, condition in (("stop_when", stop_when), ("retry_when", retry_when)):
+        if condition is None:
+            continue
+        try:
+            verdict = renderer.truthy(condition, names)
+        except TemplateError as exc2:
+            raise SinkError(f"retry.{key}: {exc2}") from None
+        if key == "stop_when" and verdict:
+            return False
+        if key == "retry_when":
+            return verdict
+    return retryable
 
 
 def _resolved_spec(task: Task, sink: Mapping[str, Any]) -> dict[str, Any]:

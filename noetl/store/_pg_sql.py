@@ -292,3 +292,25 @@ UPDATE dlq SET status = 'discarded', discard_reason = %s, updated_at = now()
 WHERE message_id = %s AND status = 'pending'
 RETURNING 1
 """
+
+# The counts of `Store.stats` (read when the metrics are scraped).
+STATS_RUNNING = """
+SELECT playbook_name, count(*), min(updated_at) FROM execution
+WHERE status = 'running' GROUP BY playbook_name
+"""
+STATS_PARKED = """
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND s.status->>'status' = 'parked'
+GROUP BY e.playbook_name
+"""
+STATS_TASKS = """
+SELECT pool, status, count(*),
+       min(not_before) FILTER (WHERE status = 'queued' AND not_before <= now())
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+"""
+# Timers that are not due yet are no backlog.
+STATS_INPUTS = (
+    "SELECT count(*), min(created_at) FROM inbox "
+    "WHERE NOT (kind = 'timer' AND claimed_until > now())"
+)

@@ -400,6 +400,7 @@ def lease_from_row(row: Mapping[str, Any]) -> Lease:
         expires_at=row["lease_expires_at"],
         worker_id=row["worker_id"],
         solo=bool(data.get("solo", False)),
+        ready_at=row.get("not_before"),
     )
 
 

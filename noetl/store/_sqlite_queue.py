@@ -34,6 +34,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
     PlaybookRecord,
+    StoreStats,
     WorkerRecord,
 )
 
@@ -78,7 +79,7 @@ WHERE task_id = ?1 AND execution_id = ?2 AND status IN ('queued', 'leased')
 _INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
 
 _READY = """
-SELECT task_id, attempt, lease_token, payload, execution_id FROM task_queue
+SELECT task_id, attempt, lease_token, payload, not_before, execution_id FROM task_queue
 WHERE pool = ? AND status = 'queued' AND not_before <= ?
 ORDER BY priority DESC, not_before, rowid
 LIMIT ?
@@ -161,9 +162,10 @@ def claim(
     expires = now + lease_s
     ready = conn.execute(_READY, (pool, now, limit)).fetchall()
     leases = []
-    for task_id, attempt, token, payload, execution_id in ready:
+    for task_id, attempt, token, payload, not_before, execution_id in ready:
         conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
         row = {
+            "not_before": not_before,
             "payload": payload,
             "attempt": attempt,
             "lease_token": token + 1,
@@ -364,3 +366,37 @@ def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
         f"SELECT {', '.join(WORKER_COLUMNS)} FROM worker ORDER BY worker_id"
     ).fetchall()
     return [worker_from_row(row) for row in rows]
+
+
+_STATS_RUNNING = """
+SELECT playbook_name, count(*), min(updated_at) FROM execution
+WHERE status = 'running' GROUP BY playbook_name
+"""
+_STATS_PARKED = """
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND json_extract(s.status, '$.status') = 'parked'
+GROUP BY e.playbook_name
+"""
+_STATS_TASKS = """
+SELECT pool, status, count(*),
+       min(CASE WHEN status = 'queued' AND not_before <= ? THEN not_before END)
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+"""
+# Timers that are not due yet are no backlog.
+_STATS_INPUTS = (
+    "SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > ?)"
+)
+
+
+def stats(conn: sqlite3.Connection) -> StoreStats:
+    """The counts of `Store.stats`."""
+    now = db_now(conn)
+    running = {name: (count, oldest) for name, count, oldest in conn.execute(_STATS_RUNNING)}
+    parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
+    tasks = {
+        (pool, status): (count, oldest)
+        for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
+    }
+    count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
+    return StoreStats(running=running, parked=parked, tasks=tasks, inputs=(count, oldest))

@@ -212,6 +212,9 @@ class Lease:
     expires_at: float
     worker_id: str
     solo: bool = False  # the Enqueue's hint
+    # When the task became due (its `not_before`, database clock), so the time it waited
+    # in the queue is `expires_at - lease_s - ready_at`; None where the adapter cannot say.
+    ready_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +266,22 @@ class WorkerRecord:
     status: str  # running | draining | stopped
     started_at: float
     heartbeat_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What the metrics exporter reads from the store when scraped (epoch seconds).
+
+    `running`: running executions by playbook name, with the oldest `updated_at` among
+    them (when the least recently progressed one last committed). `parked`: parked steps
+    of running executions by playbook name. `tasks`: queued and leased tasks by (pool,
+    status), with, for queued tasks, the oldest `not_before` among the due ones (None if
+    none is due). `inputs`: inbox rows, and the oldest one's `created_at`."""
+
+    running: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    parked: Mapping[str, int] = field(default_factory=dict)
+    tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
+    inputs: tuple[int, float | None] = (0, None)
 
 
 class Store(Protocol):
@@ -420,5 +439,8 @@ class Store(Protocol):
         """Ask running workers (of one pool, or all) to drain; returns how many."""
 
     def list_workers(self) -> list[WorkerRecord]: ...
+
+    def stats(self) -> StoreStats:
+        """Counts for the metrics exporter (a few grouped queries; called per scrape)."""
 
     def close(self) -> None: ...

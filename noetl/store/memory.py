@@ -52,6 +52,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
     PlaybookRecord,
+    StoreStats,
     TaskStatus,
     WorkerRecord,
 )
@@ -563,6 +564,41 @@ class MemoryStore:
         """Every registered worker, by id."""
         with self._lock:
             return [self._workers[worker_id] for worker_id in sorted(self._workers)]
+
+    def stats(self) -> StoreStats:
+        """Counts for the metrics exporter."""
+        running: dict[str, tuple[int, float]] = {}
+        parked: dict[str, int] = {}
+        tasks: dict[tuple[str, str], tuple[int, float | None]] = {}
+        with self._lock:
+            now = time.time()
+            for execution_id, row in self._executions.items():
+                if row["status"] != ExecutionStatus.RUNNING.value:
+                    continue
+                name = row["playbook_name"]
+                count, oldest = running.get(name, (0, row["updated_at"]))
+                running[name] = (count + 1, min(oldest, row["updated_at"]))
+                steps = self._steps.get(execution_id, {}).values()
+                waiting = sum(1 for status in steps if loads(status).get("status") == "parked")
+                if waiting:
+                    parked[name] = parked.get(name, 0) + waiting
+            for task in self._tasks.values():
+                status = task["status"]
+                if status not in (TaskStatus.QUEUED, TaskStatus.LEASED):
+                    continue
+                key = (task["pool"], str(status.value))
+                count, due = tasks.get(key, (0, None))
+                if status == TaskStatus.QUEUED and task["not_before"] <= now:
+                    due = task["not_before"] if due is None else min(due, task["not_before"])
+                tasks[key] = (count + 1, due)
+            created = [
+                row["created_at"]
+                for row in self._inbox.values()
+                # timers that are not due yet are no backlog
+                if not (row["kind"] == InputKind.TIMER and (row["claimed_until"] or 0) > now)
+            ]
+        inputs = (len(created), min(created) if created else None)
+        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
 
     def close(self) -> None:
         """Nothing to release."""

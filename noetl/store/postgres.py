@@ -70,6 +70,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
     PlaybookRecord,
+    StoreStats,
     StoreUnavailableError,
     WorkerRecord,
 )
@@ -646,7 +647,7 @@ class PostgresStore:
         rows.sort(key=lambda row: (-row[5], row[6], row[7]))
         leases: list[Lease] = []
         poisoned: list[tuple[str, int, str]] = []
-        for payload, attempt, token, expires, holder, *_, task_id, _execution in rows:
+        for payload, attempt, token, expires, holder, _, not_before, _, task_id, _ in rows:
             lease = try_lease(
                 {
                     "payload": payload,
@@ -654,6 +655,7 @@ class PostgresStore:
                     "lease_token": token,
                     "lease_expires_at": _epoch(expires),
                     "worker_id": holder,
+                    "not_before": _epoch(not_before),
                 }
             )
             if isinstance(lease, Lease):
@@ -871,6 +873,22 @@ class PostgresStore:
                 f"SELECT {sql.WORKER_COLUMN_LIST} FROM worker ORDER BY worker_id"
             ).fetchall()
         return [_worker(row) for row in rows]
+
+    def stats(self) -> StoreStats:
+        """Counts for the metrics exporter (four grouped queries, one connection)."""
+        with self._connection() as conn:
+            running = {
+                name: (count, _epoch(oldest))
+                for name, count, oldest in conn.execute(sql.STATS_RUNNING).fetchall()
+            }
+            parked = {name: count for name, count in conn.execute(sql.STATS_PARKED).fetchall()}
+            tasks = {
+                (pool, status): (count, _epoch_or_none(oldest))
+                for pool, status, count, oldest in conn.execute(sql.STATS_TASKS).fetchall()
+            }
+            row = conn.execute(sql.STATS_INPUTS).fetchone()
+        inputs = (0, None) if row is None else (int(row[0]), _epoch_or_none(row[1]))
+        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
 
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""

@@ -49,6 +49,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
     PlaybookRecord,
+    StoreStats,
     StoreUnavailableError,
     WorkerRecord,
 )
@@ -474,6 +475,11 @@ class SqliteStore:
         """Every registered worker, by id."""
         with self._use() as conn:
             return queue.list_workers(conn)
+
+    def stats(self) -> StoreStats:
+        """Counts for the metrics exporter (four grouped queries)."""
+        with self._use() as conn:
+            return queue.stats(conn)
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from noetl.engine import Event, EventType
 from noetl.engine.types import Outcome
 from noetl.errors import NoetlError
+from noetl.observability import NOOP, Observer
 from noetl.runtime.decider import Decider
 from noetl.store.base import ConcurrencyError, Lease, Store, WorkerRecord
 from noetl.worker.tools import ToolRegistry
@@ -104,11 +105,13 @@ class Worker:
         config: WorkerConfig,
         *,
         decider: Decider | None = None,
+        observer: Observer = NOOP,
     ) -> None:
         self.store = store
         self.tools = tools
         self.config = config
         self.decider = decider
+        self.observer = observer
         self.worker_id = config.worker_id or default_worker_id(config.pool)
         self.stats = WorkerStats()
         self._in_flight: dict[str, _InFlight] = {}
@@ -151,6 +154,7 @@ class Worker:
         started = time.time()
         self._should_stop = should_stop
         self._register("running", started)
+        self.observer.heartbeat(self.worker_id, self.config.pool, started)
         beat = threading.Thread(target=self._heartbeats, name="noetl-heartbeat", daemon=True)
         beat.start()
         reports: queue.SimpleQueue[_Report | None] = queue.SimpleQueue()
@@ -215,6 +219,7 @@ class Worker:
         for lease in leases:
             with self._lock:
                 self._in_flight[lease.task.task_id] = self._entry(lease)
+            self.observer.claimed(lease.task, _queued_s(lease, self.config.lease_s))
             self._submit(lease)
         return bool(leases)
 
@@ -282,10 +287,13 @@ class Worker:
             follow = self._report(lease, outcome)
         else:
             self.stats.lost += 1
+            self.observer.reported(task, outcome, "lost")
         with self._lock:
             self._in_flight.pop(task.task_id, None)
             for nxt in follow:
                 self._in_flight[nxt.task.task_id] = self._entry(nxt)
+        for nxt in follow:  # leased in the transaction that queued them: no wait
+            self.observer.claimed(nxt.task, 0.0)
         return follow
 
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
@@ -352,7 +360,10 @@ class Worker:
             decider.forget(task.execution_id)  # its state holds a decision not written
             self.stats.rejected += 1
             log.info("result of %s refused: lease no longer held", task.task_id)
+            self.observer.reported(task, outcome, "refused")
             return []
+        decider.committed([append])
+        self.observer.reported(task, outcome, "continued")
         self.stats.continued += 1
         if state.terminal:
             decider.forget(task.execution_id)  # finished: nothing more to decide for it
@@ -370,6 +381,7 @@ class Worker:
             self._send([report])
         if report.accepted is None:
             return
+        self.observer.reported(lease.task, outcome, "inbox" if report.accepted else "refused")
         if report.accepted:
             self.stats.completed += 1
         else:
@@ -446,7 +458,18 @@ class Worker:
             if not answer.alive:
                 entry.lost = True
         try:
-            if self.store.worker_heartbeat(self.worker_id) == "draining":
-                self.drain()
+            status = self.store.worker_heartbeat(self.worker_id)
         except NoetlError as exc:
             log.warning("worker heartbeat failed: %s", exc)
+            return
+        self.observer.heartbeat(self.worker_id, self.config.pool, time.time())
+        if status == "draining":
+            self.drain()
+
+
+def _queued_s(lease: Lease, lease_s: float) -> float | None:
+    """How long the task waited between becoming due and being claimed (database clock:
+    the claim time is the lease's expiry less its length)."""
+    if lease.ready_at is None:
+        return None
+    return lease.expires_at - lease_s - lease.ready_at

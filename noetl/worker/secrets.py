@@ -13,7 +13,9 @@ Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, su
 `SecretScope` is what one task sees: it resolves the markers of the task's secret names
 (`noetl.engine.secrets`) in the spec and args, hands credentials to tools, remembers every
 value it handed out, and masks them in the outcome (result, error, stdout), so a value
-never reaches the event log, the inbox, the DLQ, logs or API responses.
+never reaches the event log, the inbox, the DLQ, logs or API responses. Every value handed
+out is also remembered process-wide (`noetl.redaction.SECRET_VALUES`), so
+log lines mask it wherever it appears.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import yaml
 from noetl.engine.secrets import MARKER
 from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError, FatalError
+from noetl.redaction import SECRET_VALUES
 
 MASK = "***"
 MIN_MASKED = 3  # shorter values are not masked: "a" would mask every "a" in a result
@@ -183,6 +186,7 @@ class SecretScope:
     def _remember(self, value: str) -> None:
         if len(value) >= MIN_MASKED:
             self._values.add(value)
+            SECRET_VALUES.remember(value)  # log lines of this process mask it too
 
     def mask(self, value: Any) -> Any:
         """`value` with every handed-out secret replaced by `***` (strings, lists, maps)."""

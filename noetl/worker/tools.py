@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Protocol
 
 from noetl.dsl.kinds import plugin_tools
 from noetl.engine.types import Outcome, Task
+from noetl.observability import NOOP, Observer
+from noetl.observability.logging import bind_task, reset_task
 from noetl.sinks import run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
@@ -88,10 +90,16 @@ class ToolRegistry:
     """Tools by kind, and the secret providers their tasks resolve against."""
 
     def __init__(
-        self, tools: Iterable[Tool] = (), *, secrets: SecretProvider | None = None
+        self,
+        tools: Iterable[Tool] = (),
+        *,
+        secrets: SecretProvider | None = None,
+        observer: Observer = NOOP,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.secrets = secrets
+        # Told when each task's tool starts and finishes, and about each sink it writes.
+        self.observer = observer
         for tool in tools:
             self.register(tool)
 
@@ -149,7 +157,20 @@ class ToolRegistry:
 
         The task's secret references are resolved first (a missing secret fails the task),
         the tool runs with the task's `SecretScope` current (`current_scope()`, for
-        credentials), and every secret value is masked in the outcome it returns."""
+        credentials), and every secret value is masked in the outcome it returns. Log
+        records of the call carry the task's context (`noetl.observability.logging`)."""
+        observer = self.observer
+        token = bind_task(task)
+        started = time.perf_counter()
+        try:
+            observer.tool_started(task)
+            outcome = self._run(task)
+            observer.tool_finished(task, outcome, time.perf_counter() - started)
+        finally:
+            reset_task(token)
+        return outcome
+
+    def _run(self, task: Task) -> Outcome:
         tool = self.get(task.kind)
         if not (task.secrets or task.sinks or getattr(tool, "uses_credentials", True)):
             # Nothing to resolve, hand out or mask: skip the scope (a hot path for loops
@@ -161,7 +182,7 @@ class ToolRegistry:
         try:
             outcome = tool.run(scope.resolve(task))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
-                outcome = run_sinks(task, outcome.this).apply(outcome)
+                outcome = run_sinks(task, outcome.this, observer=self.observer).apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
             outcome = _crashed(task, exc, started)
         finally:
@@ -194,6 +215,7 @@ def default_registry(
     *,
     secrets: SecretProvider | None = None,
     launcher: ChildLauncher | None = None,
+    observer: Observer = NOOP,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
@@ -214,7 +236,7 @@ def default_registry(
     ]
     if launcher is not None:
         builtins.append(PlaybookTool(launcher))
-    registry = ToolRegistry(builtins, secrets=secrets)
+    registry = ToolRegistry(builtins, secrets=secrets, observer=observer)
     for tool in plugin_tools().values():
         registry.register(tool)
     return registry

@@ -155,8 +155,10 @@ def test_all_three_sinks_receive_the_rows_and_a_rerun_writes_nothing_twice(
 
 @pytest.mark.services
 def test_a_sink_that_cannot_write_fails_the_step_and_the_execution(
-    tmp_path: Path, warehouse: str
+    tmp_path: Path, warehouse: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The configured default retry of a sink without `retry` (8 attempts otherwise).
+    monkeypatch.setenv("NOETL_RETRIES_SINK_MAX_ATTEMPTS", "3")
     playbook = tmp_path / "bad_sink.yaml"
     playbook.write_text(PLAYBOOK.replace("SINKS\n", BAD_SINKS), encoding="utf-8")
     db = tmp_path / "noetl.db"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Event, Task
+from noetl.engine.types import Event, ExecutionStatus, Task
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -910,3 +910,56 @@ def test_maintain_keeps_the_queue_working(store: Store) -> None:
 
     assert steps_of(store.claim("w1", limit=10)) == ["b"]
     assert [i.kind for i in store.claim_inputs("o1")] == [InputKind.OUTCOME]
+
+
+# -- what the metrics exporter reads ------------------------------------------------------
+
+
+def test_a_lease_says_when_its_task_became_due(store: Store) -> None:
+    before = time.time()
+    start(store, Enqueue(make_task("a")))
+
+    lease = claim_one(store, lease_s=LONG_S)
+
+    assert lease.ready_at is not None
+    assert before - 5 < lease.ready_at <= lease.expires_at - LONG_S + 1e-3
+
+
+def test_stats_count_running_executions_parked_steps_tasks_and_inputs(store: Store) -> None:
+    assert store.stats().running == {}
+    start(store, Enqueue(make_task("a")), Enqueue(make_task("b"), pool="slow"))
+    start(store, Enqueue(make_task("later", execution_id="e2"), delay_s=LONG_S), execution_id="e2")
+    parked = Event(2, "step.parked", "e1", 3.0, "gate")
+    store.commit(
+        [
+            Append(
+                "e1",
+                1,
+                [parked],
+                steps={"gate": {"status": "parked"}, "other": {"status": "ok"}},
+                now=3.0,
+            )
+        ]
+    )
+    claim_one(store)  # e1.a (pool default) is leased now
+    store.post_input("e2", InputKind.CANCEL, {"by": "test"})
+
+    stats = store.stats()
+
+    # e1 progressed at 3.0, e2 last at 1.0 (its start)
+    assert stats.running == {"demo": (2, pytest.approx(1.0))}
+    assert stats.parked == {"demo": 1}
+    assert set(stats.tasks) == {("default", "leased"), ("default", "queued"), ("slow", "queued")}
+    assert stats.tasks[("default", "leased")][0] == 1
+    # e2.later is queued but not due: counted, without an age
+    assert stats.tasks[("default", "queued")] == (1, None)
+    count, due = stats.tasks[("slow", "queued")]
+    assert count == 1
+    assert due is not None and due <= time.time()
+    assert stats.inputs[0] == 1
+    assert stats.inputs[1] is not None
+
+    change(store, execution_id="e1", status=ExecutionStatus.OK)
+    after = store.stats()
+    assert after.running == {"demo": (1, pytest.approx(1.0))}
+    assert after.parked == {}

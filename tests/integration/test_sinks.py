@@ -466,6 +466,29 @@ def test_pick_args_and_secret_markers_on_the_worker(flaky: FlakySink) -> None:
     assert bad.sinks[0]["status"] == "skipped"
 
 
+def test_retry_when_and_stop_when_judge_a_failed_write(flaky: FlakySink) -> None:
+    # retry_when retries even a fatal error while it holds...
+    flaky.failures, flaky.fatal = 2, True
+    retry = {**FAST, "max_attempts": 5, "retry_when": "{{ 'bad write' in error }}"}
+    outcome = run({"a": 1}, sink("flaky", {}, retry=retry))
+    assert outcome.ok and outcome.sinks[0]["attempts"] == 3
+    # ...and stops retrying a retryable one when false
+    flaky.calls, flaky.failures, flaky.fatal = 0, 99, False
+    retry = {**FAST, "max_attempts": 5, "retry_when": "{{ attempt < 2 }}"}
+    outcome = run({"a": 1}, sink("flaky", {}, retry=retry))
+    assert not outcome.ok and flaky.calls == 2
+    # stop_when gives up at once, with the names it sees
+    flaky.calls = 0
+    retry = {**FAST, "max_attempts": 5, "stop_when": "{{ sink_id == 'audit' and retryable }}"}
+    outcome = run({"a": 1}, sink("flaky", {}, id="audit", retry=retry))
+    assert not outcome.ok and flaky.calls == 1
+    # a condition that cannot be rendered fails the sink, naming the key
+    flaky.calls = 0
+    retry = {**FAST, "retry_when": "{{ nope.deeper }}"}
+    outcome = run({"a": 1}, sink("flaky", {}, retry=retry))
+    assert not outcome.ok and "retry.retry_when" in (outcome.error or "")
+
+
 def test_retry_delays() -> None:
     assert retry_delays(None, "k") == [0.2, 0.4]
     assert retry_delays({"max_attempts": 4, "initial_delay": 1, "backoff": "linear"}, "k") == [

@@ -29,6 +29,7 @@ from noetl.engine import (
     Task,
     fold,
 )
+from noetl.engine.options import EngineOptions
 from noetl.engine.render import Renderer
 from noetl.engine.retry import RetryDefaults
 from noetl.engine.types import RequeueTask, StartTimer
@@ -108,9 +109,12 @@ class Harness:
         execution_id: str = "e1",
         renderer: Renderer | None = None,
         retry_defaults: RetryDefaults | None = None,
+        options: EngineOptions | None = None,
     ) -> Harness:
         playbook = load_playbook_text(text).require()
-        engine = Engine(build_graph(playbook), renderer, retry_defaults=retry_defaults)
+        engine = Engine(
+            build_graph(playbook), renderer, retry_defaults=retry_defaults, options=options
+        )
         return cls(
             engine=engine,
             state=engine.new_state(execution_id),
@@ -130,6 +134,7 @@ class Harness:
         renderer: Renderer | None = None,
         start: bool = True,
         retry_defaults: RetryDefaults | None = None,
+        options: EngineOptions | None = None,
     ) -> Harness:
         """Build from the YAML of the workflow steps, and start it (unless `start=False`)."""
         text = playbook_text(steps, policy=policy, workbook=workbook)
@@ -139,6 +144,7 @@ class Harness:
             workload=workload,
             renderer=renderer,
             retry_defaults=retry_defaults,
+            options=options,
         )
         if start:
             harness.start()

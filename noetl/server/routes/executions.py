@@ -9,9 +9,9 @@ from fastapi import APIRouter, Path, Query, Response
 from fastapi import status as http
 
 from noetl.engine.types import ExecutionStatus
+from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.deps import Deps
-from noetl.server.redact import redact, redact_event_payload
 from noetl.server.schemas import (
     CancelResult,
     ErrorBody,

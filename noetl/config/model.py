@@ -1,0 +1,289 @@
+"""The settings of NoETL (seed 000, section 8.12 "Config Knobs"), as pydantic models.
+
+One frozen `Settings` holds a section per concern. Every key has a default, so an empty
+file (or none) is a valid configuration; `noetl.config.loader` fills them from a YAML file,
+`NOETL_<SECTION>_<KEY>` environment variables and command-line flags, and explains every
+bad value. Validators never put a value that may hold a secret (a DSN, an endpoint) into
+their messages.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from noetl.dsl.model import ON_STEP_FAIL_PATTERN
+from noetl.engine.options import EngineOptions
+from noetl.engine.retry import RetryDefaults
+from noetl.redaction import REDACT_KEYS
+
+__all__ = ["DEFAULT_DB", "Settings"]
+
+DEFAULT_DB = os.path.join(".noetl", "noetl.db")
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_DB_SCHEMES = ("memory", "sqlite", "postgresql", "postgres")
+
+Millis = Annotated[int, Field(ge=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+# 0: any free port (the exporter says which).
+AnyPort = Annotated[int, Field(ge=0, le=65535)]
+Slots = Annotated[int, Field(ge=1, le=512)]
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class OrchestratorSettings(Section):
+    """How the orchestrator works. NoETL routes after the synchronous sinks (they run
+    inside the task) and renders args before dispatch (the engine does), so only `true`
+    is accepted for those two."""
+
+    evaluate_when_timeout_ms: Millis = 100
+    route_after_all_sinks: bool = True
+    render_args_server_side: bool = True
+
+    @field_validator("route_after_all_sinks")
+    @classmethod
+    def _sinks_first(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "only true is supported: sinks run within their task, so a step routes after them"
+            )
+        return value
+
+    @field_validator("render_args_server_side")
+    @classmethod
+    def _rendered_by_engine(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError("only true is supported: the engine renders args before dispatch")
+        return value
+
+
+class _Retry(Section):
+    """Exponential backoff: `base_ms * multiplier ** (attempt - 1)`, capped at `max_ms`,
+    scaled by a factor in [0.5, 1) with jitter."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=1000)]
+    base_ms: Annotated[int, Field(ge=0)]
+    max_ms: Annotated[int, Field(ge=0)]
+    multiplier: Annotated[float, Field(ge=1, le=100)] = 2.0
+    jitter: bool = True
+
+    def defaults(self) -> RetryDefaults:
+        return RetryDefaults(
+            max_attempts=self.max_attempts,
+            initial_delay=self.base_ms / 1000,
+            backoff_multiplier=self.multiplier,
+            max_delay=self.max_ms / 1000,
+            jitter=self.jitter,
+        )
+
+
+class PluginRetry(_Retry):
+    """The retry of a step without `retry` (transient errors only)."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] = 6
+    base_ms: Annotated[int, Field(ge=0)] = 200
+    max_ms: Annotated[int, Field(ge=0)] = 30_000
+
+
+class SinkRetry(_Retry):
+    """The retry of a sink write without `retry` (retryable errors only)."""
+
+    max_attempts: Annotated[int, Field(ge=1, le=1000)] = 8
+    base_ms: Annotated[int, Field(ge=0)] = 200
+    max_ms: Annotated[int, Field(ge=0)] = 60_000
+
+
+class RetriesSettings(Section):
+    plugin: PluginRetry = PluginRetry()
+    sink: SinkRetry = SinkRetry()
+
+
+class TimeoutsSettings(Section):
+    """Budgets of what a playbook leaves without one; null: none from the configuration."""
+
+    tool_default_ms: Millis | None = 30_000
+    sink_default_ms: Millis | None = 30_000
+    loop_item_ms: Millis | None = 30_000
+    loop_total_ms: Millis | None = None
+
+
+class DlqSettings(Section):
+    enabled: bool = True
+    topic: Annotated[str, Field(min_length=1, max_length=256)] = "noetl-dlq"
+    retention_days: Annotated[int, Field(ge=1)] = 30
+
+
+class TracingSettings(Section):
+    enabled: bool = False
+    sample_rate: Annotated[float, Field(ge=0, le=1)] = 0.1
+    force_sample_on_error: bool = True
+    exporter: Literal["otlp", "console", "none"] = "otlp"
+    endpoint: str | None = None
+
+    @field_validator("endpoint")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme.lower() not in ("http", "https", "grpc") or not rest:
+            raise ValueError("must be an http://, https:// or grpc:// URL")
+        return value.strip()
+
+
+class MetricsSettings(Section):
+    """Prometheus metrics: the server serves them at `path` on its API port; a worker or
+    `noetl run` serves them on an exporter of its own only when `port` is set (so workers
+    sharing a host do not fight over one port)."""
+
+    enabled: bool = True
+    port: AnyPort | None = None
+    host: str = "127.0.0.1"
+    path: str = "/metrics"
+
+    @field_validator("path")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or any(c.isspace() for c in value):
+            raise ValueError("must be a URL path starting with '/', without spaces")
+        return value
+
+
+class LoggingSettings(Section):
+    """NoETL's own logs. `level` unset: INFO for servers and workers, WARNING for
+    `noetl run` (whose terminal shows a live view)."""
+
+    level: str | None = None
+    format: Literal["json", "text"] = "text"
+    redact_keys: tuple[Annotated[str, Field(min_length=1)], ...] = REDACT_KEYS
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _level(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        level = value.strip().upper()
+        level = "WARNING" if level == "WARN" else level
+        if level not in LOG_LEVELS:
+            raise ValueError(f"must be one of {', '.join(LOG_LEVELS)}")
+        return level
+
+
+class PoliciesSettings(Section):
+    """Defaults of a playbook's `policy` block (a playbook that sets a key wins)."""
+
+    on_step_fail: str = "halt"
+    on_sink_fail: Literal["retry", "fail_step", "async_ignore"] = "retry"
+    on_when_error: Literal["treat_as_false", "fail_step"] = "treat_as_false"
+
+    @field_validator("on_step_fail")
+    @classmethod
+    def _step_fail(cls, value: str) -> str:
+        if not re.match(ON_STEP_FAIL_PATTERN, value) or value.endswith(":"):
+            raise ValueError("must be halt, continue or route_edge:<step>")
+        return value
+
+    @field_validator("on_sink_fail", mode="before")
+    @classmethod
+    def _seed_spelling(cls, value: Any) -> Any:
+        # Seed 000 writes "max_attempts→fail_step": fail the step once the retries are used.
+        if isinstance(value, str) and value.replace("->", "→") == "max_attempts→fail_step":
+            return "fail_step"
+        return value
+
+
+class DbSettings(Section):
+    url: Annotated[str, Field(min_length=1)] = DEFAULT_DB
+
+    @field_validator("url")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        scheme, sep, _ = value.strip().partition("://")
+        if sep and scheme.lower() not in _DB_SCHEMES:
+            shown = scheme if scheme.isidentifier() else "?"
+            raise ValueError(
+                f"unknown scheme {shown!r}; expected a file path, sqlite:///path, memory:// "
+                "or postgresql://user:password@host:port/database"
+            )
+        return value.strip()
+
+
+class ServerSettings(Section):
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    port: Port = 8083
+    # The pool new tasks are queued in; null: the same as `worker.pool`.
+    pool: Annotated[str, Field(min_length=1)] | None = None
+
+
+class UiSettings(Section):
+    """`noetl ui`: the console and the API over a database, on a port of their own."""
+
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    port: Port = 8084
+
+
+class WorkerSettings(Section):
+    pool: Annotated[str, Field(min_length=1)] = "default"
+    concurrency: Slots | None = None
+    python_processes: Slots | None = None
+    lease_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
+    poll_s: Annotated[float, Field(gt=0, le=60)] = 0.5
+    continue_: bool = Field(default=True, alias="continue")
+
+
+class RunSettings(Section):
+    workers: Annotated[int, Field(ge=1, le=256)] | None = None
+
+
+class DslSettings(Section):
+    allow_legacy: bool = True
+
+
+class SecretsSettings(Section):
+    file: str | None = None
+
+
+class Settings(Section):
+    """The whole configuration; each attribute is a section of the YAML file."""
+
+    orchestrator: OrchestratorSettings = OrchestratorSettings()
+    retries: RetriesSettings = RetriesSettings()
+    timeouts: TimeoutsSettings = TimeoutsSettings()
+    dlq: DlqSettings = DlqSettings()
+    tracing: TracingSettings = TracingSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    logging: LoggingSettings = LoggingSettings()
+    policies: PoliciesSettings = PoliciesSettings()
+    db: DbSettings = DbSettings()
+    server: ServerSettings = ServerSettings()
+    ui: UiSettings = UiSettings()
+    worker: WorkerSettings = WorkerSettings()
+    run: RunSettings = RunSettings()
+    dsl: DslSettings = DslSettings()
+    secrets: SecretsSettings = SecretsSettings()
+
+    @property
+    def server_pool(self) -> str:
+        """The pool a server queues tasks in."""
+        return self.server.pool or self.worker.pool
+
+    def engine_options(self) -> EngineOptions:
+        """The engine's defaults: retries, timeouts and failure policies."""
+        return EngineOptions(
+            retry=self.retries.plugin.defaults(),
+            sink_retry=self.retries.sink.defaults(),
+            tool_timeout_ms=self.timeouts.tool_default_ms,
+            sink_timeout_ms=self.timeouts.sink_default_ms,
+            loop_item_timeout_ms=self.timeouts.loop_item_ms,
+            on_step_fail=self.policies.on_step_fail,
+            on_sink_fail=self.policies.on_sink_fail,
+            on_when_error=self.policies.on_when_error,
+            loop_total_timeout_ms=self.timeouts.loop_total_ms,
+            dead_letters=self.dlq.enabled,
+        )
