@@ -96,3 +96,63 @@ def test_replay_through_the_server_completes_the_execution_with_the_same_message
     assert rows[0][3] > token_before[0]
     types = [e["type"] for e in cluster.events(execution_id)]
     assert types.count("workflow.reopened") == 1 and types[-1] == "workflow.finished"
+
+
+def timeline(cluster: Cluster, execution_id: str) -> list[str]:
+    """The event types `noetl exec events` prints for step `fetch`, in order."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "noetl",
+            "exec",
+            "events",
+            "--id",
+            execution_id,
+            "--step",
+            "fetch",
+            "--server",
+            cluster.url,
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return [line.split()[3] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def test_noetl_exec_events_shows_the_retry_timelines_of_seed_001(
+    cluster: Cluster, flaky: Flaky
+) -> None:
+    cluster.start_server()
+    cluster.start_worker("w1")
+    flaky.failures = 1  # fails once, then succeeds: the success timeline
+    succeeded = cluster.start_execution(playbook(flaky.url, attempts=3))
+    assert cluster.wait_finished(succeeded)["status"] == "ok"
+    assert timeline(cluster, succeeded) == [
+        "step.called",
+        "step.started",  # action_started
+        "tool.processed",  # action_error
+        "retry.started",  # step_retry
+        "tool.processed",  # action_completed
+        "step.finished",
+        "next.evaluated",
+    ]
+    flaky.calls.clear()
+    flaky.failures = 100  # never recovers: the exhausted timeline
+    exhausted = cluster.start_execution(playbook(flaky.url, attempts=2))
+    assert cluster.wait_finished(exhausted)["status"] == "fail"
+    assert timeline(cluster, exhausted) == [
+        "step.called",
+        "step.started",
+        "tool.processed",
+        "retry.started",
+        "tool.processed",
+        "retry.processed",  # step_retry_exhausted
+        "task.dead_lettered",
+        "step.finished",  # step_failed_terminal
+        "next.evaluated",
+    ]
