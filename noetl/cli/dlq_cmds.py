@@ -124,9 +124,17 @@ class LocalBackend:
         return 0 if record is None else record.last_seq
 
     def finish(self, execution_id: str, after_seq: int) -> dict[str, Any]:
+        import os
+
+        from noetl.config import load_settings
         from noetl.runtime.local import local_cluster, wait_finished
 
-        with local_cluster(self.store, secrets_file=self.secrets_file):
+        # The engine decides here as `noetl run` would: with the configured defaults.
+        settings = load_settings(None, os.environ)
+        secrets_file = self.secrets_file or settings.secrets.file
+        with local_cluster(
+            self.store, secrets_file=secrets_file, options=settings.engine_options()
+        ):
             record = wait_finished(self.store, execution_id, after_seq=after_seq)
         return {
             "execution_id": execution_id,

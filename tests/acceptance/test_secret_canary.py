@@ -128,6 +128,9 @@ def api_texts(db: Path) -> str:
             f"/api/executions/{execution_id}/events?limit=1000",
             f"/api/executions/{execution_id}/graph",
         ]
+        entries = client.get("/api/dlq", params={"status": "pending"}).json()["items"]
+        paths += ["/api/dlq?status=pending"]
+        paths += [f"/api/dlq/{entry['message_id']}" for entry in entries]
         responses = [client.get(path) for path in paths]
         assert all(r.status_code == 200 for r in responses), [r.text for r in responses]
         return "\n".join(r.text for r in responses)
@@ -166,6 +169,19 @@ def test_a_secret_reaches_its_services_and_nothing_else(
         assert result["status"] == "fail"
         expected = "HTTP 500" if outcome == "http_failure" else "rejected ***"
         assert expected in json.dumps(result)
+        # the failed task is in the dead-letter queue, its error masked there too
+        shown = subprocess.run(
+            [sys.executable, "-m", "noetl", "dlq", "list", "--json", "--db", str(db)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        (entry,) = json.loads(shown.stdout)["items"]
+        assert entry["step"] == ("call" if outcome == "http_failure" else "compute")
+        assert canary not in shown.stdout
     # ...and appears nowhere else.
     assert canary not in proc.stdout
     assert canary not in proc.stderr

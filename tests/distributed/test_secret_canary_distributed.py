@@ -66,14 +66,16 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
         assert result["context"]["computed"]["length"] == len(canary)
     else:
         assert result["status"] == "fail", result
-    responses = [
-        httpx.get(f"{cluster.url}{path}", timeout=30).text
-        for path in (
-            "/api/executions",
-            f"/api/executions/{execution_id}",
-            f"/api/executions/{execution_id}/events?limit=1000",
-        )
+    paths = [
+        "/api/executions",
+        f"/api/executions/{execution_id}",
+        f"/api/executions/{execution_id}/events?limit=1000",
+        "/api/dlq?status=pending",
     ]
+    entries = httpx.get(f"{cluster.url}/api/dlq", timeout=30).json()["items"]
+    assert len(entries) == (0 if outcome == "success" else 1)  # the DLQ is checked too
+    paths += [f"/api/dlq/{entry['message_id']}" for entry in entries]
+    responses = [httpx.get(f"{cluster.url}{path}", timeout=30).text for path in paths]
     cluster.stop_all()
     logs = "\n".join(proc.output() for proc in cluster.procs)
     assert "worker" in logs and "listening" in logs  # both processes' output was captured

@@ -37,6 +37,7 @@ class Flaky(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)
         self.failures = 0
+        self.pending = 0  # then 200 {"state": "pending"} for this many calls
         self.calls: list[float] = []
         self.lock = threading.Lock()
 
@@ -57,8 +58,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.calls.append(time.monotonic())
             number = len(self.server.calls)
             failing = number <= self.server.failures
+            pending = not failing and number <= self.server.failures + self.server.pending
         status = 503 if failing else 200
-        body = json.dumps({"call": number} if not failing else {"error": "unavailable"})
+        answer = {"call": number, "state": "pending" if pending else "done"}
+        body = json.dumps(answer if not failing else {"error": "unavailable"})
         data = body.encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -196,6 +199,55 @@ def test_exhausted_attempts_end_in_the_dlq_and_a_replay_completes_the_execution(
     finally:
         store.close()
     assert len(flaky.calls) == 3  # the replay called once more, and succeeded
+
+
+def judged(url: str, retry: str) -> str:
+    return f"""\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: judged}}
+workflow:
+  - step: fetch
+    tool:
+      kind: http
+      spec: {{method: GET, url: "{url}"}}
+      retry: {retry}
+    result: {{as: order}}
+"""
+
+
+@pytest.mark.parametrize("failures", [0, 2])
+def test_retry_when_retries_a_503_and_an_answer_that_is_not_ready(
+    flaky: Flaky, tmp_path: Path, failures: int
+) -> None:
+    flaky.failures, flaky.pending = failures, 2
+    retry = (
+        "{max_attempts: 6, initial_delay: 0.05, jitter: false, "
+        "retry_when: \"{{ status_code == 503 or (data and data.state == 'pending') }}\"}"
+    )
+    execution_id, status = run(tmp_path / "noetl.db", judged(flaky.url, retry))
+    assert status == "ok"
+    assert len(flaky.calls) == failures + 3  # 503s, two pending answers, then done
+    store = SqliteStore(tmp_path / "noetl.db")
+    try:
+        retries = [e for e in store.load_events(execution_id) if e.type == "retry.started"]
+    finally:
+        store.close()
+    assert [e.payload["reason"] for e in retries] == ["retry_when"] * (failures + 2)
+
+
+def test_stop_when_stops_at_the_first_503(flaky: Flaky, tmp_path: Path) -> None:
+    flaky.failures = 10
+    retry = "{max_attempts: 6, initial_delay: 0.05, stop_when: \"{{ status_code == 503 }}\"}"
+    execution_id, status = run(tmp_path / "noetl.db", judged(flaky.url, retry))
+    assert status == "fail"
+    assert len(flaky.calls) == 1
+    store = SqliteStore(tmp_path / "noetl.db")
+    try:
+        (entry,) = store.list_dead_letters()
+    finally:
+        store.close()
+    assert (entry.message_id, entry.reason) == (f"{execution_id}.fetch", "failed")
 
 
 def test_a_loop_past_its_total_budget_fails_in_the_embedded_runtime(tmp_path: Path) -> None:
