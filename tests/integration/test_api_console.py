@@ -120,6 +120,8 @@ def test_list_pages_say_where_the_next_page_starts(client: TestClient) -> None:
     exact = client.get("/api/executions", params={"limit": 5}).json()
     assert (len(exact["items"]), exact["next_offset"]) == (5, None)
     assert client.get("/api/executions", params={"status": "running"}).json()["next_offset"] is None
+    widest = client.get("/api/executions", params={"limit": 1000}).json()  # the most allowed
+    assert (len(widest["items"]), widest["next_offset"]) == (5, None)
 
 
 # --- one step ----------------------------------------------------------------------------

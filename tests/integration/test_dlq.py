@@ -238,7 +238,7 @@ def test_retry_when_retries_a_503_and_an_answer_that_is_not_ready(
 
 def test_stop_when_stops_at_the_first_503(flaky: Flaky, tmp_path: Path) -> None:
     flaky.failures = 10
-    retry = "{max_attempts: 6, initial_delay: 0.05, stop_when: \"{{ status_code == 503 }}\"}"
+    retry = '{max_attempts: 6, initial_delay: 0.05, stop_when: "{{ status_code == 503 }}"}'
     execution_id, status = run(tmp_path / "noetl.db", judged(flaky.url, retry))
     assert status == "fail"
     assert len(flaky.calls) == 1
