@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 import uuid
 from collections import deque
 from collections.abc import Iterator
@@ -18,10 +19,26 @@ from psycopg import sql
 
 from noetl.store import display_url
 from noetl.store.migrate import discover, migrate_postgres
+from tests.helpers.flaky_http import Flaky
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+@pytest.fixture
+def flaky() -> Iterator[Flaky]:
+    """A loopback HTTP server that answers 503 `failures` times, then 200 `{"call": n,
+    "state": "pending"}` `pending` times, then `{"call": n, "state": "done"}`."""
+    server = Flaky()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
 
 
 @pytest.fixture

@@ -452,23 +452,12 @@ class EmbeddedRuntime:
 
     def _execute(self, task: Task) -> None:
         """Worker thread: run one task and report its outcome (never raises)."""
-        started = time.perf_counter()
         if task.task_id in self._canceled.get(task.execution_id, ()):
             outcome = Outcome(
                 task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
             )
-            self._outcomes.put((task, outcome))
-            return
-        try:
-            outcome = self.tools.run(task)
-        except Exception as exc:  # a tool must not take the runtime down
-            outcome = Outcome(
-                task_id=task.task_id,
-                ok=False,
-                error=f"{type(exc).__name__}: {exc}",
-                error_type=type(exc).__name__,
-                duration_ms=(time.perf_counter() - started) * 1000,
-            )
+        else:
+            outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
         self._outcomes.put((task, outcome))
 
     def _compiled(self, playbook: Playbook) -> str:

@@ -8,7 +8,7 @@ from typing import Any
 import psycopg
 
 from noetl.store import _pg_sql as sql
-from noetl.store._rows import PreparedAppend, dead_letter_from_row
+from noetl.store._rows import PreparedAppend, dead_letter_filter, dead_letter_from_row
 from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError
 
 Conn = psycopg.Connection[Any]
@@ -31,15 +31,7 @@ def select(
     limit: int,
     offset: int,
 ) -> list[DeadLetter]:
-    where: list[str] = []
-    params: list[Any] = []
-    if status is not None:
-        where.append("status = %s")
-        params.append(DeadLetterStatus(status).value)
-    if execution_id is not None:
-        where.append("execution_id = %s")
-        params.append(execution_id)
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    clause, params = dead_letter_filter(status, execution_id, "%s")
     query = f"{sql.SELECT_DLQ}{clause} ORDER BY last_seen DESC, message_id DESC LIMIT %s OFFSET %s"
     rows = conn.execute(query.encode(), (*params, limit, offset)).fetchall()
     return [dead_letter_from_row(row) for row in rows]

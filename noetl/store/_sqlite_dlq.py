@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 import time
-from typing import Any
 
-from noetl.store._rows import DLQ_COLUMNS, PreparedAppend, dead_letter_from_row
+from noetl.store._rows import DLQ_COLUMNS, PreparedAppend, dead_letter_filter, dead_letter_from_row
 from noetl.store.base import DeadLetter, DeadLetterStatus, InputKind, NotFoundError
 
 _COLUMNS = ", ".join(DLQ_COLUMNS)
@@ -41,15 +40,7 @@ def select(
     limit: int,
     offset: int,
 ) -> list[DeadLetter]:
-    where: list[str] = []
-    params: list[Any] = []
-    if status is not None:
-        where.append("status = ?")
-        params.append(DeadLetterStatus(status).value)
-    if execution_id is not None:
-        where.append("execution_id = ?")
-        params.append(execution_id)
-    clause = f" WHERE {' AND '.join(where)}" if where else ""
+    clause, params = dead_letter_filter(status, execution_id, "?")
     rows = conn.execute(
         f"{_SELECT}{clause} ORDER BY last_seen DESC, message_id DESC LIMIT ? OFFSET ?",
         (*params, limit, offset),

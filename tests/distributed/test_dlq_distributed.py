@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,8 @@ import psycopg
 import pytest
 
 from tests.distributed.cluster import ROOT, Cluster
-from tests.integration.test_dlq import Flaky, playbook
+from tests.helpers.flaky_http import Flaky
+from tests.integration.test_dlq import playbook
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -27,19 +27,6 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
         yield cl
     finally:
         cl.stop_all()
-
-
-@pytest.fixture
-def flaky() -> Iterator[Flaky]:
-    server = Flaky()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

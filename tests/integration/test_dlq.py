@@ -9,12 +9,9 @@ cluster (an orchestrator and a worker in threads) over the same file, as
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,61 +23,8 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from noetl.store.base import DeadLetterStatus
+from tests.helpers.flaky_http import Flaky
 from tests.helpers.testclient import TestClient
-
-
-class Flaky(ThreadingHTTPServer):
-    """503 for the first `failures` calls, then 200 with the call number."""
-
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
-        self.failures = 0
-        self.pending = 0  # then 200 {"state": "pending"} for this many calls
-        self.calls: list[float] = []
-        self.lock = threading.Lock()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/orders"
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server: Flaky
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def do_GET(self) -> None:
-        with self.server.lock:
-            self.server.calls.append(time.monotonic())
-            number = len(self.server.calls)
-            failing = number <= self.server.failures
-            pending = not failing and number <= self.server.failures + self.server.pending
-        status = 503 if failing else 200
-        answer = {"call": number, "state": "pending" if pending else "done"}
-        body = json.dumps(answer if not failing else {"error": "unavailable"})
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-@pytest.fixture
-def flaky() -> Iterator[Flaky]:
-    server = Flaky()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
 
 
 def playbook(url: str, attempts: int) -> str:
