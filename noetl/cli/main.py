@@ -20,6 +20,7 @@ from noetl.cli.playbook_cmds import playbook_group
 from noetl.cli.run_cmd import run_cmd
 from noetl.cli.serve import server_start
 from noetl.cli.server_cmds import server_group
+from noetl.cli.ui_cmd import ui_cmd
 from noetl.cli.worker_cmds import worker_group
 from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError
 from noetl.store.base import NotFoundError
@@ -47,6 +48,7 @@ cli.add_command(server_group)
 server_group.add_command(server_start)
 cli.add_command(worker_group)
 cli.add_command(config_group)
+cli.add_command(ui_cmd)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,7 @@ from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
 from noetl.runtime.embedded import EmbeddedRuntime, RunResult
 from noetl.runtime.local import embedded_runtime
+from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]
 
@@ -88,21 +89,31 @@ def run_cmd(
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)
     exporter = None
-    with embedded_runtime(
-        settings.db.url,
-        workers=settings.run.workers,
-        secrets_file=settings.secrets.file,
-        metrics=metrics,
-        log_events=True,
-        options=settings.engine_options(),
-    ) as runtime:
-        try:
-            if metrics is not None and settings.metrics.port is not None:
-                exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
-            result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
-        finally:
-            if exporter is not None:
-                exporter.close()
+    try:
+        with embedded_runtime(
+            settings.db.url,
+            workers=settings.run.workers,
+            secrets_file=settings.secrets.file,
+            metrics=metrics,
+            log_events=True,
+            options=settings.engine_options(),
+        ) as runtime:
+            try:
+                if metrics is not None and settings.metrics.port is not None:
+                    exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
+                result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+            finally:
+                if exporter is not None:
+                    exporter.close()
+    except ConcurrencyError as exc:
+        # Another process wrote to the execution: most likely an operator canceled it from
+        # the console (`noetl ui`) over the same database. The log there is the truth.
+        click.echo(
+            f"error: {exc}: the execution was changed by another process (canceled from the "
+            "console?); this run stops here, and its state is in the database",
+            err=True,
+        )
+        sys.exit(1)
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)

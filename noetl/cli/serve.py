@@ -54,6 +54,12 @@ def _uvicorn_server() -> type:
 def server_start(*, settings: Settings) -> None:
     """Serve the API and orchestrate executions until SIGTERM / Ctrl-C; the metrics are at
     /metrics on the API's port (unless --no-metrics)."""
+    serve(settings, host=settings.server.host, port=settings.server.port, name="noetl server")
+
+
+def serve(settings: Settings, *, host: str, port: int, name: str, note: str = "") -> None:
+    """The API (with the console at /ui/) and the orchestrator loop over `settings.db`,
+    until SIGTERM / Ctrl-C; `note` is printed after the address."""
     import uvicorn
 
     from noetl.observability import observer_for
@@ -62,7 +68,6 @@ def server_start(*, settings: Settings) -> None:
     _Server = _uvicorn_server()
 
     setup_logging(settings, "INFO")
-    host, port = settings.server.host, settings.server.port
     store = open_store(settings.db.url)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     pool = settings.server_pool
@@ -96,11 +101,11 @@ def server_start(*, settings: Settings) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    click.echo(f"noetl server {owner} listening on http://{host}:{port}", err=True)
+    click.echo(f"{name} {owner} listening on http://{host}:{port}{note}", err=True)
     try:
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
         stop.set()
         loop.join(timeout=10)
         store.close()
-        click.echo("noetl server stopped", err=True)
+        click.echo(f"{name} stopped", err=True)

@@ -221,6 +221,13 @@ class ServerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] | None = None
 
 
+class UiSettings(Section):
+    """`noetl ui`: the console and the API over a database, on a port of their own."""
+
+    host: Annotated[str, Field(min_length=1)] = "127.0.0.1"
+    port: Port = 8084
+
+
 class WorkerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] = "default"
     concurrency: Slots | None = None
@@ -255,6 +262,7 @@ class Settings(Section):
     policies: PoliciesSettings = PoliciesSettings()
     db: DbSettings = DbSettings()
     server: ServerSettings = ServerSettings()
+    ui: UiSettings = UiSettings()
     worker: WorkerSettings = WorkerSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()

@@ -13,9 +13,10 @@ from typing import TYPE_CHECKING
 from fastapi import FastAPI, Response
 
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.views import ViewCache
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
-from noetl.server.routes import admin, dlq, executions, health, playbooks
+from noetl.server.routes import admin, dlq, executions, health, playbooks, steps, ui, workers
 from noetl.store.base import Store
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ queue (replay a task that failed for good, or discard it).
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
 Values under sensitive keys (password, token, secret, auth, key...) are shown as `***`.
+
+The operator console, a web page over this API, is served at `/ui/`.
 """
 
 
@@ -44,16 +47,23 @@ def create_app(
     With `metrics`, their Prometheus text is served at `metrics_path`."""
     app = FastAPI(title="NoETL", version=version, description=DESCRIPTION.strip())
     app.state.services = Services(
-        store=store, orchestrator=orchestrator, version=version, clock=clock
+        store=store,
+        orchestrator=orchestrator,
+        version=version,
+        clock=clock,
+        views=ViewCache(store),
     )
     install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
+    app.include_router(steps.router)
+    app.include_router(workers.router)
     app.include_router(dlq.router)
     app.include_router(admin.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)
+    app.include_router(ui.console_router())
     return app
 
 

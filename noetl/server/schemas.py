@@ -95,6 +95,26 @@ class PlaybookList(Response):
     items: list[PlaybookSummary]
 
 
+class PlaybookValidate(Request):
+    content: str = Field(min_length=1, description="The playbook's YAML text")
+    path: str | None = Field(
+        None, min_length=1, max_length=512, description="Name shown in diagnostics"
+    )
+
+
+class PlaybookValidation(Response):
+    """Every problem found, errors and warnings, in line order; nothing is stored."""
+
+    valid: bool = Field(description="True when there is no error (warnings allowed)")
+    name: str | None = Field(None, description="metadata.name, when the playbook is valid")
+    path: str | None = Field(None, description="metadata.path, when the playbook is valid")
+    workload: dict[str, Any] | None = Field(
+        None, description="The workload defaults (sensitive values masked), when valid"
+    )
+    steps: list[str] = Field(default_factory=list, description="Step names, when valid")
+    diagnostics: list[DiagnosticOut]
+
+
 # --- executions ------------------------------------------------------------------------
 
 
@@ -144,6 +164,9 @@ class ExecutionList(Response):
     items: list[ExecutionSummary]
     limit: int
     offset: int
+    next_offset: int | None = Field(
+        None, description="Offset of the next page; null when this page is the last"
+    )
 
 
 class ExecutionDetail(Response):
@@ -212,6 +235,72 @@ class EventOut(Response):
 class EventList(Response):
     execution_id: str
     items: list[EventOut]
+
+
+class StepAttempt(Response):
+    """One attempt of one task of a step (the step's call, or one loop item)."""
+
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    status: str = Field(description="running, ok, failed, lease_expired or canceled")
+    started_at: float = Field(description="When it was dispatched (a retry: scheduled)")
+    finished_at: float | None
+    error: str | None
+    error_type: str | None
+    duration_ms: float | None
+    output: str | None = Field(
+        description="The tool's output as JSON, masked and cut to a few hundred characters"
+    )
+    delay_ms: int | None = Field(description="A retry: its delay")
+    worker_id: str | None = Field(description="A lost lease: the worker that held it")
+    dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
+    replay: bool = Field(description="An operator replayed the task from the DLQ")
+
+
+class StepDetail(Response):
+    """A step's state, result preview and attempts (paged), folded from the event log."""
+
+    execution_id: str
+    step: str
+    status: str
+    error: str | None = None
+    total: int | None = None
+    completed: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    started_at: float | None
+    finished_at: float | None
+    result: str | None = Field(
+        description="The step's result as indented JSON, masked; cut at `result_limit`"
+    )
+    result_truncated: bool
+    attempts: list[StepAttempt]
+    attempts_total: int = Field(description="Attempts matching the filter, on every page")
+    limit: int
+    offset: int
+
+
+# --- workers ---------------------------------------------------------------------------
+
+
+class WorkerOut(Response):
+    worker_id: str
+    pool: str
+    hostname: str
+    pid: int
+    status: str = Field(description="running, draining or stopped, as the worker last said")
+    started_at: float
+    heartbeat_at: float
+    heartbeat_age_s: float = Field(description="Seconds since its last heartbeat")
+    alive: bool = Field(
+        description="Not stopped, and a heartbeat within `alive_within_s` (default 60 s)"
+    )
+
+
+class WorkerList(Response):
+    items: list[WorkerOut]
+    alive: int = Field(description="How many of the workers listed are alive")
 
 
 # --- the dead-letter queue -------------------------------------------------------------

@@ -40,6 +40,7 @@ __all__ = [
     "migrate_schema",
     "open_store",
     "schema_status",
+    "sqlite_file",
 ]
 
 _EXPECTED = "expected memory://, sqlite:///path/to/noetl.db or a file path"
@@ -101,6 +102,12 @@ def open_store(url: str, *, connections: int | None = None) -> Store:
     if connections is None:
         return postgres.PostgresStore(where)
     return postgres.PostgresStore(where, max_size=max(connections, 2))
+
+
+def sqlite_file(url: str) -> str | None:
+    """The file a SQLite store URL (or plain path) names; None for other stores."""
+    kind, target = _locate(url)
+    return target if kind == "sqlite" else None
 
 
 def display_url(url: str) -> str:

@@ -191,3 +191,15 @@ def test_the_api_and_the_rest_share_one_rule() -> None:
     from noetl.server import redact as api
 
     assert api.sensitive is redaction.sensitive and api.REDACT_KEYS is redaction.REDACT_KEYS
+
+
+def test_masked_json_masks_then_cuts() -> None:
+    from noetl.server.redact import masked_json  # the API's previews
+
+    value = {"rows": [1, 2], "db": {"password": "hunter2"}}
+    text, cut = masked_json(value, 1000)
+    assert (text, cut) == ('{"rows": [1, 2], "db": {"password": "***"}}', False)
+    short, cut = masked_json(value, 12)
+    assert (short, cut) == ('{"rows": [1,', True)
+    assert masked_json({"password": "x" * 50}, 30, indent=2) == ('{\n  "password": "***"\n}', False)
+    assert masked_json(None, 5) == ("null", False)

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Annotated, Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Path, Query, Response
 from fastapi import status as http
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.engine.types import ExecutionStatus
 from noetl.redaction import redact, redact_event_payload
-from noetl.runtime.views import ExecutionView, load_view
+from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.deps import Deps
 from noetl.server.schemas import (
     CancelResult,
@@ -30,16 +30,17 @@ router = APIRouter(prefix="/api/executions", tags=["executions"])
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such execution"}
 }
-_EVENT_CHUNK = 1000
+T = TypeVar("T")
 
 ExecutionId = Annotated[str, Path(min_length=1, max_length=64, description="Execution id")]
 
 
-def _view(deps: Deps, execution_id: str) -> ExecutionView:
-    view = load_view(deps.store, execution_id)
-    if view is None:
+def read_view(deps: Deps, execution_id: str, use: Callable[[ExecutionView], T]) -> T:
+    """`use(view)` on the execution's current view (cached, caught up from the log)."""
+    found = deps.views.read(execution_id, lambda view: (use(view),))
+    if found is None:
         raise NotFoundError(f"execution {execution_id} not found")
-    return view
+    return found[0]
 
 
 def _record(store: Store, execution_id: str) -> ExecutionRecord:
@@ -89,7 +90,9 @@ def list_executions(
     limit: Annotated[int, Query(ge=1, le=1000)] = 50,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> ExecutionList:
-    records = deps.store.list_executions(status=status, limit=limit, offset=offset)
+    # One row more than asked says whether there is a next page, without counting.
+    records = deps.store.list_executions(status=status, limit=limit + 1, offset=offset)
+    more = len(records) > limit
     items = [
         ExecutionSummary(
             execution_id=r.execution_id,
@@ -101,9 +104,10 @@ def list_executions(
             finished_at=r.finished_at,
             parent_execution_id=r.parent_execution_id,
         )
-        for r in records
+        for r in records[:limit]
     ]
-    return ExecutionList(items=items, limit=limit, offset=offset)
+    next_offset = offset + limit if more else None
+    return ExecutionList(items=items, limit=limit, offset=offset, next_offset=next_offset)
 
 
 @router.get(
@@ -116,7 +120,8 @@ def list_executions(
 def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
     """The object `noetl run --json` prints, folded from the event log (so it is current
     while the execution runs), with sensitive context and workload values masked."""
-    out = _view(deps, execution_id).to_dict(deps.clock())
+    now = deps.clock()
+    out = read_view(deps, execution_id, lambda view: view.to_dict(now))
     out["context"] = redact(out["context"])
     out["workload"] = redact(out["workload"])
     return out
@@ -145,17 +150,9 @@ def cancel_execution(execution_id: ExecutionId, deps: Deps) -> CancelResult:
     responses=_NOT_FOUND,
 )
 def get_graph(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
-    return _view(deps, execution_id).graph_dict()
-
-
-def _events(store: Store, execution_id: str, after_seq: int) -> Iterator[Event]:
-    """Every event after `after_seq`, read in chunks so memory stays flat."""
-    while True:
-        chunk = store.load_events(execution_id, after_seq=after_seq, limit=_EVENT_CHUNK)
-        yield from chunk
-        if len(chunk) < _EVENT_CHUNK:
-            return
-        after_seq = chunk[-1].seq
+    """Every step with its status (and loop counters: `completed` of `total`), and every
+    edge of the playbook with whether the execution followed it."""
+    return read_view(deps, execution_id, ExecutionView.graph_dict)
 
 
 def _event_list(
@@ -169,7 +166,10 @@ def _event_list(
     limit: int,
 ) -> EventList:
     items: list[dict[str, Any]] = []
-    for event in _events(deps.store, execution_id, after_seq):
+    filtered = event_type is not None or step is not None or from_timestamp is not None
+    # Unfiltered, a page is exactly the next `limit` events: read no more than that.
+    chunk = EVENT_CHUNK if filtered else min(limit, EVENT_CHUNK)
+    for event in iter_events(deps.store, execution_id, after_seq, chunk=chunk):
         if (
             (event_type is not None and event.type != event_type)
             or (step is not None and event.step != step)
@@ -209,7 +209,12 @@ def list_events(
     after_seq: AfterSeq = 0,
     limit: Limit = 1000,
 ) -> EventList:
-    """Events in sequence order; payload values under sensitive keys are masked."""
+    """Events in sequence order; payload values under sensitive keys are masked.
+
+    Page through a long log with `after_seq` (the `seq` of the last event received) and
+    `limit`. `seq` is gapless from 1 to the execution's `last_seq`, so the last N events
+    are `after_seq = last_seq - N`. With filters, a page holds up to `limit` matching
+    events found after `after_seq`."""
     return _event_list(
         deps,
         execution_id,

@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 
 from noetl.dsl.validate import load_playbook_text
 from noetl.server.deps import Deps
+from noetl.server.redact import redact
 from noetl.server.schemas import (
     DiagnosticOut,
     ErrorBody,
@@ -17,6 +18,8 @@ from noetl.server.schemas import (
     PlaybookRegister,
     PlaybookRegistered,
     PlaybookSummary,
+    PlaybookValidate,
+    PlaybookValidation,
 )
 from noetl.store.base import NotFoundError, PlaybookRecord
 
@@ -58,6 +61,30 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
     return PlaybookRegistered(
         **_summary(record).model_dump(),
         warnings=[DiagnosticOut.model_validate(d.to_dict()) for d in loaded.warnings],
+    )
+
+
+@router.post(
+    "/validate",
+    summary="Validate a playbook without registering it",
+    response_model=PlaybookValidation,
+    responses={422: {"model": ErrorBody, "description": "Invalid request"}},
+)
+def validate_playbook(body: PlaybookValidate) -> PlaybookValidation:
+    """Every error and warning with its line, step and key, as `noetl lint` shows them;
+    an invalid playbook is a normal answer here (`valid: false`), not an error."""
+    loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    diagnostics = [DiagnosticOut.model_validate(d.to_dict()) for d in loaded.diagnostics]
+    playbook = loaded.playbook if loaded.ok else None
+    if playbook is None:
+        return PlaybookValidation(valid=False, diagnostics=diagnostics)
+    return PlaybookValidation(
+        valid=True,
+        name=playbook.metadata.name,
+        path=playbook.metadata.path,
+        workload=redact(playbook.workload),
+        steps=[step.step for step in playbook.workflow],
+        diagnostics=diagnostics,
     )
 
 

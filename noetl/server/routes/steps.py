@@ -1,0 +1,77 @@
+"""One step of an execution: its state, result preview and attempts."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+
+from noetl.runtime.step_view import AttemptStatus, step_attempts
+from noetl.runtime.views import ExecutionView, iter_events
+from noetl.server.deps import Deps
+from noetl.server.redact import masked_json
+from noetl.server.routes.executions import ExecutionId, read_view
+from noetl.server.schemas import ErrorBody, StepDetail
+from noetl.store.base import NotFoundError
+
+router = APIRouter(prefix="/api/executions", tags=["executions"])
+
+# An attempt's output is a glance ("what did item 7 return?"); the step result is longer.
+OUTPUT_PREVIEW = 300
+
+
+def _step_state(view: ExecutionView, step: str, result_limit: int) -> dict[str, Any]:
+    run = view.state.steps.get(step)
+    if run is None:
+        raise NotFoundError(f"execution {view.record.execution_id} has no step {step!r}")
+    out: dict[str, Any] = run.summary()
+    out.update(started_at=run.started_at, finished_at=run.finished_at)
+    if run.status.done and run.finished_at is not None:
+        out["result"], out["result_truncated"] = masked_json(run.result, result_limit, indent=2)
+    else:
+        out["result"], out["result_truncated"] = None, False
+    return out
+
+
+@router.get(
+    "/{execution_id}/steps/{step}",
+    summary="One step: status, loop counters, result preview and attempts",
+    response_model=StepDetail,
+    responses={404: {"model": ErrorBody, "description": "No such execution or step"}},
+)
+def get_step(
+    *,
+    execution_id: ExecutionId,
+    step: Annotated[str, Path(min_length=1, max_length=128)],
+    deps: Deps,
+    status: Annotated[
+        AttemptStatus | None, Query(description="Only attempts with this status")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Attempts per page")] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    result_limit: Annotated[
+        int, Query(ge=0, le=1_000_000, description="Characters of the result shown")
+    ] = 4000,
+) -> dict[str, Any]:
+    """The step as the engine sees it, with every attempt of each of its tasks (a loop
+    has one task per item; a retry or a lost lease adds an attempt), in the order they
+    began. Sensitive values in the result and outputs are masked."""
+    out = read_view(deps, execution_id, lambda view: _step_state(view, step, result_limit))
+    attempts = step_attempts(iter_events(deps.store, execution_id), step)
+    if status is not None:
+        attempts = [a for a in attempts if a.status is status]
+    page = []
+    for attempt in attempts[offset : offset + limit]:
+        item = attempt.to_dict()
+        output = item.pop("output")
+        item["output"] = None if output is None else masked_json(output, OUTPUT_PREVIEW)[0]
+        page.append(item)
+    out.update(
+        execution_id=execution_id,
+        step=step,
+        attempts=page,
+        attempts_total=len(attempts),
+        limit=limit,
+        offset=offset,
+    )
+    return out

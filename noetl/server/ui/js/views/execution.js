@@ -1,0 +1,167 @@
+// One execution: header and cancel, the step graph, the selected step, the event timeline.
+// Refreshed every 1.5 s while it runs (every 5 s after: a replay can reopen it).
+import { api } from "../api.js";
+import { h, fill, href, confirmDialog } from "../dom.js";
+import { badge, fmtTime, fmtDuration, jsonText } from "../format.js";
+import { createGraphView, nodeCaption } from "../graph.js";
+import { poll } from "../poll.js";
+import { createStepPanel } from "./step.js";
+import { createTimeline } from "./timeline.js";
+
+function stepsTable(graph, selected, onSelect) {
+  return h(
+    "table",
+    { id: "steps" },
+    h("thead", {}, h("tr", {}, ["Step", "Status", "Progress", "Error"].map((t) => h("th", {}, t)))),
+    h(
+      "tbody",
+      {},
+      graph.nodes.map((node) =>
+        h(
+          "tr",
+          { class: `clickable${node.id === selected ? " selected" : ""}`, dataset: { step: node.id, status: node.status }, onclick: () => onSelect(node.id) },
+          h("td", { class: "mono" }, node.id),
+          h("td", {}, badge(node.status)),
+          h("td", { class: "num" }, node.total !== null && node.total !== undefined ? nodeCaption(node).split(" · ")[1] : ""),
+          h("td", { class: "wrap error-text" }, node.error || ""),
+        ),
+      ),
+    ),
+  );
+}
+
+export async function renderExecution(ctx, executionId, query) {
+  let detail = null;
+  let graph = null;
+  let selected = query.step || null;
+
+  const title = h("h1", {}, "Execution ", h("span", { class: "mono", id: "execution-id" }, executionId));
+  const message = h("div", { id: "execution-message" });
+  const meta = h("dl", { class: "meta", id: "execution-meta" });
+  const graphBox = h("div", { class: "graph-box", id: "graph" });
+  const stepsBox = h("div", { id: "steps-box" });
+  const dataBox = h("div", {});
+  const graphView = createGraphView(graphBox, { onSelect: (step) => select(step) });
+  const panel = createStepPanel(ctx, executionId, {
+    onShowEvents: (step) => timeline.showStep(step),
+    onChanged: () => refresher.now(),
+  });
+  const timeline = createTimeline(ctx, executionId, { onStep: (step) => select(step) });
+  const legend = h(
+    "div",
+    { class: "legend" },
+    ["pending", "parked", "running", "ok", "failed", "skipped", "canceled"].map((s) => badge(s)),
+    h("span", {}, "solid blue edge: taken; dashed: not taken"),
+  );
+
+  fill(
+    ctx.root,
+    title,
+    message,
+    h("section", { class: "panel" }, meta),
+    h(
+      "div",
+      { class: "row" },
+      h("section", { class: "panel grow" }, h("h2", {}, "Graph"), graphBox, legend),
+      h("section", { class: "panel grow" }, h("h2", {}, "Steps"), stepsBox),
+    ),
+    panel.element,
+    timeline.element,
+    dataBox,
+  );
+
+  function select(step) {
+    selected = step;
+    const q = new URLSearchParams({ step });
+    history.replaceState(null, "", `${href(["executions", executionId])}?${q}`);
+    if (graph) drawGraph();
+    panel.select(step).catch(ctx.onError);
+    panel.element.scrollIntoView({ block: "nearest" });
+  }
+
+  function drawGraph() {
+    graphView.update(graph, selected);
+    fill(stepsBox, stepsTable(graph, selected, select));
+  }
+
+  async function cancel() {
+    const ok = await confirmDialog({
+      title: "Cancel this execution?",
+      content: h("p", {}, "Running tasks are stopped and no further step runs. The execution ends as canceled."),
+      confirmLabel: "Cancel execution",
+      danger: true,
+    });
+    if (!ok) return;
+    try {
+      const res = await api(`/api/executions/${encodeURIComponent(executionId)}/cancel`, { method: "POST" });
+      fill(message, h("p", { class: "notice ok", role: "status" }, res.canceled ? "Cancel requested." : `Not canceled: the execution had already ended (${res.status}).`));
+      refresher.now();
+    } catch (err) {
+      fill(message, h("p", { class: "notice error", role: "alert" }, `Cancel failed: ${err.message}`));
+    }
+  }
+
+  let shownData = "";
+  function drawHeader() {
+    const d = detail;
+    const running = d.status === "running";
+    fill(
+      title,
+      "Execution ",
+      h("span", { class: "mono", id: "execution-id" }, executionId),
+      h("span", { id: "execution-status" }, badge(d.status)),
+      running ? h("button", { type: "button", class: "danger", id: "cancel", onclick: cancel }, "Cancel") : null,
+    );
+    const playbook = d.playbook_path
+      ? h("a", { href: href(["playbooks", "view"], { path: d.playbook_path }) }, d.playbook_path)
+      : h("span", { class: "muted" }, "inline playbook");
+    fill(
+      meta,
+      h("dt", {}, "Playbook"), h("dd", {}, d.playbook_name, " · ", playbook),
+      h("dt", {}, "Started"), h("dd", {}, fmtTime(d.created_at)),
+      h("dt", {}, "Finished"), h("dd", {}, fmtTime(d.finished_at)),
+      h("dt", {}, "Duration"), h("dd", {}, fmtDuration(d.duration_s), running ? " so far" : ""),
+      h("dt", {}, "Dead letters"), h("dd", {}, h("a", { href: href(["dlq"], { execution_id: executionId, status: "" }), id: "execution-dlq" }, "of this execution")),
+      d.parent_execution_id ? [h("dt", {}, "Parent"), h("dd", { class: "mono" }, h("a", { href: href(["executions", d.parent_execution_id]) }, d.parent_execution_id))] : null,
+      d.error ? [h("dt", {}, "Error"), h("dd", {}, h("pre", { class: "error-text", id: "execution-error" }, d.error))] : null,
+    );
+    const data = jsonText([d.workload, d.context]);
+    if (data !== shownData) {
+      shownData = data;
+      fill(
+        dataBox,
+        h("details", { class: "panel" }, h("summary", {}, "Workload"), h("pre", { id: "workload" }, jsonText(d.workload))),
+        h("details", { class: "panel" }, h("summary", {}, "Context (results saved with as/collect)"), h("pre", { id: "context" }, jsonText(d.context))),
+      );
+    }
+  }
+
+  const base = `/api/executions/${encodeURIComponent(executionId)}`;
+  const refresher = poll(
+    async () => {
+      const [d, g] = await Promise.all([api(base, { signal: ctx.signal }), api(`${base}/graph`, { signal: ctx.signal })]);
+      if (ctx.signal.aborted) return;
+      const wasRunning = detail && detail.status === "running";
+      detail = d;
+      graph = g;
+      drawHeader();
+      drawGraph();
+      const work = [timeline.refresh(d.last_seq, g.nodes.map((n) => n.id))];
+      if (selected && (panel.step !== selected || d.status === "running" || wasRunning)) {
+        work.push(panel.select(selected));
+      }
+      await Promise.all(work);
+    },
+    () => (detail && detail.status !== "running" ? 5000 : 1500),
+    {
+      signal: ctx.signal,
+      onError: (err) => {
+        if (err.status === 404) {
+          refresher.stop(); // it will not appear later
+          fill(ctx.root, h("h1", {}, "Execution not found"), h("p", { class: "notice error", role: "alert" }, err.message));
+        } else ctx.onError(err);
+      },
+      onOk: ctx.onOk,
+    },
+  );
+}
