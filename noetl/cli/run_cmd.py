@@ -18,6 +18,7 @@ from noetl.cli.observe import (
     metrics_options,
     serve_metrics,
     setup_logging,
+    setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
@@ -25,6 +26,7 @@ from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
+from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime, RunResult
 from noetl.runtime.local import embedded_runtime
 
@@ -88,21 +90,28 @@ def run_cmd(
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)
     exporter = None
-    with embedded_runtime(
-        settings.db.url,
-        workers=settings.run.workers,
-        secrets_file=settings.secrets.file,
-        metrics=metrics,
-        log_events=True,
-        options=settings.engine_options(),
-    ) as runtime:
-        try:
-            if metrics is not None and settings.metrics.port is not None:
-                exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
-            result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
-        finally:
-            if exporter is not None:
-                exporter.close()
+    tracing = setup_tracing(settings, "noetl")
+    try:
+        with embedded_runtime(
+            settings.db.url,
+            workers=settings.run.workers,
+            secrets_file=settings.secrets.file,
+            metrics=metrics,
+            log_events=True,
+            options=settings.engine_options(),
+            tracing=tracing,
+            sampler=sampler_of(settings.tracing),
+        ) as runtime:
+            try:
+                if metrics is not None and settings.metrics.port is not None:
+                    exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
+                result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+            finally:
+                if exporter is not None:
+                    exporter.close()
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)
