@@ -20,8 +20,10 @@ signatures (`signature_of`), never payloads.
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 
 __all__ = ["MAX_TEXT", "Tracing", "clean", "exporter_of", "start_tracing"]
 
+log = logging.getLogger("noetl.observability")
 MAX_TEXT = 1024  # characters of one attribute or message, at most
 _SAMPLED = TraceFlags(TraceFlags.SAMPLED)
 _SCOPE = InstrumentationScope("noetl", __version__)
@@ -149,9 +152,23 @@ class Tracing:
         """Export what is queued; False if that did not finish in time."""
         return bool(self.processor.force_flush(int(timeout_s * 1000)))
 
-    def shutdown(self) -> None:
-        """Export what is queued and stop the processor (at the end of the process)."""
-        self.processor.shutdown()
+    def shutdown(self, timeout_s: float = 3.0) -> bool:
+        """Export what is queued and stop the processor (at the end of the process),
+        waiting `timeout_s` at most: an exporter retrying an unreachable collector must
+        not hold the process. False (and a warning) if it did not finish in time."""
+        done = threading.Event()
+
+        def stop() -> None:
+            try:
+                self.processor.shutdown()
+            finally:
+                done.set()
+
+        threading.Thread(target=stop, name="noetl-tracing-shutdown", daemon=True).start()
+        if done.wait(timeout_s):
+            return True
+        log.warning("tracing: spans not exported within %.0f s of shutdown; dropped", timeout_s)
+        return False
 
 
 def exporter_of(settings: TracingSettings) -> SpanExporter | None:

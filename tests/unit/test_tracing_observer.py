@@ -3,6 +3,7 @@ in-memory exporter behind a synchronous processor)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -317,3 +318,28 @@ def test_per_task_cost_micro_benchmark() -> None:
     tracing.shutdown()
     print(f"\ntracing: {elapsed / count * 1e6:.1f} us per task (dispatch + plugin span)")
     assert exported.count == 2 * count
+
+
+class _Stuck(SpanExporter):
+    """An exporter whose collector never answers."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.release.wait(10)
+        return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self.release.wait(10)
+
+
+def test_shutdown_does_not_wait_for_an_unreachable_collector() -> None:
+    stuck = _Stuck()
+    tracing = Tracing(SimpleSpanProcessor(stuck), sampler=TraceSampler(1.0))
+    try:
+        assert tracing.shutdown(timeout_s=0.05) is False
+    finally:
+        stuck.release.set()
+    exported = InMemorySpanExporter()
+    assert Tracing(SimpleSpanProcessor(exported)).shutdown() is True
