@@ -55,6 +55,12 @@ def exec_group() -> None:
 @click.option(
     "--set", "sets", multiple=True, metavar="KEY=VALUE", help="Set a workload value (dotted keys)."
 )
+@click.option(
+    "--trace",
+    is_flag=True,
+    help="Trace this execution whatever the sample rate (sets workload.trace: true; the "
+    "server needs tracing.enabled).",
+)
 @json_option
 @server_option
 def start_cmd(
@@ -62,12 +68,15 @@ def start_cmd(
     workflow: str,
     workload_file: Path | None,
     sets: tuple[str, ...],
+    trace: bool,
     as_json: bool,
     server: str,
 ) -> None:
     """Start an execution and print its id."""
     workload = read_workload(workload_file) if workload_file else {}
     workload = apply_sets(workload, sets)
+    if trace:
+        workload["trace"] = True
     local = Path(workflow)
     body: dict[str, Any] = {"workload": workload}
     file: str | None = None

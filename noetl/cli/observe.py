@@ -1,9 +1,10 @@
-"""Logging and metrics options shared by `noetl server start`, `worker start` and `run`.
+"""Logging, metrics and tracing shared by `noetl server start`, `worker start` and `run`.
 
 Each flag sets a key of the configuration (`logging.level`, `logging.format`,
 `metrics.enabled`, `metrics.port`, `metrics.host`, `metrics.path`), so its environment twin
 is the configuration's (NOETL_LOGGING_LEVEL, with NOETL_LOG_LEVEL as an alias;
-NOETL_LOGGING_FORMAT; NOETL_METRICS_ENABLED, ...), and so is the file.
+NOETL_LOGGING_FORMAT; NOETL_METRICS_ENABLED, ...), and so is the file. Tracing has no flags
+of its own: the `tracing` section (NOETL_TRACING_*) configures it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from noetl.config import Settings
     from noetl.observability.exporter import Exporter
     from noetl.observability.metrics import Metrics
+    from noetl.observability.tracing import Tracing
     from noetl.store.base import Store
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,3 +110,13 @@ def serve_metrics(metrics: Metrics, port: int, host: str) -> Exporter:
     exporter = start_exporter(metrics.registry, port, host)
     click.echo(f"metrics on {exporter.url}", err=True)
     return exporter
+
+
+def setup_tracing(settings: Settings, service: str) -> Tracing | None:
+    """The tracing of a process (`service` names it in the spans); None when tracing is
+    off or exports nothing. The caller shuts it down at the end, which flushes it."""
+    if not settings.tracing.enabled:
+        return None  # OpenTelemetry is not even imported
+    from noetl.observability.tracing import start_tracing
+
+    return start_tracing(settings.tracing, service=service)

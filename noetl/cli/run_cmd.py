@@ -18,6 +18,7 @@ from noetl.cli.observe import (
     metrics_options,
     serve_metrics,
     setup_logging,
+    setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
@@ -25,6 +26,7 @@ from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
+from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime, RunResult
 from noetl.runtime.local import embedded_runtime
 from noetl.store.base import ConcurrencyError
@@ -89,6 +91,7 @@ def run_cmd(
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)
     exporter = None
+    tracing = setup_tracing(settings, "noetl")
     try:
         with embedded_runtime(
             settings.db.url,
@@ -97,6 +100,8 @@ def run_cmd(
             metrics=metrics,
             log_events=True,
             options=settings.engine_options(),
+            tracing=tracing,
+            sampler=sampler_of(settings.tracing),
         ) as runtime:
             try:
                 if metrics is not None and settings.metrics.port is not None:
@@ -114,6 +119,9 @@ def run_cmd(
             err=True,
         )
         sys.exit(1)
+    finally:
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)

@@ -14,7 +14,13 @@ from types import FrameType
 import click
 
 from noetl import __version__
-from noetl.cli.observe import log_options, metrics_options, new_metrics, setup_logging
+from noetl.cli.observe import (
+    log_options,
+    metrics_options,
+    new_metrics,
+    setup_logging,
+    setup_tracing,
+)
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
 from noetl.runtime.orchestrator import Orchestrator
@@ -63,11 +69,13 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     import uvicorn
 
     from noetl.observability import observer_for
+    from noetl.observability.trace_context import sampler_of
     from noetl.server.app import create_app
 
     _Server = _uvicorn_server()
 
     setup_logging(settings, "INFO")
+    tracing = setup_tracing(settings, "noetl-server")
     store = open_store(settings.db.url)
     owner = f"{socket.gethostname()}:{os.getpid()}"
     pool = settings.server_pool
@@ -76,8 +84,11 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         store,
         owner=owner,
         pool=pool,
-        observer=observer_for(metrics=metrics, pool=pool),
+        observer=observer_for(
+            metrics=metrics, pool=pool, tracing=tracing, load_events=store.load_events
+        ),
         options=settings.engine_options(),
+        sampler=sampler_of(settings.tracing),
     )
     app = create_app(
         store,
@@ -107,5 +118,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     finally:
         stop.set()
         loop.join(timeout=10)
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
         store.close()
         click.echo(f"{name} stopped", err=True)

@@ -15,6 +15,7 @@ from noetl.cli.observe import (
     metrics_options,
     serve_metrics,
     setup_logging,
+    setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
@@ -81,6 +82,7 @@ def worker_start(*, settings: Settings) -> None:
     """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first).
     With --metrics-port, its metrics are served at http://HOST:PORT/metrics."""
     from noetl.observability import observer_for
+    from noetl.observability.trace_context import sampler_of
 
     setup_logging(settings, "INFO")
     config = settings.worker
@@ -90,10 +92,17 @@ def worker_start(*, settings: Settings) -> None:
     worker_id = default_worker_id(pool)
     # Metrics are recorded only where they can be scraped.
     metrics = exporter_metrics(settings)
-    observer = observer_for(metrics=metrics, pool=pool, worker_id=worker_id)
     exporter = None
+    tracing = setup_tracing(settings, "noetl-worker")
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
     store = open_store(settings.db.url, connections=count + 4)
+    observer = observer_for(
+        metrics=metrics,
+        pool=pool,
+        worker_id=worker_id,
+        tracing=tracing,
+        load_events=store.load_events,
+    )
     stop = threading.Event()
     try:
         if metrics is not None and settings.metrics.port is not None:
@@ -101,7 +110,11 @@ def worker_start(*, settings: Settings) -> None:
         with PythonPool(processes=processes) as python_pool:
             # Continuations decide here with the same engine defaults as the servers'.
             decider = Decider(
-                store, pool=pool, observer=observer, options=settings.engine_options()
+                store,
+                pool=pool,
+                observer=observer,
+                options=settings.engine_options(),
+                sampler=sampler_of(settings.tracing),
             )
             # Child executions (the playbook tool) are created in the store, their tasks
             # in this worker's pool; a hard stop ends the waits (the lease then expires and
@@ -148,6 +161,8 @@ def worker_start(*, settings: Settings) -> None:
     finally:
         if exporter is not None:
             exporter.close()
+        if tracing is not None:
+            tracing.shutdown()  # exports the spans still queued
         store.close()
 
 

@@ -121,6 +121,10 @@ class Task:
     template when given; see `noetl.sinks`); `pick` is the raw `result.pick` template the
     worker applies to `this` to get the `out` the sinks write. Both are empty for a step
     without sinks, and left out of `to_dict` then.
+
+    `trace` is the W3C `traceparent` of the task's `server.dispatch` span when its execution
+    is traced (set by the runtime when it queues the task, see
+    `noetl.observability.trace_context`); None otherwise, and left out of `to_dict` then.
     """
 
     task_id: str
@@ -139,6 +143,7 @@ class Task:
     secrets: tuple[str, ...] = ()
     sinks: tuple[dict[str, Any], ...] = ()
     pick: Any = None
+    trace: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -148,6 +153,8 @@ class Task:
             data["sinks"] = list(self.sinks)
         if self.pick is not None:
             data["pick"] = self.pick
+        if self.trace is not None:
+            data["trace"] = self.trace
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -182,6 +189,7 @@ class Task:
             secrets=tuple(data.get("secrets") or ()),
             sinks=tuple(dict(s) for s in data.get("sinks") or ()),
             pick=data.get("pick"),
+            trace=data["trace"] if isinstance(data.get("trace"), str) else None,
         )
 
 

@@ -1,7 +1,7 @@
 """The Observer port: the few points where runtimes tell observability what happened.
 
-Metrics (`noetl.observability.metrics`) and logs (`noetl.observability.log_events`) are
-observers; spans can hook in at the same points later. Every runtime holds one observer
+Metrics (`noetl.observability.metrics`), logs (`noetl.observability.log_events`) and traces
+(`noetl.observability.tracing_observer`) are observers. Every runtime holds one observer
 (`NOOP` by default, which costs a method call that does nothing):
 
 * `committed`: events a decision just committed (after the store accepted them), from the
@@ -91,7 +91,7 @@ NOOP: Observer = NoopObserver()
 
 
 class Observers:
-    """Several observers behind one (metrics and logs, later spans)."""
+    """Several observers behind one (metrics, logs, spans)."""
 
     def __init__(self, observers: Sequence[Observer]) -> None:
         self.observers = tuple(observers)

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from noetl.engine import CancelTasks, EnqueueTask, Event, EventType, ExecutionState
-from noetl.engine.types import Command, RequeueTask, StartTimer
+from noetl.engine.types import Command, RequeueTask, StartTimer, Task
+from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.dlq import dead_letter_of
 from noetl.store.base import (
     Append,
@@ -38,11 +39,13 @@ def build_append(
     find_task: FindTask,
     inputs_done: Sequence[int] = (),
     pool: str | None = None,
+    sampler: TraceSampler | None = None,
 ) -> Append:
     """The append of `events` (and `commands`) on top of stored sequence `before`.
 
     With a `pool` the queue changes and timers are part of it (distributed mode); without,
-    the runtime runs the tasks and timers itself (the embedded runtime)."""
+    the runtime runs the tasks and timers itself (the embedded runtime). With a `sampler`
+    (tracing on), the queued tasks of a traced execution carry their trace context."""
     finished = False
     reopened = False
     touched: set[str] = set()
@@ -79,10 +82,17 @@ def build_append(
     )
     if pool is None:
         return append
-    return dataclasses.replace(append, **_queue_changes(state, commands, pool))
+    traced = sampler is not None and sampler.sampled(state.execution_id, state.workload)
+    stamp = sampler.stamp if sampler is not None and traced else None
+    return dataclasses.replace(append, **_queue_changes(state, commands, pool, stamp))
 
 
-def _queue_changes(state: ExecutionState, commands: Sequence[Command], pool: str) -> dict[str, Any]:
+def _queue_changes(
+    state: ExecutionState,
+    commands: Sequence[Command],
+    pool: str,
+    stamp: Callable[[Task], Task] | None,
+) -> dict[str, Any]:
     # A task dispatched as the only one in flight is marked `solo`: its worker may decide
     # what follows it (noetl.worker.runner) instead of reporting to a server.
     solo = len(state.tasks) == 1 and not state.terminal
@@ -92,12 +102,14 @@ def _queue_changes(state: ExecutionState, commands: Sequence[Command], pool: str
     timers: list[Timer] = []
     for command in commands:
         if isinstance(command, EnqueueTask):
-            enqueue.append(Enqueue(command.task, pool=pool, solo=solo))
+            task = command.task if stamp is None else stamp(command.task)
+            enqueue.append(Enqueue(task, pool=pool, solo=solo))
         elif isinstance(command, RequeueTask):
             if command.task is None:
                 requeue.append(Requeue(command.task_id, command.attempt, command.delay_s))
             else:  # a replay: its (maybe patched) task replaces the row, or makes one
                 task = dataclasses.replace(command.task, attempt=command.attempt)
+                task = task if stamp is None else stamp(task)
                 enqueue.append(Enqueue(task, pool=pool, delay_s=command.delay_s))
         elif isinstance(command, CancelTasks):
             cancel.extend(command.task_ids)

@@ -24,6 +24,7 @@ from noetl.engine import Engine, Event, ExecutionState, Task, fold
 from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
+from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, NotFoundError, Store
@@ -46,10 +47,13 @@ class Decider:
         cache_size: int = 10_000,
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
+        sampler: TraceSampler | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
         self.observer = observer
+        # Tracing on: which executions are traced, so their queued tasks carry the context.
+        self.sampler = sampler
         # The engine's defaults (retries, timeouts, policies): the same for every engine
         # here, so a decision is the same whether a server or a worker makes it (given the
         # same configuration).
@@ -205,6 +209,7 @@ class Decider:
             find_task=lambda task_id: self.find_task(execution_id, task_id),
             inputs_done=inputs_done,
             pool=self.pool,
+            sampler=self.sampler,
         )
 
     def find_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:

@@ -41,6 +41,7 @@ from noetl.engine import (
 from noetl.engine.options import EngineOptions
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
+from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
@@ -105,6 +106,7 @@ class EmbeddedRuntime:
         clock: Clock = time.time,
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
+        sampler: TraceSampler | None = None,
     ) -> None:
         self.store = store
         # The engine's defaults (retries, timeouts, policies), for every execution here.
@@ -112,6 +114,8 @@ class EmbeddedRuntime:
         self.tools = tools
         self.clock = clock
         self.observer = observer
+        # Tracing on: the tasks of a traced execution carry their trace context.
+        self.sampler = sampler
         self._workers = max(1, workers)
         self._pool = ThreadPoolExecutor(
             max_workers=self._workers, thread_name_prefix="noetl-worker"
@@ -368,6 +372,7 @@ class EmbeddedRuntime:
         # a task still queued is not run; their outcomes are discarded by the engine.
         for execution, _, decision in decisions:
             tasks = self._tasks.setdefault(execution.state.execution_id, {})
+            stamp = self._stamp(execution.state)
             for command in decision.commands:
                 if isinstance(command, CancelTasks):
                     canceled = self._canceled.setdefault(execution.state.execution_id, set())
@@ -375,9 +380,10 @@ class EmbeddedRuntime:
                         canceled.add(task_id)
                         self.tools.cancel(task_id)
                 if isinstance(command, EnqueueTask):
-                    tasks[command.task.task_id] = command.task
+                    task = command.task if stamp is None else stamp(command.task)
+                    tasks[task.task_id] = task
                     self._in_flight += 1
-                    self._submit(command.task)
+                    self._submit(task)
                 elif isinstance(command, RequeueTask):
                     # A retry (or a reclaim): the same task again, with its new attempt,
                     # once its delay has passed; a replay brings its (patched) task.
@@ -385,6 +391,7 @@ class EmbeddedRuntime:
                     if known is None:
                         continue
                     task = replace(known, attempt=command.attempt)
+                    task = task if stamp is None else stamp(task)
                     tasks[task.task_id] = task
                     self._in_flight += 1
                     self._later(command.delay_s, self._submit, task)
@@ -394,6 +401,14 @@ class EmbeddedRuntime:
             if execution.state.terminal:
                 self._tasks.pop(execution.state.execution_id, None)
                 self._canceled.pop(execution.state.execution_id, None)
+
+    def _stamp(self, state: ExecutionState) -> Callable[[Task], Task] | None:
+        """How the tasks of this execution are stamped with their trace context; None
+        when it is not traced."""
+        sampler = self.sampler
+        if sampler is None or not sampler.sampled(state.execution_id, state.workload):
+            return None
+        return sampler.stamp
 
     @staticmethod
     def _later(delay_s: float, call: Callable[..., None], *args: Any) -> None:

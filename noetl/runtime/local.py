@@ -26,6 +26,8 @@ from noetl.worker.tools import default_registry
 
 if TYPE_CHECKING:
     from noetl.observability.metrics import Metrics
+    from noetl.observability.trace_context import TraceSampler
+    from noetl.observability.tracing import Tracing
 
 __all__ = ["DEFAULT_DB", "embedded_runtime", "local_cluster", "wait_finished"]
 # The `pool` label of the embedded runtime's worker metrics.
@@ -41,17 +43,25 @@ def embedded_runtime(
     metrics: Metrics | None = None,
     log_events: bool = False,
     options: EngineOptions | None = None,
+    tracing: Tracing | None = None,
+    sampler: TraceSampler | None = None,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
     `NOETL_SECRETS_FILE`). `metrics` records its metrics (and the store's state gauges);
-    `log_events` writes seed 000's log events (see noetl.observability). `options`: the
-    engine's defaults (the configuration's, see `noetl.config.Settings.engine_options`;
-    None: the engine's own)."""
+    `log_events` writes seed 000's log events (see noetl.observability); `tracing` writes
+    spans, of the executions `sampler` traces. `options`: the engine's defaults (the
+    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own)."""
     count = workers or os.cpu_count() or 2
     provider = default_provider(secrets_file)
     store = open_store(db)
-    observer = observer_for(metrics=metrics, logs=log_events, pool=LOCAL_POOL)
+    observer = observer_for(
+        metrics=metrics,
+        logs=log_events,
+        pool=LOCAL_POOL,
+        tracing=tracing,
+        load_events=store.load_events,
+    )
     if metrics is not None:
         from noetl.observability.store_gauges import StoreGauges  # noqa: PLC0415
 
@@ -63,7 +73,12 @@ def embedded_runtime(
                 pool, secrets=provider, launcher=launcher, observer=observer
             )
             runtime = EmbeddedRuntime(
-                store, registry, workers=count, observer=observer, options=options
+                store,
+                registry,
+                workers=count,
+                observer=observer,
+                options=options,
+                sampler=sampler,
             )
             launcher.bind(runtime)
             try:

@@ -27,6 +27,7 @@ from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.errors import ConflictError
 from noetl.observability import NOOP, Observer
+from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.decider import Cached, Decider
 from noetl.runtime.dlq import DeadLetterQueue
 from noetl.store.base import (
@@ -68,6 +69,7 @@ class Orchestrator:
         maintain_interval_s: float = 5.0,
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
+        sampler: TraceSampler | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -79,7 +81,12 @@ class Orchestrator:
         self.maintain_interval_s = maintain_interval_s
         self._last_maintain = time.monotonic()
         self.decider = Decider(
-            store, pool=pool, cache_size=cache_size, observer=observer, options=options
+            store,
+            pool=pool,
+            cache_size=cache_size,
+            observer=observer,
+            options=options,
+            sampler=sampler,
         )
         self.dlq = DeadLetterQueue(store, self.engine_of)
 

@@ -132,7 +132,10 @@ class ExecutionStart(Request):
     version: int | None = Field(None, ge=1, description="Only with path; default the latest")
     playbook: str | None = Field(None, min_length=1, description="Inline playbook YAML")
     workload: dict[str, Any] = Field(
-        default_factory=dict, description="Merged over the playbook's workload"
+        default_factory=dict,
+        description="Merged over the playbook's workload. `trace: true` traces this "
+        "execution whatever `tracing.sample_rate` says (when the server has tracing on; "
+        "`noetl exec start --trace`)",
     )
     options: ExecutionOptions = Field(default_factory=ExecutionOptions)
 

@@ -7,7 +7,9 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   only by POST, PUT and PATCH, only when neither `spec.json` nor `spec.body` is set, and
   only when they are not empty.
 * `Idempotency-Key: <task.key>` unless the spec sets one, and a W3C `traceparent`: the
-  spec's, else the task context's (when well formed), else a new one (`new_traceparent`).
+  spec's; else, when the task is traced (`Task.trace`), its `worker.plugin.http` span's
+  context, so the downstream service's spans join the execution's trace; else the task
+  context's (when well formed); else a new one (`new_traceparent`).
 * Timeout: `spec.timeout` seconds, else the task's `timeout_ms`, else 30 s; it bounds each
   phase (connect, write, wait for a byte) and, once more, the reading of the whole body.
 
@@ -40,6 +42,7 @@ from pydantic import ValidationError
 
 from noetl.dsl.kinds import HttpSpec
 from noetl.engine.types import Outcome, Task
+from noetl.observability.trace_context import plugin_traceparent
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_BODY_BYTES", "HttpTool", "new_traceparent", "safe_url"]
 
@@ -275,7 +278,10 @@ def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:
         headers["Idempotency-Key"] = task.key
     if "traceparent" not in present:
         inherited = task.context.get("traceparent")
-        if isinstance(inherited, str) and _TRACEPARENT.match(inherited):
+        traced = None if task.trace is None else plugin_traceparent(task)
+        if traced is not None:
+            headers["traceparent"] = traced
+        elif isinstance(inherited, str) and _TRACEPARENT.match(inherited):
             headers["traceparent"] = inherited
         else:  # none, or malformed: W3C says start a new trace
             headers["traceparent"] = new_traceparent()

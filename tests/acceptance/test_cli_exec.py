@@ -221,6 +221,23 @@ def test_start_a_local_file_and_read_its_status(server: str, tmp_path: Path) -> 
     assert f"execution {execution_id} finished: ok" in watched.stdout
 
 
+def test_start_with_trace_asks_for_the_execution_to_be_traced(server: str, tmp_path: Path) -> None:
+    playbook = write(tmp_path, "no_tools.yaml", NO_TOOLS)
+    traced, plain = noetl_all(
+        ("exec", "start", "--workflow", str(playbook), "--trace", "--json"),
+        ("exec", "start", "--workflow", str(playbook), "--json"),
+        server=server,
+    )
+    assert traced.returncode == 0 and plain.returncode == 0, traced.stderr + plain.stderr
+    workloads = [
+        api_status(server, json.loads(proc.stdout)["execution_id"])["workload"]
+        for proc in (traced, plain)
+    ]
+    assert workloads[0]["trace"] is True
+    assert "trace" not in workloads[1]
+    assert workloads[0]["who"] == workloads[1]["who"] == "world"
+
+
 def test_events(server: str) -> None:
     execution_id = api_start(server, NO_TOOLS)
     text, typed, of_step = noetl_all(

@@ -25,6 +25,7 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import ROOT
+from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2` instead of `httpx`; either drives the app the same way.
@@ -151,6 +152,7 @@ def test_a_secret_reaches_its_services_and_nothing_else(
         "NOETL_SECRET_CANARY": canary,
         "NOETL_CREDENTIAL_warehouse": json.dumps({"dsn": pg_dsn}),
         "NOETL_LOG_LEVEL": "DEBUG",
+        **CONSOLE_TRACING,  # every span of the run on stderr
     }
 
     extra = ("--set", "fail=true") if outcome == "python_failure" else ()
@@ -182,7 +184,11 @@ def test_a_secret_reaches_its_services_and_nothing_else(
         (entry,) = json.loads(shown.stdout)["items"]
         assert entry["step"] == ("call" if outcome == "http_failure" else "compute")
         assert canary not in shown.stdout
-    # ...and appears nowhere else.
+    # ...and appears nowhere else: not in the spans either (on stderr).
+    names = {span["name"] for span in console_spans(proc.stderr)}
+    assert {"server.execution", "server.dispatch", "worker.plugin.http"} <= names
+    if outcome != "http_failure":
+        assert {"worker.plugin.postgres", "worker.plugin.python"} <= names
     assert canary not in proc.stdout
     assert canary not in proc.stderr
     assert canary.encode() not in files_of(db)

@@ -15,6 +15,7 @@ import pytest
 
 from tests.acceptance.test_secret_canary import PLAYBOOK, Recorder, http_url  # noqa: F401
 from tests.distributed.cluster import Cluster
+from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 
 @pytest.fixture
@@ -48,8 +49,10 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
     pg_dsn: str,
 ) -> None:
     canary = f"canary-{uuid.uuid4().hex}"
+    cluster.env = dict(CONSOLE_TRACING)  # both processes write every span to their output
     cluster.start_server()
     cluster.env = {  # the worker alone knows the secret and the credential
+        **CONSOLE_TRACING,
         "NOETL_SECRET_CANARY": canary,
         "NOETL_CREDENTIAL_warehouse": json.dumps({"dsn": pg_dsn}),
         "NOETL_LOG_LEVEL": "DEBUG",
@@ -79,6 +82,12 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
     cluster.stop_all()
     logs = "\n".join(proc.output() for proc in cluster.procs)
     assert "worker" in logs and "listening" in logs  # both processes' output was captured
+    spans = console_spans(logs)
+    services = {span["resource"]["attributes"]["service.name"] for span in spans}
+    assert services == {"noetl-server", "noetl-worker"}
+    assert {"server.execution", "worker.plugin.http", "worker.plugin.python"} <= {
+        span["name"] for span in spans
+    }
     for where, text in (
         ("the database", database_text(cluster.db)),
         ("the logs", logs),
