@@ -130,6 +130,18 @@ def test_a_dead_lettered_branch_task_replayed_lets_the_step_go_on() -> None:
     assert h.state.steps["start"].case.failed == {}
 
 
+def test_a_branch_task_whose_worker_is_lost_is_reclaimed_then_dead_lettered() -> None:
+    h = Harness.of(BRANCH_TOOL)
+    task_id = h.task("start").task_id
+    for _ in range(3):
+        h.input(E.LEASE_EXPIRED, {"task_id": task_id, "worker_id": "w1"})
+    assert [(r.task_id, r.attempt) for r in h.requeued] == [(task_id, 2), (task_id, 3)]
+    [dead] = _payloads(h, E.TASK_DEAD_LETTERED, "start")
+    assert (dead["task_id"], dead["reason"], dead["kind"]) == (task_id, "lease_expired", "python")
+    assert h.steps()["start"]["status"] == "failed"
+    assert h.steps()["start"]["error"].startswith("case[0].then.tool: the worker's lease expired")
+
+
 def test_a_branch_tool_can_call_a_workbook_task() -> None:
     h = Harness.of(
         """
