@@ -26,7 +26,6 @@ class CaseRun:
     `failed` holds the error of every branch whose task failed for good."""
 
     round: int = 0
-    trigger: str = ""
     outcome: dict[str, Any] | None = None
     fired: list[int] = field(default_factory=list)
     suppressed: list[int] = field(default_factory=list)
@@ -394,7 +393,6 @@ def _case_started(state: ExecutionState, event: Event) -> None:
         run.case = CaseRun()
     case = run.case
     case.round = int(event.payload["round"])
-    case.trigger = str(event.payload.get("trigger", ""))
     case.verdict = None
     if "outcome" in event.payload:
         case.outcome = event.payload["outcome"]
