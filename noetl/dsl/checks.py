@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from noetl.dsl.case_checks import RESERVED_NAMES, check_case
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, has_errors
 from noetl.dsl.graph import build_graph
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
@@ -17,9 +18,6 @@ from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, Workbook
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
-RESERVED_NAMES = frozenset(
-    {"workload", "step", "execution_id", "secrets", "this", "out", "_loop", "context"}
-)
 # A line that opens a block scalar: `key: |`, `key: >-`, or a list item `- |`.
 _BLOCK_SCALAR = re.compile(r"(:|^\s*-)\s*[|>][-+0-9]*\s*(#.*)?$")
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
@@ -210,6 +208,7 @@ class _Checker:
                 self.result(branch.then.result, (*then, "result"))
             if branch.then.sink:
                 self.sinks(branch.then.sink, (*then, "sink"))
+        check_case(self, step, base)
 
     def tool(self, tool: Tool, path: Path) -> None:
         model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds

@@ -8,10 +8,10 @@ the helpers, and (in result templates) `this` and `out`. `_loop.key` is the item
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from noetl.dsl.model import Step
+from noetl.dsl.model import Collect, Step
 from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
 from noetl.engine.types import StepStatus
@@ -119,3 +119,17 @@ class TemplateContext:
         view.update(self.bind)
         view.update(self._loop_names())
         return view
+
+
+def collect_into(
+    context: Mapping[str, Any], collect: Collect, collected: list[tuple[str | None, Any]]
+) -> dict[str, Any]:
+    """The new value of `collect.into`: outputs (with their map keys) in item order."""
+    current = context.get(collect.into)
+    if collect.mode == "list":
+        base = list(current) if isinstance(current, list) else []
+        return {collect.into: base + [out for _, out in collected]}
+    mapping = dict(current) if isinstance(current, dict) else {}
+    for key, out in collected:
+        mapping[str(key)] = out
+    return {collect.into: mapping}

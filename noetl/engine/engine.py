@@ -10,6 +10,10 @@ Retries (`noetl.engine.retry`): each task outcome is assessed with its step's re
 a retry is `retry.started` plus a `RequeueTask` of the same task id with the next attempt
 and a delay; attempts that run out give `retry.processed` (status `exhausted`), and the
 task fails as any failed task does.
+
+A step's `case` (seed 004) is decided in `noetl.engine.cases`; the engine hands a step over
+at four points (dispatch, a task outcome, the end of a loop, routing), and only for a step
+that has a `case`: a step without one costs what it always did.
 """
 
 from __future__ import annotations
@@ -17,17 +21,18 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from noetl.dsl.graph import Graph
-from noetl.dsl.model import Condition, Loop, Step, Tool
-from noetl.engine import recovery
-from noetl.engine.context import TemplateContext
+from noetl.dsl.model import Condition, Loop, Sink, Step, Tool
+from noetl.engine import cases, recovery
+from noetl.engine.case_plan import CasePlan
+from noetl.engine.context import TemplateContext, collect_into
 from noetl.engine.options import EngineOptions, effective_policy
 from noetl.engine.render import Renderer, render_spec
 from noetl.engine.retry import (
     FINISH,
+    Attempt,
     RetryAction,
     RetryDefaults,
     RetryRule,
@@ -37,7 +42,7 @@ from noetl.engine.retry import (
     rule_for,
 )
 from noetl.engine.secrets import referenced
-from noetl.engine.state import ExecutionState, apply
+from noetl.engine.state import ExecutionState, StepRun, apply
 from noetl.engine.types import (
     CancelTasks,
     Command,
@@ -51,17 +56,6 @@ from noetl.engine.types import (
     Task,
 )
 from noetl.errors import TemplateError
-
-
-@dataclass(frozen=True, slots=True)
-class _Attempt:
-    """The outcome of one attempt (`number`, from 1) of one task."""
-
-    task_id: str
-    step: Step
-    index: int | None
-    outcome: dict[str, Any]
-    number: int
 
 
 class _Turn:
@@ -112,6 +106,12 @@ class Engine:
             step.step: rule_for(step, self.playbook, self.retry_defaults)
             for step in self.playbook.workflow
             if step.tool is not None
+        }
+        # The `case` of each step that has one, resolved once (noetl.engine.cases).
+        self.cases: dict[str, CasePlan] = {
+            step.step: CasePlan.of(step, self.playbook, self.retry_defaults)
+            for step in self.playbook.workflow
+            if step.case
         }
 
     # --- inputs --------------------------------------------------------------------------
@@ -240,6 +240,9 @@ class Engine:
             self._emit(state, turn, EventType.STEP_STARTED, name, {})
             self._finish_step(state, turn, name, ok=False, error=f"bind: {exc}")
             return
+        if step.case and self.cases[name].on_entry:
+            cases.enter(self, state, turn, step, bind)
+            return
         if step.loop is not None:
             self._start_loop(state, turn, step, step.loop, bind)
             return
@@ -261,8 +264,14 @@ class Engine:
     def _start_loop(
         self, state: ExecutionState, turn: _Turn, step: Step, loop: Loop, bind: dict[str, Any]
     ) -> None:
+        self._emit(state, turn, EventType.STEP_STARTED, step.step, {"bind": bind})
+        self._begin_loop(state, turn, step, loop, bind)
+
+    def _begin_loop(
+        self, state: ExecutionState, turn: _Turn, step: Step, loop: Loop, bind: dict[str, Any]
+    ) -> None:
+        """Render the collection of a started loop step and dispatch its first items."""
         name = step.step
-        self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
         try:
             items = self.renderer.render(loop.collection, self._ctx(state, step, bind).build())
         except TemplateError as exc:
@@ -405,14 +414,21 @@ class Engine:
         return known
 
     def _sinks(self, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
-        """The step's `result.sink` entries as the worker runs them, specs rendered now.
+        """The step's `result.sink` entries as the worker runs them, specs rendered now."""
+        if step.result is None or not step.result.sink:
+            return ()
+        return self._render_sinks(step.result.sink, values, "result.sink")
+
+    def _render_sinks(
+        self, entries: list[Sink], values: dict[str, Any], label: str
+    ) -> tuple[dict[str, Any], ...]:
+        """Sink entries as the worker runs them, specs rendered now (a TemplateError names
+        `label[index]`).
 
         `args` is kept as a template: it may use `this` and `out`, which only the worker
         has. `policy.on_sink_fail: async_ignore` makes every sink best-effort; `fail_step`
         tries a sink without its own `retry` once. A sink without `retry` / `timeout_ms`
         gets the options' defaults."""
-        if step.result is None or not step.result.sink:
-            return ()
         all_async = self.policy.on_sink_fail == "async_ignore"
         default_retry = (
             {"max_attempts": 1} if self.policy.on_sink_fail == "fail_step" else self._sink_retry
@@ -420,11 +436,11 @@ class Engine:
         if default_retry is not None:
             default_retry = dict(default_retry)  # each task gets its own copy
         sinks: list[dict[str, Any]] = []
-        for index, sink in enumerate(step.result.sink):
+        for index, sink in enumerate(entries):
             try:
                 spec = render_spec(self.renderer, sink.kind, sink.spec, values)
             except TemplateError as exc:
-                raise TemplateError(f"result.sink[{index}]: {exc}") from None
+                raise TemplateError(f"{label}[{index}]: {exc}") from None
             entry: dict[str, Any] = {
                 "kind": sink.kind,
                 "spec": spec,
@@ -487,7 +503,9 @@ class Engine:
         ok = bool(payload.get("ok"))
         step = self.graph.nodes[name].step
         error = None if ok else str(payload.get("error") or "tool failed")
-        done = _Attempt(task_id, step, index, payload, attempt)
+        done = Attempt(task_id, step, index, payload, attempt)
+        if step.case and cases.on_outcome(self, state, turn, step, done, lease_lost=lease_lost):
+            return  # a branch's task, or the tool an `on_event` case evaluates
         if lease_lost:
             verdict = Verdict(RetryAction.EXHAUSTED, reason="lease_expired")
         else:
@@ -513,10 +531,10 @@ class Engine:
 
     # --- retries -------------------------------------------------------------------------
 
-    def _assess(self, state: ExecutionState, done: _Attempt) -> Verdict:
+    def _assess(self, state: ExecutionState, done: Attempt) -> Verdict:
         """The retry policy's verdict on the outcome of one attempt of a task."""
         step, index = done.step, done.index
-        rule = self.retry_rules[step.step]
+        rule = done.rule or self.retry_rules[step.step]
         if rule.retry_when is None and done.outcome.get("ok"):
             return FINISH  # the common case, decided without building anything
         run = state.steps[step.step]
@@ -529,14 +547,14 @@ class Engine:
         key = jitter_key(state.execution_id, step.step, done.number, index)
         return assess(rule, done.outcome, done.number, check, step=step.step, key=key)
 
-    def _retry(self, state: ExecutionState, turn: _Turn, done: _Attempt, verdict: Verdict) -> None:
+    def _retry(self, state: ExecutionState, turn: _Turn, done: Attempt, verdict: Verdict) -> None:
         """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
         payload: dict[str, Any] = {"task_id": done.task_id}
         if done.index is not None:
             payload["index"] = done.index
         payload.update(
             attempt=done.number + 1,
-            max_attempts=self.retry_rules[done.step.step].max_attempts,
+            max_attempts=(done.rule or self.retry_rules[done.step.step]).max_attempts,
             delay_ms=round(verdict.delay_s * 1000),
             reason=verdict.reason,
         )
@@ -545,7 +563,7 @@ class Engine:
         turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
 
     def _exhausted(
-        self, state: ExecutionState, turn: _Turn, done: _Attempt, verdict: Verdict
+        self, state: ExecutionState, turn: _Turn, done: Attempt, verdict: Verdict
     ) -> None:
         """Seed 001's `step_retry_exhausted`. It holds what a dead-letter entry needs: the
         task id (the message id), step (envelope), loop index and key, tool kind, attempts
@@ -560,8 +578,8 @@ class Engine:
                 payload["key"] = key
         payload.update(status="exhausted", reason=verdict.reason, attempts=done.number)
         if verdict.reason != "lease_expired":
-            payload["max_attempts"] = self.retry_rules[name].max_attempts
-        payload["kind"] = self._kind(done.step)
+            payload["max_attempts"] = (done.rule or self.retry_rules[name]).max_attempts
+        payload["kind"] = done.kind or self._kind(done.step)
         payload.update(_failure(done.outcome))
         if verdict.error is not None:
             payload["error"] = verdict.error
@@ -571,7 +589,7 @@ class Engine:
         self,
         state: ExecutionState,
         turn: _Turn,
-        done: _Attempt,
+        done: Attempt,
         exhausted: str | None,
         error: str | None,
     ) -> None:
@@ -587,7 +605,7 @@ class Engine:
         payload.update(
             reason=recovery.dead_letter_reason(done.outcome, exhausted),
             attempts=done.number,
-            kind=self._kind(done.step),
+            kind=done.kind or self._kind(done.step),
             error=error or "tool failed",
             error_type=done.outcome.get("error_type"),
         )
@@ -698,17 +716,27 @@ class Engine:
         )
         if not ok and error is None:
             error = f"{run.failed} of {run.completed} loop items failed"
-        successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
+        if step.case:
+            outcome: dict[str, Any] = {"ok": ok, "this": outs}
+            if error is not None:
+                outcome["error"] = error
+            if cases.after_loop(self, state, turn, step, outcome):
+                return  # its `on_event` case decides how the step ends
         self._finish_step(
             state,
             turn,
             step.step,
             ok=ok,
             result=outs,
-            collected=[(run.collect_keys.get(i), run.outs[i]) for i in successes],
+            collected=self._loop_collected(run) if ok else None,
             error=error,
             picked=True,
         )
+
+    def _loop_collected(self, run: StepRun) -> list[tuple[str | None, Any]]:
+        """The outputs (with their `collect.key`) of a loop's successful items, in order."""
+        successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
+        return [(run.collect_keys.get(i), run.outs[i]) for i in successes]
 
     # --- finishing and routing -----------------------------------------------------------
 
@@ -758,19 +786,14 @@ class Engine:
         collect = step.result.collect if step.result else None
         if collect is None:
             return {}
-        if collect.mode == "list":
-            current = state.context.get(collect.into)
-            base = list(current) if isinstance(current, list) else []
-            return {collect.into: base + [out for _, out in collected]}
-        current = state.context.get(collect.into)
-        mapping = dict(current) if isinstance(current, dict) else {}
-        for key, out in collected:
-            mapping[str(key)] = out
-        return {collect.into: mapping}
+        return collect_into(state.context, collect, collected)
 
     def _route(self, state: ExecutionState, turn: _Turn, step: Step, ok: bool) -> None:
         if state.compensation is not None:
             self._compensate_next(state, turn)  # rolling back: edges are not followed
+            return
+        if step.case and state.steps[step.step].case is not None:
+            cases.route(self, state, turn, step, ok)  # the case's routes, by its next_policy
             return
         taken: list[str] = []
         evaluated: list[dict[str, Any]] = []

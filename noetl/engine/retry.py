@@ -21,10 +21,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
-from noetl.dsl.model import Condition, Playbook, RetryPolicy, Step
+from noetl.dsl.model import Condition, Playbook, RetryPolicy, Step, Tool
 from noetl.errors import ErrorClass, TemplateError, error_class, http_status
 
 __all__ = [
+    "Attempt",
     "Backoff",
     "RetryAction",
     "RetryDefaults",
@@ -36,6 +37,7 @@ __all__ = [
     "jitter_key",
     "retry_names",
     "rule_for",
+    "rule_for_tool",
 ]
 
 Backoff = Literal["exponential", "linear", "fixed"]
@@ -133,6 +135,21 @@ def rule_for(step: Step, playbook: Playbook, defaults: RetryDefaults) -> RetryRu
     return RetryRule.of_defaults(defaults)
 
 
+def rule_for_tool(tool: Tool, playbook: Playbook, defaults: RetryDefaults) -> RetryRule:
+    """The retry policy of a tool that is not a step's own (a case branch's): its `retry`,
+    else its workbook task's, else the default policy."""
+    if tool.retry is not None:
+        return RetryRule.of_block(tool.retry, "tool")
+    if tool.kind == "workbook":
+        try:
+            task = playbook.task(str(tool.spec.get("name")))
+        except KeyError:
+            task = None
+        if task is not None and task.tool.retry is not None:
+            return RetryRule.of_block(task.tool.retry, "workbook")
+    return RetryRule.of_defaults(defaults)
+
+
 # --- delays ------------------------------------------------------------------------------
 
 
@@ -200,6 +217,22 @@ class Verdict:
 
 
 FINISH = Verdict(RetryAction.FINISH)
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """The outcome of one attempt (`number`, from 1) of one task.
+
+    `rule` and `kind`, when set, are those of a task that is not the step's own (a case
+    branch's tool); otherwise the step's retry rule and tool kind apply."""
+
+    task_id: str
+    step: Step
+    index: int | None
+    outcome: dict[str, Any]
+    number: int
+    rule: RetryRule | None = None
+    kind: str | None = None
 
 
 def retry_names(

@@ -15,6 +15,27 @@ from noetl.engine.types import Event, EventType, ExecutionStatus, StepStatus
 
 
 @dataclass(slots=True)
+class CaseRun:
+    """What a step's `case` has done in this run (folded from the `case.*` events).
+
+    `round` counts evaluations (a `retry` branch makes another, on the outcome of the
+    attempt it asked for); `outcome` is what an `on_event` round evaluated (the step's
+    tool output, kept until the step finishes); `fired`, `suppressed` and `routes` are
+    branch indexes over every round, in order; `verdict` is the latest round's `fail`,
+    `skip`, `retry` or action error; `tasks` maps each branch task to its branch, and
+    `failed` holds the error of every branch whose task failed for good."""
+
+    round: int = 0
+    outcome: dict[str, Any] | None = None
+    fired: list[int] = field(default_factory=list)
+    suppressed: list[int] = field(default_factory=list)
+    routes: list[int] = field(default_factory=list)
+    verdict: dict[str, Any] | None = None
+    tasks: dict[str, int] = field(default_factory=dict)
+    failed: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class StepRun:
     """The run of one step (a step runs at most once per execution)."""
 
@@ -44,6 +65,8 @@ class StepRun:
     before_finish: StepStatus | None = None
     # The seq of its `loop.started`: a loop's total-budget timer names the run it is for.
     loop_seq: int = 0
+    # Its `case`, once evaluated in this run (None for every step without one).
+    case: CaseRun | None = None
 
     def status_view(self) -> dict[str, Any]:
         """`step.<id>.status`: running, done, ok, error and loop counters."""
@@ -262,9 +285,14 @@ def _next_evaluated(state: ExecutionState, event: Event) -> None:
 
 def _step_skipped(state: ExecutionState, event: Event) -> None:
     run = _run(state, event)
-    run.before_finish = StepStatus.PARKED
+    name = event.step or ""
+    if name in state.running:  # a `skip` action of its case ended a running step
+        state.running.discard(name)
+        run.finished_at = event.ts
+    else:  # still parked when the execution went quiet
+        run.before_finish = StepStatus.PARKED
     run.status = StepStatus.SKIPPED
-    state.parked.pop(event.step or "", None)
+    state.parked.pop(name, None)
 
 
 def _task_reclaimed(state: ExecutionState, event: Event) -> None:
@@ -359,6 +387,56 @@ def _loop_timed_out(state: ExecutionState, event: Event) -> None:
     _run(state, event).stopped = True
 
 
+def _case_started(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    if run.case is None:
+        run.case = CaseRun()
+    case = run.case
+    case.round = int(event.payload["round"])
+    case.verdict = None
+    if "outcome" in event.payload:
+        case.outcome = event.payload["outcome"]
+
+
+def _case_evaluated(state: ExecutionState, event: Event) -> None:
+    case = _run(state, event).case
+    assert case is not None, "case.evaluated before case.started"
+    payload = event.payload
+    for attribute, key in (("fired", "fired"), ("suppressed", "suppressed"), ("routes", "routes")):
+        seen: list[int] = getattr(case, attribute)
+        seen.extend(b for b in payload.get(key, ()) if b not in seen)
+    case.verdict = payload.get("verdict")
+
+
+def _case_branch_started(state: ExecutionState, event: Event) -> None:
+    run = _run(state, event)
+    assert run.case is not None, "case.branch.started before case.started"
+    state.context.update(event.payload.get("context", {}))
+    task = event.payload.get("task")
+    if task is not None:
+        state.tasks[task["task_id"]] = (event.step or "", None)
+        run.case.tasks[task["task_id"]] = int(event.payload["branch"])
+        run.in_flight += 1
+
+
+def _case_branch_finished(state: ExecutionState, event: Event) -> None:
+    case = _run(state, event).case
+    assert case is not None, "case.branch.finished before case.started"
+    payload = event.payload
+    branch = int(payload["branch"])
+    if payload.get("ok"):
+        case.failed.pop(branch, None)  # a replayed branch task that now succeeded
+        state.context.update(payload.get("context", {}))
+    else:
+        case.failed[branch] = str(payload.get("error"))
+
+
+def _tool_started(state: ExecutionState, event: Event) -> None:
+    """The step's own task, dispatched after its `on_entry` case."""
+    state.tasks[event.payload["task"]["task_id"]] = (event.step or "", None)
+    _run(state, event).in_flight += 1
+
+
 _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.WORKFLOW_STARTED: _workflow_started,
     EventType.STEP_CALLED: _step_called,
@@ -379,4 +457,9 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.WORKFLOW_REOPENED: _workflow_reopened,
     EventType.TASK_REPLAYED: _task_replayed,
     EventType.LOOP_TIMED_OUT: _loop_timed_out,
+    EventType.CASE_STARTED: _case_started,
+    EventType.CASE_EVALUATED: _case_evaluated,
+    EventType.CASE_BRANCH_STARTED: _case_branch_started,
+    EventType.CASE_BRANCH_FINISHED: _case_branch_finished,
+    EventType.TOOL_STARTED: _tool_started,
 }

@@ -49,6 +49,15 @@ class EventType(StrEnum):
     # an operator's replay or force-complete that the state no longer allows
     OPERATOR_REFUSED = "operator.refused"
     LOOP_TIMED_OUT = "loop.timed_out"
+    # a step's `case` (seed 004): one round of evaluation begins; which branches matched
+    # and fired; what one fired branch did (its context values, its task); the final
+    # outcome of a branch's task (see noetl.engine.cases)
+    CASE_STARTED = "case.started"
+    CASE_EVALUATED = "case.evaluated"
+    CASE_BRANCH_STARTED = "case.branch.started"
+    CASE_BRANCH_FINISHED = "case.branch.finished"
+    # the step's own task, dispatched once its `on_entry` case is done
+    TOOL_STARTED = "tool.started"
 
 
 class ExecutionStatus(StrEnum):

@@ -12,16 +12,18 @@ The first input is `workflow.started` (its payload is the workload given to
 the inputs through a fresh engine and expects the same events, byte for byte.
 
 The fake worker never runs a playbook's code. Every task (python or not) returns
-`{"key": <task key>, "args": <rendered args>}`, unless its args carry a truthy `fail`, in
-which case it fails with that text as the error. Labels in the playbook's metadata steer the
-run: `golden_order: fifo|lifo` (which pending task completes next; fifo by default) and
-`golden_cancel_after: N` (request a cancel after N results). After the execution ends, the
-results of the tasks it canceled arrive late (and must be discarded), and a cancelled
-execution receives a second cancel request.
+`{"key": <task key>, "args": <rendered args>}` (and `"attempt"` from its second attempt on),
+unless its args carry a truthy `fail`, in which case it fails with that text as the error.
+A retried task (`RequeueTask`) is pending again with its next attempt. Labels in the
+playbook's metadata steer the run: `golden_order: fifo|lifo` (which pending task completes
+next; fifo by default) and `golden_cancel_after: N` (request a cancel after N results).
+After the execution ends, the results of the tasks it canceled arrive late (and must be
+discarded), and a cancelled execution receives a second cancel request.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 
 from noetl.dsl import build_graph, load_playbook
 from noetl.engine import CancelTasks, Decision, Engine, EnqueueTask, Event, EventType, Task
+from noetl.engine.types import RequeueTask
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = HERE / "playbooks"
@@ -42,6 +45,8 @@ def worker(task: Task) -> dict[str, Any]:
     if failure:
         return {"task_id": task.task_id, "ok": False, "this": None, "error": str(failure)}
     this = {"key": task.key, "args": task.args}
+    if task.attempt > 1:
+        this["attempt"] = task.attempt
     return {"task_id": task.task_id, "ok": True, "this": this, "error": None}
 
 
@@ -53,15 +58,20 @@ class Recorder:
         self.events: list[Event] = []
         self.pending: list[Task] = []
         self.canceled: list[Task] = []
+        self.tasks: dict[str, Task] = {}
 
     def _absorb(self, decision: Decision) -> None:
         self.events.extend(decision.events)
         for command in decision.commands:
             if isinstance(command, EnqueueTask):
                 self.pending.append(command.task)
+                self.tasks[command.task.task_id] = command.task
             elif isinstance(command, CancelTasks):
                 self.canceled += [t for t in self.pending if t.task_id in command.task_ids]
                 self.pending = [t for t in self.pending if t.task_id not in command.task_ids]
+            elif isinstance(command, RequeueTask):  # a retry: the same task, next attempt
+                first = self.tasks[command.task_id]
+                self.pending.append(dataclasses.replace(first, attempt=command.attempt))
 
     def start(self, workload: dict[str, Any]) -> None:
         payload = {"workload": workload}

@@ -1,0 +1,217 @@
+"""What a case branch does when it acts: the values it sets and saves, and the task of its
+tool or sinks (see noetl.engine.cases). Pure: templates are rendered, nothing is run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from noetl.dsl.model import Result, Step
+from noetl.engine.case_plan import BranchPlan, CasePlan
+from noetl.engine.context import collect_into
+from noetl.engine.render import render_spec
+from noetl.engine.secrets import referenced
+from noetl.engine.types import Task
+from noetl.errors import TemplateError
+
+if TYPE_CHECKING:
+    from noetl.engine.engine import Engine, _Turn
+    from noetl.engine.state import CaseRun, ExecutionState, StepRun
+
+
+@dataclass(frozen=True, slots=True)
+class Scope:
+    """One step's case within one decision: the engine, the state, the turn, the step."""
+
+    engine: Engine
+    state: ExecutionState
+    turn: _Turn
+    step: Step
+    plan: CasePlan
+
+    @property
+    def name(self) -> str:
+        return self.step.step
+
+    @property
+    def run(self) -> StepRun:
+        return self.state.steps[self.step.step]
+
+    def values(self, **names: Any) -> dict[str, Any]:
+        """What the step's templates see (with its `bind` values), plus `names`."""
+        return self.engine._ctx(self.state, self.step, self.run.bind).build(**names)
+
+
+@dataclass(frozen=True, slots=True)
+class Act:
+    """What one branch did: its `case.branch.started` payload, its task, and the error of
+    an action that could not be rendered (then nothing of the branch applies)."""
+
+    payload: dict[str, Any]
+    task: Task | None
+    error: str | None
+
+
+def act(
+    scope: Scope, branch: BranchPlan, values: dict[str, Any], number: int, case: CaseRun
+) -> Act:
+    """Make a branch act in round `number`. `values` are the case's template names; what the
+    branch sets and saves is added to them, for the branches after it."""
+    payload: dict[str, Any] = {
+        "branch": branch.index,
+        "round": number,
+        "actions": list(branch.actions),
+    }
+    updates: dict[str, Any] = {}
+    task = None
+    try:
+        for key, raw in (branch.then.set or {}).items():
+            try:
+                updates[key] = scope.engine.renderer.render(raw, values)
+            except TemplateError as exc:
+                raise TemplateError(f"set.{key}: {exc}") from None
+            values[key] = updates[key]
+        if branch.tool is not None:
+            task = branch_task(scope, branch, values, number)
+        elif branch.result is not None or branch.sinks:
+            if case.outcome is None:
+                what = "result" if branch.result is not None else "sink"
+                raise TemplateError(
+                    f"{what}: there is no output on entry; give the branch a tool, or "
+                    f"evaluate the case on_event"
+                )
+            this = case.outcome.get("this")
+            out, saved = outputs(scope.engine, branch.result, this, values)
+            updates.update(saved)
+            values.update(saved)
+            if branch.sinks:
+                task = sink_task(scope, branch, values, out, number)
+    except TemplateError as exc:
+        error = f"case[{branch.index}].then.{exc}"
+        payload["error"] = error
+        return Act(payload, None, error)
+    if updates:
+        payload["context"] = updates
+    if task is not None:
+        payload["task"] = task.to_dict()
+    return Act(payload, task, None)
+
+
+def outputs(
+    engine: Engine, result: Result | None, this: Any, values: dict[str, Any]
+) -> tuple[Any, dict[str, Any]]:
+    """`out` (`result.pick` over `this`) and the context values its `as` and `collect` save.
+    A TemplateError names the key that failed."""
+    if result is None:
+        return this, {}
+    out = this
+    if result.pick is not None:
+        try:
+            out = engine.renderer.render(result.pick, {**values, "this": this})
+        except TemplateError as exc:
+            raise TemplateError(f"result.pick: {exc}") from None
+    saved: dict[str, Any] = {}
+    if result.as_:
+        saved[result.as_] = out
+    collect = result.collect
+    if collect is not None:
+        key = None
+        if collect.mode == "map":
+            names = {**values, "this": this, "out": out}
+            try:
+                key = str(engine.renderer.render(collect.key, names))
+            except TemplateError as exc:
+                raise TemplateError(f"result.collect.key: {exc}") from None
+        saved.update(collect_into(values, collect, [(key, out)]))
+    return out, saved
+
+
+def branch_task(scope: Scope, branch: BranchPlan, values: dict[str, Any], number: int) -> Task:
+    """The task of a branch's tool, rendered against the case's names."""
+    engine = scope.engine
+    tool = branch.tool
+    assert tool is not None
+    kind, spec, args = tool.kind, tool.spec, tool.args
+    if kind == "workbook":
+        try:
+            task_def = engine.playbook.task(str(spec.get("name")))
+        except KeyError:
+            raise TemplateError(f"tool: no workbook task '{spec.get('name')}'") from None
+        kind, spec = task_def.tool.kind, task_def.tool.spec
+        args = {**task_def.tool.args, **args}
+    try:
+        rendered_args = engine.renderer.render(args, values) if args else {}
+        rendered_spec = render_spec(engine.renderer, kind, spec, values)
+    except TemplateError as exc:
+        raise TemplateError(f"tool: {exc}") from None
+    sinks = engine._render_sinks(list(branch.sinks), values, "sink") if branch.sinks else ()
+    secrets: set[str] = set()
+    if engine._may_reference_secrets(f"{scope.name}.case{branch.index}", kind, spec, args):
+        secrets = referenced(rendered_args) | referenced(rendered_spec)
+    timeout = tool.timeout_ms or (None if kind == "playbook" else engine.options.tool_timeout_ms)
+    return _task(
+        scope,
+        branch,
+        number,
+        kind=kind,
+        spec=rendered_spec,
+        args=rendered_args,
+        sinks=sinks,
+        secrets=secrets,
+        pick=branch.result.pick if sinks and branch.result is not None else None,
+        timeout=timeout,
+    )
+
+
+def sink_task(
+    scope: Scope, branch: BranchPlan, values: dict[str, Any], out: Any, number: int
+) -> Task:
+    """Sinks run on a worker, after a tool: a branch without a tool writes the step's output
+    (`out`, after the branch's `result.pick`) through a `noop` task that returns it."""
+    return _task(
+        scope,
+        branch,
+        number,
+        kind="noop",
+        spec={},
+        args={"out": out},
+        sinks=scope.engine._render_sinks(list(branch.sinks), values, "sink"),
+        secrets=set(),
+        pick="{{ this.out }}",
+        timeout=scope.engine.options.tool_timeout_ms,
+    )
+
+
+def _task(
+    scope: Scope,
+    branch: BranchPlan,
+    number: int,
+    *,
+    kind: str,
+    spec: dict[str, Any],
+    args: dict[str, Any],
+    sinks: tuple[dict[str, Any], ...],
+    secrets: set[str],
+    pick: Any,
+    timeout: int | None,
+) -> Task:
+    for sink in sinks:
+        secrets |= referenced(sink["spec"])
+    # Its own id and idempotency key (a `retry` branch's tool runs once per round).
+    suffix = f"case{branch.index}" if number == 1 else f"case{branch.index}.r{number}"
+    execution_id = scope.state.execution_id
+    return Task(
+        task_id=f"{execution_id}.{scope.name}.{suffix}",
+        execution_id=execution_id,
+        step=scope.name,
+        kind=kind,
+        spec=spec,
+        args=args,
+        context=scope.engine._ctx(scope.state, scope.step, scope.run.bind).tool_view(),
+        key=f"{execution_id}:{scope.name}:{suffix}",
+        attempt=1,
+        timeout_ms=timeout,
+        secrets=tuple(sorted(secrets)),
+        sinks=sinks,
+        pick=pick,
+    )
