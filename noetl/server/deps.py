@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.server.auth import Gate
 from noetl.store.base import Store
 
 
@@ -18,6 +19,7 @@ class Services:
     orchestrator: Orchestrator
     version: str
     clock: Callable[[], float]
+    gate: Gate
 
 
 def services(request: Request) -> Services:
