@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -17,6 +19,7 @@ from noetl import __version__
 from noetl.cli.observe import log_options, metrics_options, new_metrics, setup_logging
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.errors import ConfigError
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 
@@ -38,6 +41,29 @@ def _uvicorn_server() -> type:
     return _NoSignals
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or `localhost`."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_exposure(settings: Settings) -> None:
+    """ConfigError (exit 3) when the API would listen beyond loopback without
+    authentication."""
+    host = settings.server.host
+    if not settings.auth.enabled and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the API on {host} without authentication: auth.enabled is "
+            "false, which is allowed only on a loopback address (127.0.0.1, ::1, localhost). "
+            "Enable it (NOETL_AUTH_ENABLED=true, the default) and create a token with "
+            "`noetl auth token create --role admin`, or listen on 127.0.0.1"
+        )
+
+
 @click.command("start")
 @setting_option("server.host", "--host", help="Address the API listens on.")
 @setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
@@ -46,6 +72,11 @@ def _uvicorn_server() -> type:
     "--pool",
     help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
     default_text="worker.pool",
+)
+@setting_option(
+    "auth.enabled",
+    "--auth/--no-auth",
+    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
 )
 @log_options("INFO")
 @metrics_options(port=False, path=True)
@@ -58,12 +89,24 @@ def server_start(*, settings: Settings) -> None:
 
     from noetl.observability import observer_for
     from noetl.server.app import create_app
+    from noetl.server.auth import Gate
+    from noetl.sessions import Sessions, open_session_store
 
     _Server = _uvicorn_server()
 
+    check_exposure(settings)
     setup_logging(settings, "INFO")
     host, port = settings.server.host, settings.server.port
     store = open_store(settings.db.url)
+    try:
+        sessions = Sessions(
+            open_session_store(settings.sessions, store), ttl_s=settings.sessions.ttl_s
+        )
+    except BaseException:
+        store.close()
+        raise
+    gate = Gate(store.tokens, sessions, enabled=settings.auth.enabled)
+    _warn_about_auth(settings, store.tokens.all())
     owner = f"{socket.gethostname()}:{os.getpid()}"
     pool = settings.server_pool
     metrics = new_metrics(store) if settings.metrics.enabled else None
@@ -80,6 +123,7 @@ def server_start(*, settings: Settings) -> None:
         version=__version__,
         metrics=metrics,
         metrics_path=settings.metrics.path,
+        gate=gate,
     )
     stop = threading.Event()
     loop = threading.Thread(
@@ -102,5 +146,20 @@ def server_start(*, settings: Settings) -> None:
     finally:
         stop.set()
         loop.join(timeout=10)
+        sessions.close()
         store.close()
         click.echo("noetl server stopped", err=True)
+
+
+def _warn_about_auth(settings: Settings, tokens: list[Any]) -> None:
+    if not settings.auth.enabled:
+        log.warning(
+            "authentication is off (auth.enabled: false): every request to the API on %s "
+            "acts as admin",
+            settings.server.host,
+        )
+    elif not any(not t.revoked for t in tokens):
+        log.warning(
+            "no API token exists: every request will be refused (401); create one with "
+            "`noetl auth token create --role admin`"
+        )
