@@ -25,6 +25,7 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import ROOT
+from tests.helpers.auth import auth_headers
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2` instead of `httpx`; either drives the app the same way.
@@ -119,7 +120,10 @@ def files_of(db: Path) -> bytes:
 def api_texts(db: Path) -> str:
     store = SqliteStore(db)
     try:
-        client = TestClient(create_app(store, Orchestrator(store, owner="t"), version="t"))
+        client = TestClient(
+            create_app(store, Orchestrator(store, owner="t"), version="t"),
+            headers=auth_headers(store),
+        )
         [item] = client.get("/api/executions").json()["items"]
         execution_id = item["execution_id"]
         paths = [

@@ -70,7 +70,9 @@ def test_cancel_kills_the_running_python_task(cluster: Cluster, tmp_path: Path) 
     assert alive(pid)
 
     canceled_at = time.monotonic()
-    response = httpx.post(f"{cluster.url}/api/executions/{execution_id}/cancel", timeout=30)
+    response = httpx.post(
+        f"{cluster.url}/api/executions/{execution_id}/cancel", headers=cluster.headers, timeout=30
+    )
     assert response.status_code < 300, response.text
     wait_until(lambda: not alive(pid), 1.0, "the python child to be killed", interval=0.02)
     result = cluster.wait_finished(execution_id, timeout=5)

@@ -67,7 +67,7 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
     else:
         assert result["status"] == "fail", result
     responses = [
-        httpx.get(f"{cluster.url}{path}", timeout=30).text
+        httpx.get(f"{cluster.url}{path}", headers=cluster.headers, timeout=30).text
         for path in (
             "/api/executions",
             f"/api/executions/{execution_id}",

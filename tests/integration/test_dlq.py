@@ -26,6 +26,7 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from noetl.store.base import DeadLetterStatus
+from tests.helpers.auth import auth_headers
 from tests.helpers.testclient import TestClient
 
 
@@ -268,7 +269,7 @@ def api(failed: tuple[Path, str]) -> Iterator[tuple[TestClient, SqliteStore, str
     orchestrator = Orchestrator(store, owner="test")
     app = create_app(store, orchestrator, version=__version__)
     try:
-        with TestClient(app) as client:
+        with TestClient(app, headers=auth_headers(store)) as client:
             yield client, store, execution_id
     finally:
         store.close()
@@ -358,7 +359,7 @@ workflow:
     orchestrator = Orchestrator(store, owner="test")
     app = create_app(store, orchestrator, version=__version__)
     try:
-        with TestClient(app) as client:
+        with TestClient(app, headers=auth_headers(store)) as client:
             execution_id = client.post("/api/executions", json={"playbook": text}).json()[
                 "execution_id"
             ]
