@@ -133,11 +133,8 @@ def _who(principal: Principal) -> str:
 def _require(role: Role) -> Callable[[Principal], Principal]:
     def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
         if not principal.role.allows(role):
-            who = (
-                f"session of {principal.name!r}" if principal.session_key else repr(principal.name)
-            )
             raise PermissionDeniedError(
-                f"this needs the {role.value} role; the {who} has {principal.role.value}"
+                f"this needs the {role.value} role; {_who(principal)} has {principal.role.value}"
             )
         return principal
 
