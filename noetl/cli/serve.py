@@ -140,7 +140,12 @@ def server_start(*, settings: Settings) -> None:
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    click.echo(f"noetl server {owner} listening on http://{host}:{port}", err=True)
+    auth = "on" if settings.auth.enabled else "OFF"
+    click.echo(
+        f"noetl server {owner} listening on http://{host}:{port} "
+        f"(authentication {auth}, sessions in {settings.sessions.backend})",
+        err=True,
+    )
     try:
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
