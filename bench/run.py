@@ -32,6 +32,7 @@ import httpx
 import psycopg
 from rss import RssSampler, postgres_cpu_seconds, tree_cpu_seconds
 
+from noetl.auth import Role, issue_token
 from noetl.dsl import load_playbook_text
 from noetl.runtime.local import embedded_runtime
 from noetl.store import open_store
@@ -177,13 +178,13 @@ def _spawn(args: list[str], db: str, log: Path) -> subprocess.Popen[bytes]:
 
 
 def _start_and_wait(
-    url: str, db: str, text: str, runs: int = 1, timeout: float = 600
+    url: str, db: str, text: str, runs: int = 1, timeout: float = 600, *, token: str
 ) -> tuple[list[str], float]:
     """Start `runs` executions over the API at once; return their ids and the seconds from
     the first request to the last terminal status."""
     # One client for every request, as an application would hold one: a client per
     # request builds a TLS context each time and caps the rate near 40 requests/s.
-    client = httpx.Client(timeout=60)
+    client = httpx.Client(timeout=60, headers={"Authorization": f"Bearer {token}"})
     started = time.perf_counter()
 
     def post(_: int) -> str:
@@ -238,6 +239,7 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
     runs = n if workload in MANY else 1
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(admin_dsn) as db:
         store = open_store(db)  # also creates the schema
+        token, _ = issue_token(store.tokens, role=Role.OPERATOR, name="bench", now=time.time())
         port = _free_port()
         procs = [_spawn(["server", "start", "--port", str(port)], db, Path(tmp) / "server.log")]
         procs += [
@@ -270,10 +272,11 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
                     raise SystemExit((Path(tmp) / "server.log").read_text())
                 time.sleep(0.1)
             try:
-                _start_and_wait(url, db, chain_playbook(2 * workers))  # warm every worker
+                # warm every worker
+                _start_and_wait(url, db, chain_playbook(2 * workers), token=token)
                 before = _cpu_by_role(procs)
                 with RssSampler() as rss:
-                    ids, wall = _start_and_wait(url, db, text, runs)
+                    ids, wall = _start_and_wait(url, db, text, runs, token=token)
                 if cpu_report:
                     after = _cpu_by_role(procs)
                     spent = {role: round(after[role] - before[role], 2) for role in after}

@@ -5,6 +5,9 @@
     ├── ConfigError            a bad setting at start-up
     ├── ConflictError          a request the current state does not allow (replaying a
     │                          discarded DLQ entry, force-completing a finished step)
+    │   └── SessionConflictError  a session changed since it was read (noetl.sessions)
+    ├── AuthenticationError    no credential, or one that is unknown, expired or revoked
+    ├── PermissionDeniedError  a valid credential whose role is too low
     ├── store errors (noetl.store.base): ConcurrencyError, NotFoundError,
     │   StoreUnavailableError (retryable when the database is only busy)
     ├── RetryableError         transient: a retry may succeed
@@ -36,12 +39,14 @@ __all__ = [
     "FATAL_ERROR_TYPES",
     "RETRYABLE_HTTP_STATUS",
     "TRANSIENT_ERROR_TYPES",
+    "AuthenticationError",
     "CancelError",
     "ConfigError",
     "ConflictError",
     "ErrorClass",
     "FatalError",
     "NoetlError",
+    "PermissionDeniedError",
     "PlaybookError",
     "RetryableError",
     "SinkError",
@@ -73,6 +78,16 @@ class ConfigError(NoetlError):
 
 class ConflictError(NoetlError):
     """The request conflicts with the current state of what it names."""
+
+
+class AuthenticationError(NoetlError):
+    """The request carries no credential, or one that is unknown, expired or revoked (the
+    API answers 401). The message never repeats the credential."""
+
+
+class PermissionDeniedError(NoetlError):
+    """The credential is valid but its role does not allow the request (the API answers
+    403)."""
 
 
 class RetryableError(NoetlError):

@@ -68,15 +68,16 @@ PG_TEMPLATE_PREFIX = "noetl_test_template"
 PG_FIXTURES = frozenset(
     {"pg_dsn", "pg_template", "pg_databases", "pg_database", "pg_empty_database"}
 )
+NATS_FIXTURES = frozenset({"nats_url", "nats_bucket"})
 # pg_advisory_lock key that serializes building the template across test sessions.
 _PG_TEMPLATE_LOCK = 0x6E6F65746C2D7470
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Every test that uses a PostgreSQL fixture carries the `services` marker, so
-    `-m "not services"` leaves them out."""
+    """Every test that uses a PostgreSQL or NATS fixture carries the `services` marker,
+    so `-m "not services"` leaves them out."""
     for item in items:
-        if PG_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+        if (PG_FIXTURES | NATS_FIXTURES).intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.services)
 
 
@@ -198,3 +199,35 @@ def pg_empty_database(pg_databases: PgDatabases) -> Iterator[str]:
     name = pg_databases.take("template0")
     yield pg_url(pg_databases.dsn, name)
     pg_databases.drop(name)
+
+
+# --- NATS ---------------------------------------------------------------------------------
+# Tests that need NATS JetStream ask for `nats_url` (a reachable server) or `nats_bucket`
+# (a K/V bucket name of their own, deleted afterwards). Skipped without the server, or
+# failed under NOETL_TEST_REQUIRE_SERVICES=1.
+
+NATS_DEFAULT_URL = "nats://127.0.0.1:4222"
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    """A reachable NATS server with JetStream: NOETL_TEST_NATS_URL, by default the local one."""
+    from tests.helpers.nats import jetstream_reason
+
+    url = os.environ.get("NOETL_TEST_NATS_URL", NATS_DEFAULT_URL)
+    reason = jetstream_reason(url)
+    if reason is not None:
+        services_missing(
+            f"NATS JetStream at {url} is not usable ({reason}); set NOETL_TEST_NATS_URL"
+        )
+    return url
+
+
+@pytest.fixture
+def nats_bucket(nats_url: str) -> Iterator[str]:
+    """A K/V bucket name unique to this test; the bucket is deleted afterwards."""
+    from tests.helpers.nats import delete_bucket
+
+    name = f"noetl_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    delete_bucket(nats_url, name)

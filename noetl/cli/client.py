@@ -1,13 +1,20 @@
 """A small HTTP client for the NoETL server API, and how its failures reach the terminal.
 
 Exit codes follow `noetl.cli.main`: 1 when the server rejected the request (invalid
-playbook or request, unknown id), 3 when the server cannot be reached or failed itself
-(connection refused, timeout, 5xx, database unavailable).
+playbook or request, unknown id, no or a bad token, too low a role), 3 when the server
+cannot be reached or failed itself (connection refused, timeout, 5xx, database
+unavailable).
+
+Every request carries `Authorization: Bearer <token>` when a token is given (`--token` or
+`NOETL_API_TOKEN`: an API token, or a session token).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -20,15 +27,49 @@ DEFAULT_SERVER = "http://127.0.0.1:8083"
 EXIT_REJECTED = 1
 EXIT_UNREACHABLE = 3
 
-server_option = click.option(
-    "--server",
-    "server",
-    default=DEFAULT_SERVER,
-    envvar="NOETL_SERVER_URL",
+TOKEN_ENV = "NOETL_API_TOKEN"
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Server:
+    """Where the server is, and the token to send it."""
+
+    url: str = DEFAULT_SERVER
+    token: str | None = None
+
+    def __repr__(self) -> str:  # never the token
+        return f"Server({self.url!r}, token={'***' if self.token else None})"
+
+
+token_option = click.option(
+    "--token",
+    "token",
+    default=None,
+    envvar=TOKEN_ENV,
     show_envvar=True,
-    show_default=True,
-    help="Base URL of the NoETL server.",
+    help="API token (or session token) sent as 'Authorization: Bearer'.",
 )
+
+
+def server_option(func: F) -> F:
+    """`--server` (NOETL_SERVER_URL) and `--token` (NOETL_API_TOKEN), given to the command
+    as one `server: Server`."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, server: str, token: str | None, **kwargs: Any) -> Any:
+        return func(*args, server=Server(server, token or None), **kwargs)
+
+    wrapped = token_option(wrapper)
+    return click.option(  # type: ignore[return-value]
+        "--server",
+        "server",
+        default=DEFAULT_SERVER,
+        envvar="NOETL_SERVER_URL",
+        show_envvar=True,
+        show_default=True,
+        help="Base URL of the NoETL server.",
+    )(wrapped)
 
 
 class ApiError(click.ClickException):
@@ -65,7 +106,9 @@ def _diagnostic_lines(items: list[dict[str, Any]], file: str | None) -> list[str
     return lines
 
 
-def error_from_response(response: httpx.Response, *, file: str | None = None) -> ApiError:
+def error_from_response(
+    response: httpx.Response, *, file: str | None = None, token_given: bool = True
+) -> ApiError:
     """The server's message (and diagnostics) for a failed response."""
     try:
         body = response.json()
@@ -80,6 +123,13 @@ def error_from_response(response: httpx.Response, *, file: str | None = None) ->
     if not message:
         message = response.text.strip()[:500] or response.reason_phrase
     status = response.status_code
+    if status == 401:
+        message = (
+            f"{message}; pass a token with --token or {TOKEN_ENV} "
+            "(create one with `noetl auth token create`)"
+            if not token_given
+            else f"{message}; check the token in --token or {TOKEN_ENV}"
+        )
     code = EXIT_UNREACHABLE if status >= 500 else EXIT_REJECTED
     return ApiError(message, exit_code=code, status=status)
 
@@ -89,15 +139,20 @@ class Client:
 
     def __init__(
         self,
-        base_url: str = DEFAULT_SERVER,
+        server: str | Server = DEFAULT_SERVER,
         *,
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         import httpx  # only commands that talk to a server pay for the import
 
-        self.base_url = base_url.rstrip("/")
-        self._http = httpx.Client(base_url=self.base_url, timeout=timeout, transport=transport)
+        target = server if isinstance(server, Server) else Server(server)
+        self.base_url = target.url.rstrip("/")
+        self.has_token = bool(target.token)
+        headers = {"Authorization": f"Bearer {target.token}"} if target.token else None
+        self._http = httpx.Client(
+            base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
+        )
 
     def __enter__(self) -> Client:
         return self
@@ -141,7 +196,7 @@ class Client:
                 exit_code=EXIT_UNREACHABLE,
             ) from None
         if not response.is_success and response.status_code not in ok:
-            raise error_from_response(response, file=file)
+            raise error_from_response(response, file=file, token_given=self.has_token)
         try:
             return response.json()
         except ValueError:

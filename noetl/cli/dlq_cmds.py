@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import click
 
-from noetl.cli.client import DEFAULT_SERVER, Client
+from noetl.cli.client import DEFAULT_SERVER, Client, Server, token_option
 from noetl.cli.inputs import parse_value
 from noetl.runtime.dlq import check_patch_key
 
@@ -144,7 +144,8 @@ class LocalBackend:
 
 
 def backend_options(func: Any) -> Any:
-    """`--server`, `--db` and `--secrets-file`, on every command."""
+    """`--server`, `--token`, `--db` and `--secrets-file`, on every command."""
+    func = token_option(func)
     func = click.option(
         "--secrets-file",
         type=click.Path(dir_okay=False),
@@ -168,10 +169,12 @@ def backend_options(func: Any) -> Any:
     )(func)
 
 
-def _backend(stack: ExitStack, server: str, db: str | None, secrets_file: str | None) -> Backend:
+def _backend(
+    stack: ExitStack, server: str, db: str | None, secrets_file: str | None, token: str | None
+) -> Backend:
     if db:
         return LocalBackend(db, stack, secrets_file=secrets_file)
-    return ApiBackend(stack.enter_context(Client(server)))
+    return ApiBackend(stack.enter_context(Client(Server(server, token or None))))
 
 
 @click.group("dlq")

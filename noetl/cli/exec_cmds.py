@@ -15,7 +15,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from noetl.cli.client import ApiError, Client, server_option
+from noetl.cli.client import ApiError, Client, Server, server_option
 from noetl.cli.inputs import apply_sets, parse_value, read_workload
 from noetl.cli.live import _STYLE, _bar_text, print_summary
 from noetl.engine.types import ExecutionStatus, StepStatus
@@ -70,7 +70,7 @@ def start_cmd(
     sets: tuple[str, ...],
     trace: bool,
     as_json: bool,
-    server: str,
+    server: Server,
 ) -> None:
     """Start an execution and print its id."""
     workload = read_workload(workload_file) if workload_file else {}
@@ -181,7 +181,7 @@ def _watch(client: Client, execution_id: str, interval: float, console: Console 
 @json_option
 @server_option
 def status_cmd(
-    *, execution_id: str, watch: bool, interval: float, as_json: bool, server: str
+    *, execution_id: str, watch: bool, interval: float, as_json: bool, server: Server
 ) -> None:
     """Show an execution (--json: the object `noetl run --json` prints).
 
@@ -208,7 +208,7 @@ def status_cmd(
 @id_option
 @json_option
 @server_option
-def cancel_cmd(*, execution_id: str, as_json: bool, server: str) -> None:
+def cancel_cmd(*, execution_id: str, as_json: bool, server: Server) -> None:
     """Ask the server to cancel an execution (harmless if it already finished)."""
     with Client(server) as client:
         data = client.post(_url(execution_id, "cancel"))
@@ -248,7 +248,7 @@ def force_complete_cmd(
     result: str | None,
     reason: str | None,
     as_json: bool,
-    server: str,
+    server: Server,
 ) -> None:
     """Mark a step done by hand (runbook B): its tasks in flight are canceled and the
     execution routes on as if the step had finished by itself."""
@@ -286,7 +286,7 @@ def events_cmd(
     step: str | None,
     limit: int,
     as_json: bool,
-    server: str,
+    server: Server,
 ) -> None:
     """Print an execution's events in order (values under sensitive keys are masked)."""
     url = _url(execution_id, "steps", step, "events") if step else _url(execution_id, "events")

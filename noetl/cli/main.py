@@ -11,6 +11,7 @@ import sys
 import click
 
 from noetl import __version__
+from noetl.cli.auth_cmds import auth_group
 from noetl.cli.config_cmds import config_group
 from noetl.cli.db_cmds import db_group
 from noetl.cli.dlq_cmds import dlq_group
@@ -49,6 +50,7 @@ server_group.add_command(server_start)
 cli.add_command(worker_group)
 cli.add_command(config_group)
 cli.add_command(ui_cmd)
+cli.add_command(auth_group)
 
 
 def main(argv: list[str] | None = None) -> None:

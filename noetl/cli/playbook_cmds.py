@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from noetl.cli.client import ApiError, Client, server_option
+from noetl.cli.client import ApiError, Client, Server, server_option
 from noetl.dsl.diagnostics import Diagnostic, Severity
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -40,7 +40,7 @@ def _warning(item: dict[str, Any], file: str) -> str:
 @click.option("--path", "catalog_path", help="Catalog path (default: the metadata.path).")
 @json_option
 @server_option
-def register_cmd(*, file: Path, catalog_path: str | None, as_json: bool, server: str) -> None:
+def register_cmd(*, file: Path, catalog_path: str | None, as_json: bool, server: Server) -> None:
     """Validate and register FILE as the next version of its path."""
     body = {"content": file.read_text(encoding="utf-8"), "path": catalog_path}
     with Client(server) as client:
@@ -61,7 +61,7 @@ def register_cmd(*, file: Path, catalog_path: str | None, as_json: bool, server:
 @playbook_group.command("list")
 @json_option
 @server_option
-def list_cmd(*, as_json: bool, server: str) -> None:
+def list_cmd(*, as_json: bool, server: Server) -> None:
     """List registered playbooks (the latest version of each)."""
     with Client(server) as client:
         data = client.get("/api/playbooks")

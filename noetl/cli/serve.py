@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import signal
@@ -10,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -23,6 +25,7 @@ from noetl.cli.observe import (
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.errors import ConfigError
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 
@@ -44,6 +47,28 @@ def _uvicorn_server() -> type:
     return _NoSignals
 
 
+def is_loopback(host: str) -> bool:
+    """Whether `host` is a loopback address (127.0.0.0/8, ::1) or `localhost`."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to anything
+        return False
+
+
+def check_exposure(settings: Settings, host: str) -> None:
+    """ConfigError (exit 3) when the API would listen on `host`, beyond loopback, without
+    authentication."""
+    if not settings.auth.enabled and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the API on {host} without authentication: auth.enabled is "
+            "false, which is allowed only on a loopback address (127.0.0.1, ::1, localhost). "
+            "Enable it (NOETL_AUTH_ENABLED=true, the default) and create a token with "
+            "`noetl auth token create --role admin`, or listen on 127.0.0.1"
+        )
+
+
 @click.command("start")
 @setting_option("server.host", "--host", help="Address the API listens on.")
 @setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
@@ -52,6 +77,11 @@ def _uvicorn_server() -> type:
     "--pool",
     help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
     default_text="worker.pool",
+)
+@setting_option(
+    "auth.enabled",
+    "--auth/--no-auth",
+    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
 )
 @log_options("INFO")
 @metrics_options(port=False, path=True)
@@ -71,12 +101,24 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     from noetl.observability import observer_for
     from noetl.observability.trace_context import sampler_of
     from noetl.server.app import create_app
+    from noetl.server.auth import Gate
+    from noetl.sessions import Sessions, open_session_store
 
     _Server = _uvicorn_server()
 
+    check_exposure(settings, host)
     setup_logging(settings, "INFO")
     tracing = setup_tracing(settings, "noetl-server")
     store = open_store(settings.db.url)
+    try:
+        sessions = Sessions(
+            open_session_store(settings.sessions, store), ttl_s=settings.sessions.ttl_s
+        )
+    except BaseException:
+        store.close()
+        raise
+    gate = Gate(store.tokens, sessions, enabled=settings.auth.enabled)
+    _warn_about_auth(settings, host, store.tokens.all())
     owner = f"{socket.gethostname()}:{os.getpid()}"
     pool = settings.server_pool
     metrics = new_metrics(store) if settings.metrics.enabled else None
@@ -96,6 +138,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         version=__version__,
         metrics=metrics,
         metrics_path=settings.metrics.path,
+        gate=gate,
     )
     stop = threading.Event()
     loop = threading.Thread(
@@ -112,7 +155,12 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGINT, _on_signal)
-    click.echo(f"{name} {owner} listening on http://{host}:{port}{note}", err=True)
+    auth = "on" if settings.auth.enabled else "OFF"
+    click.echo(
+        f"{name} {owner} listening on http://{host}:{port}{note} "
+        f"(authentication {auth}, sessions in {settings.sessions.backend})",
+        err=True,
+    )
     try:
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
@@ -120,5 +168,20 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         loop.join(timeout=10)
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
+        sessions.close()
         store.close()
         click.echo(f"{name} stopped", err=True)
+
+
+def _warn_about_auth(settings: Settings, host: str, tokens: list[Any]) -> None:
+    if not settings.auth.enabled:
+        log.warning(
+            "authentication is off (auth.enabled: false): every request to the API on %s "
+            "acts as admin",
+            host,
+        )
+    elif not any(not t.revoked for t in tokens):
+        log.warning(
+            "no API token exists: every request will be refused (401); create one with "
+            "`noetl auth token create --role admin`"
+        )

@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from noetl.cli.client import EXIT_UNREACHABLE, Client, server_option
+from noetl.cli.client import EXIT_UNREACHABLE, Client, Server, server_option
 
 
 @click.group("server")
@@ -18,7 +18,7 @@ def server_group() -> None:
 @server_group.command("health")
 @click.option("--json", "as_json", is_flag=True, help="Print the server's answer as JSON.")
 @server_option
-def health_cmd(*, as_json: bool, server: str) -> None:
+def health_cmd(*, as_json: bool, server: Server) -> None:
     """Check that the server answers and reaches its database; exit 3 if not."""
     with Client(server) as client:
         data = client.request("GET", "/health", ok=(503,))

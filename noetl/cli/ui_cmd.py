@@ -30,6 +30,11 @@ from noetl.store import display_url, sqlite_file
     help="Pool executions started from the console are queued in (unset: worker.pool).",
     default_text="worker.pool",
 )
+@setting_option(
+    "auth.enabled",
+    "--auth/--no-auth",
+    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
+)
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option
@@ -39,7 +44,8 @@ def ui_cmd(*, settings: Settings) -> None:
 
     Browse executions, their graphs and events, dead letters and playbooks at
     http://HOST:PORT/ui/. Executions started or replayed from the console need a worker
-    over the same database: `noetl worker start --db PATH`."""
+    over the same database: `noetl worker start --db PATH`. The console asks for an API
+    token (`noetl auth token create --role admin --db PATH`) unless --no-auth."""
     db = settings.db.url
     path = sqlite_file(db)
     if path is not None and not os.path.exists(path):
@@ -56,4 +62,9 @@ def ui_cmd(*, settings: Settings) -> None:
         f"\n  executions started from the console run on a worker: "
         f"noetl worker start --db {shown}"
     )
+    if settings.auth.enabled:
+        note += (
+            "\n  the console asks for an API token: "
+            f"noetl auth token create --role admin --db {shown}"
+        )
     serve(settings, host=host, port=port, name="noetl ui", note=note)

@@ -46,9 +46,9 @@ ALIASES: dict[str, tuple[str, ...]] = {
 # Variables that look like a section's but belong to something else.
 FOREIGN = frozenset({"NOETL_SERVER_URL"})  # the server the `exec` commands talk to
 # Keys whose values may carry credentials: never shown in errors, masked by `config show`.
-SECRET_KEYS = frozenset({"db.url", "tracing.endpoint"})
+SECRET_KEYS = frozenset({"db.url", "tracing.endpoint", "sessions.nats_url"})
 # Keys whose names look sensitive but whose values are not secrets.
-HARMLESS_KEYS = frozenset({"secrets.file", "logging.redact_keys"})
+HARMLESS_KEYS = frozenset({"secrets.file", "logging.redact_keys", "auth.enabled"})
 _MAX_SHOWN = 80
 
 

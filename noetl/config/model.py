@@ -228,6 +228,35 @@ class UiSettings(Section):
     port: Port = 8084
 
 
+class AuthSettings(Section):
+    """API authentication. Off (`enabled: false`) only on a loopback address: `noetl
+    server start` refuses to listen beyond it without authentication."""
+
+    enabled: bool = True
+
+
+_BUCKET = r"^[a-zA-Z0-9_-]+$"
+
+
+class SessionsSettings(Section):
+    """Login sessions (opened with an API token, used as a bearer credential)."""
+
+    backend: Literal["database", "nats"] = "database"
+    nats_url: Annotated[str, Field(min_length=1)] = "nats://127.0.0.1:4222"
+    nats_bucket: Annotated[str, Field(min_length=1, max_length=64, pattern=_BUCKET)] = (
+        "noetl_sessions"
+    )
+    ttl_s: Annotated[int, Field(ge=1, le=31 * 86400)] = 86400
+
+    @field_validator("nats_url")
+    @classmethod
+    def _nats_url(cls, value: str) -> str:
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme.lower() not in ("nats", "tls", "ws", "wss") or not rest:
+            raise ValueError("must be a nats://host:port URL (or tls://, ws://, wss://)")
+        return value.strip()
+
+
 class WorkerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] = "default"
     concurrency: Slots | None = None
@@ -263,6 +292,8 @@ class Settings(Section):
     db: DbSettings = DbSettings()
     server: ServerSettings = ServerSettings()
     ui: UiSettings = UiSettings()
+    auth: AuthSettings = AuthSettings()
+    sessions: SessionsSettings = SessionsSettings()
     worker: WorkerSettings = WorkerSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()

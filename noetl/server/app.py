@@ -10,13 +10,27 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from fastapi import FastAPI, Response
+from fastapi import Depends, FastAPI, Response
 
+from noetl.auth import Role
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
+from noetl.server.auth import Gate, check_routes, default_deny, requires
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
-from noetl.server.routes import admin, dlq, executions, health, playbooks, steps, ui, workers
+from noetl.server.routes import (
+    admin,
+    dlq,
+    executions,
+    health,
+    playbooks,
+    sessions,
+    steps,
+    tokens,
+    ui,
+    workers,
+)
+from noetl.sessions import Sessions
 from noetl.store.base import Store
 
 if TYPE_CHECKING:
@@ -25,6 +39,10 @@ if TYPE_CHECKING:
 DESCRIPTION = """
 Start and inspect NoETL executions, keep a catalog of playbooks, and work the dead-letter
 queue (replay a task that failed for good, or discard it).
+
+Every route but `/health` and these pages needs `Authorization: Bearer <token>`: an API
+token (`noetl auth token create --role viewer|operator|admin`) or a session token
+(`POST /api/sessions`). A missing or invalid one is 401, too low a role 403.
 
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
@@ -42,16 +60,29 @@ def create_app(
     clock: Callable[[], float] = time.time,
     metrics: Metrics | None = None,
     metrics_path: str = "/metrics",
+    gate: Gate | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
-    With `metrics`, their Prometheus text is served at `metrics_path`."""
-    app = FastAPI(title="NoETL", version=version, description=DESCRIPTION.strip())
+    With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
+
+    `gate` checks credentials; by default authentication is ON, against `store.tokens`,
+    with sessions in `store.sessions`. RuntimeError if a route declares no role and is not
+    public (noetl.server.auth)."""
+    if gate is None:
+        gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
+    app = FastAPI(
+        title="NoETL",
+        version=version,
+        description=DESCRIPTION.strip(),
+        dependencies=[Depends(default_deny)],
+    )
     app.state.services = Services(
         store=store,
         orchestrator=orchestrator,
         version=version,
         clock=clock,
         views=ViewCache(store),
+        gate=gate,
     )
     install_error_handlers(app)
     app.include_router(health.router)
@@ -61,9 +92,12 @@ def create_app(
     app.include_router(workers.router)
     app.include_router(dlq.router)
     app.include_router(admin.router)
+    app.include_router(tokens.router)
+    app.include_router(sessions.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)
     app.include_router(ui.console_router())
+    check_routes(app)
     return app
 
 
@@ -74,6 +108,8 @@ def _serve_metrics(app: FastAPI, metrics: Metrics, path: str) -> None:
 
     # A sync route: FastAPI runs it in a thread, so the store queries of a scrape do
     # not block the event loop.
-    @app.get(path, include_in_schema=False)
+    # Not public: the metrics name playbooks and pools. Prometheus sends a viewer token
+    # (`authorization: {credentials_file: ...}` in its scrape config).
+    @app.get(path, include_in_schema=False, dependencies=[requires(Role.VIEWER)])
     def scrape() -> Response:
         return Response(render(registry), media_type=CONTENT_TYPE)

@@ -10,6 +10,7 @@ from fastapi import Depends, Request
 
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
+from noetl.server.auth import Gate
 from noetl.store.base import Store
 
 
@@ -20,6 +21,7 @@ class Services:
     version: str
     clock: Callable[[], float]
     views: ViewCache
+    gate: Gate
 
 
 def services(request: Request) -> Services:

@@ -1,5 +1,7 @@
 """The one place where errors become HTTP responses.
 
+    AuthenticationError            401 unauthorized      (WWW-Authenticate: Bearer)
+    PermissionDeniedError          403 forbidden         (the role is too low)
     PlaybookError                  422 invalid_playbook  (with every diagnostic)
     RequestValidationError         422 invalid_request   (naming each bad field)
     NotFoundError                  404 not_found
@@ -25,12 +27,26 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from noetl.errors import ConfigError, ConflictError, PlaybookError
+from noetl.errors import (
+    AuthenticationError,
+    ConfigError,
+    ConflictError,
+    PermissionDeniedError,
+    PlaybookError,
+)
 from noetl.store.base import ConcurrencyError, NotFoundError, StoreUnavailableError
 
 log = logging.getLogger("noetl.server")
 
-_HTTP_CODES = {400: "bad_request", 404: "not_found", 405: "method_not_allowed"}
+_HTTP_CODES = {
+    400: "bad_request",
+    401: "unauthorized",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+}
+# RFC 6750: a 401 names the scheme the client should use.
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="noetl"'}
 
 
 def error_response(
@@ -78,6 +94,14 @@ async def _playbook(_: Request, exc: Exception) -> JSONResponse:
     count = len(diagnostics)
     message = f"the playbook is invalid ({count} error{'s' if count != 1 else ''})"
     return error_response(422, "invalid_playbook", message, diagnostics=diagnostics)
+
+
+async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(401, "unauthorized", str(exc), headers=CHALLENGE)
+
+
+async def _forbidden(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(403, "forbidden", str(exc))
 
 
 async def _not_found(_: Request, exc: Exception) -> JSONResponse:
@@ -146,6 +170,8 @@ class CatchAll:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Register every mapping above on `app`."""
+    app.add_exception_handler(AuthenticationError, _unauthorized)
+    app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(PlaybookError, _playbook)
     app.add_exception_handler(NotFoundError, _not_found)

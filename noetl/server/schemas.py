@@ -6,7 +6,7 @@ unknown fields, so a misspelt option is a 422 instead of being silently ignored.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -382,3 +382,70 @@ class ForceCompleteResult(Response):
     execution_id: str
     step: str
     accepted: bool
+
+
+# --- sessions and tokens -----------------------------------------------------------------
+
+
+class SessionOut(Response):
+    """A session (never its token): `session_id` is a public prefix of its key."""
+
+    session_id: str
+    revision: int
+    token_id: str
+    role: str
+    created_at: float
+    expires_at: float
+    last_activity_at: float
+    client: str | None = None
+
+
+class SessionCreated(SessionOut):
+    session_token: str = Field(
+        description="Send as `Authorization: Bearer <session_token>`; shown this once"
+    )
+
+
+class SessionEnded(Response):
+    session_id: str
+    deleted: bool
+
+
+class SessionRevisionOut(Response):
+    revision: int
+    operation: str = Field(description="put (a write) or delete (a logout)")
+    at: float
+    session: SessionOut | None = None
+
+
+class SessionHistory(Response):
+    session_id: str
+    items: list[SessionRevisionOut]
+
+
+class TokenCreate(Request):
+    role: Literal["viewer", "operator", "admin"]
+    name: str = Field(min_length=1, max_length=200)
+    expires_in_days: float | None = Field(None, gt=0, le=3650)
+
+
+class TokenOut(Response):
+    """An API token (never the token itself, nor its digest)."""
+
+    id: str
+    name: str
+    role: str
+    created_at: float
+    last_used_at: float | None = None
+    expires_at: float | None = None
+    revoked: bool
+    revoked_at: float | None = None
+    state: str = Field(description="active, expired or revoked")
+
+
+class TokenCreated(TokenOut):
+    token: str = Field(description="Send as `Authorization: Bearer <token>`; shown this once")
+
+
+class TokenList(Response):
+    items: list[TokenOut]

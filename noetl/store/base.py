@@ -11,10 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from noetl.engine.types import Event, ExecutionStatus, Task
 from noetl.errors import NoetlError
+
+if TYPE_CHECKING:
+    from noetl.auth import TokenStore
+    from noetl.sessions.base import SessionStore
 
 
 class ConcurrencyError(NoetlError):
@@ -286,6 +290,14 @@ class StoreStats:
 
 class Store(Protocol):
     """Persistence of executions and their event logs."""
+
+    @property
+    def tokens(self) -> TokenStore:
+        """The API tokens (noetl.auth), in the same database."""
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The database session store (noetl.sessions), in the same database."""
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None

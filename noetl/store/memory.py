@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._rows import (
     CHANNELS,
     DLQ_COLUMNS,
@@ -78,6 +79,10 @@ class MemoryStore:
         self._workers: dict[str, WorkerRecord] = {}
         # dlq rows by message id (DLQ_COLUMNS, JSON encoded, plus updated_at)
         self._dlq: dict[str, dict[str, Any]] = {}
+        # API tokens and sessions, behind a lock of their own.
+        auth_lock = threading.Lock()
+        self.tokens = MemoryTokens(auth_lock)
+        self.sessions = MemorySessions(auth_lock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
 
     def create_execution(

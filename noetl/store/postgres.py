@@ -40,6 +40,7 @@ from noetl.engine.types import Event, ExecutionStatus
 from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
+from noetl.store._pg_auth import PgSessions, PgTokens
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
 from noetl.store._rows import (
     TASK_COLUMNS,
@@ -341,6 +342,8 @@ class PostgresStore:
                 retryable=True,
             ) from None
         self._listener = Listener(self._conninfo)
+        self.tokens = PgTokens(self._connection, self._transaction)
+        self.sessions = PgSessions(self._connection, self._transaction)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"

@@ -37,6 +37,7 @@ from noetl.store._rows import (
     record_to_row,
     stale_all,
 )
+from noetl.store._sqlite_auth import SqliteSessions, SqliteTokens
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -106,6 +107,8 @@ class SqliteStore:
         self.path = Path(path).expanduser().absolute()
         self._lock = threading.Lock()
         self._conn = self._connect()
+        self.tokens = SqliteTokens(self._use, self._transaction)
+        self.sessions = SqliteSessions(self._use, self._transaction)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"

@@ -23,7 +23,12 @@ from typing import Any
 import httpx
 import pytest
 
+from noetl.auth import Role
 from tests.conftest import ROOT
+from tests.helpers.auth import bearer, token_in_database
+
+# The tokens made in each server's database before it starts: url -> role -> token.
+TOKENS: dict[str, dict[Role, str]] = {}
 
 LAUNCHER = textwrap.dedent(
     """
@@ -101,6 +106,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     launcher.write_text(LAUNCHER, encoding="utf-8")
     port = free_port()
     url = f"http://127.0.0.1:{port}"
+    TOKENS[url] = {role: token_in_database(str(tmp / "noetl.db"), role) for role in Role}
     log = (tmp / "server.log").open("w")
     proc = subprocess.Popen(
         [sys.executable, str(launcher), str(tmp / "noetl.db"), str(port)],
@@ -127,12 +133,18 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def noetl(
-    *args: str, server: str | None = None, timeout: float = 60
+    *args: str, server: str | None = None, timeout: float = 60, token: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """The CLI with NOETL_SERVER_URL = `server` and NOETL_API_TOKEN = `token` (by default
+    the server's admin token)."""
     env = dict(os.environ)
     env.pop("NOETL_SERVER_URL", None)
+    env.pop("NOETL_API_TOKEN", None)
     if server is not None:
         env["NOETL_SERVER_URL"] = server
+        token = TOKENS.get(server, {}).get(Role.ADMIN) if token is None else token
+    if token:
+        env["NOETL_API_TOKEN"] = token
     proc = subprocess.run(
         [sys.executable, "-m", "noetl", *args],
         cwd=ROOT,
@@ -160,15 +172,22 @@ def write(tmp_path: Path, name: str, text: str) -> Path:
 
 def api_start(server: str, playbook: str) -> str:
     """Start an execution without the CLI (for tests about other commands)."""
-    response = httpx.post(f"{server}/api/executions", json={"playbook": playbook})
+    response = httpx.post(
+        f"{server}/api/executions", json={"playbook": playbook}, headers=admin(server)
+    )
     assert response.status_code == 201, response.text
     execution_id: str = response.json()["execution_id"]
     return execution_id
 
 
 def api_status(server: str, execution_id: str) -> dict[str, Any]:
-    data: dict[str, Any] = httpx.get(f"{server}/api/executions/{execution_id}").json()
+    url = f"{server}/api/executions/{execution_id}"
+    data: dict[str, Any] = httpx.get(url, headers=admin(server)).json()
     return data
+
+
+def admin(server: str) -> dict[str, str]:
+    return bearer(TOKENS[server][Role.ADMIN])
 
 
 def test_server_health(server: str) -> None:
@@ -307,7 +326,7 @@ def test_rejections_exit_1_with_the_servers_message(server: str, tmp_path: Path)
 
 def test_cancel_a_running_execution_while_watching(server: str) -> None:
     execution_id = api_start(server, WAITS)
-    env = {**os.environ, "NOETL_SERVER_URL": server}
+    env = {**os.environ, "NOETL_SERVER_URL": server, "NOETL_API_TOKEN": TOKENS[server][Role.ADMIN]}
     args = ("exec", "status", "--id", execution_id, "--watch", "--interval", "0.1", "--json")
     watch = subprocess.Popen(
         [sys.executable, "-m", "noetl", *args],
@@ -331,3 +350,47 @@ def test_cancel_a_running_execution_while_watching(server: str) -> None:
     again = noetl("exec", "cancel", "--id", execution_id, server=server)
     assert again.returncode == 0
     assert "already finished (canceled)" in again.stdout
+
+
+# --- authentication -----------------------------------------------------------------------
+
+
+def test_without_a_token_the_cli_says_how_to_pass_one(server: str) -> None:
+    proc = noetl("exec", "status", "--id", "1", server=server, token="")
+    assert proc.returncode == 1
+    assert "missing bearer token" in proc.stderr and "(HTTP 401)" in proc.stderr
+    assert "NOETL_API_TOKEN" in proc.stderr and "noetl auth token create" in proc.stderr
+
+
+def test_a_wrong_token_is_refused_without_being_echoed(server: str) -> None:
+    wrong = "noetl_" + "x" * 43
+    proc = noetl("playbook", "list", server=server, token=wrong)
+    assert proc.returncode == 1
+    assert "the token is not valid" in proc.stderr and "(HTTP 401)" in proc.stderr
+    assert wrong not in proc.stderr + proc.stdout
+
+
+def test_a_viewer_reads_but_cannot_start(server: str, tmp_path: Path) -> None:
+    viewer = TOKENS[server][Role.VIEWER]
+    playbook = write(tmp_path, "no_tools.yaml", NO_TOOLS)
+    listed, started = (
+        noetl("playbook", "list", "--json", server=server, token=viewer),
+        noetl("exec", "start", "--workflow", str(playbook), server=server, token=viewer),
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert started.returncode == 1
+    assert "needs the operator role" in started.stderr and "(HTTP 403)" in started.stderr
+    # --token wins over NOETL_API_TOKEN
+    flagged = noetl(
+        "exec", "start", "--workflow", str(playbook), "--token", TOKENS[server][Role.OPERATOR],
+        server=server, token=viewer,
+    )  # fmt: skip
+    assert flagged.returncode == 0, flagged.stderr
+
+
+def test_dlq_commands_send_the_token(server: str) -> None:
+    refused = noetl("dlq", "list", "--json", server=server, token="")
+    assert refused.returncode == 1 and "(HTTP 401)" in refused.stderr
+    listed = noetl("dlq", "list", "--json", server=server)
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["items"] == []

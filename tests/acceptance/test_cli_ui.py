@@ -11,6 +11,7 @@ import httpx
 
 from tests.conftest import EXAMPLES, ROOT
 from tests.distributed.cluster import Cluster, free_port, wait_until
+from tests.helpers.auth import token_in_database
 
 
 def noetl(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
@@ -31,28 +32,37 @@ def test_noetl_ui_serves_the_console_over_the_embedded_database(tmp_path: Path) 
     execution_id = json.loads(ran.stdout)["execution_id"]
 
     cluster = Cluster(db=str(db), workdir=tmp_path, port=free_port())
+    cluster.token = token_in_database(str(db))
     proc = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port))
     try:
         wait_until(lambda: cluster._healthy(cluster.port), 30, "noetl ui")
-        page = httpx.get(f"{cluster.url}/ui/", timeout=10)
+        page = httpx.get(f"{cluster.url}/ui/", timeout=10)  # the page itself is public
         assert page.status_code == 200
         assert '<script type="module" src="js/app.js">' in page.text
-        listed = httpx.get(f"{cluster.url}/api/executions", timeout=10).json()["items"]
+        assert httpx.get(f"{cluster.url}/api/executions", timeout=10).status_code == 401
+        listed = httpx.get(
+            f"{cluster.url}/api/executions", headers=cluster.headers, timeout=10
+        ).json()["items"]
         assert [i["execution_id"] for i in listed] == [execution_id]
-        graph = httpx.get(f"{cluster.url}/api/executions/{execution_id}/graph", timeout=10)
+        graph = httpx.get(
+            f"{cluster.url}/api/executions/{execution_id}/graph",
+            headers=cluster.headers,
+            timeout=10,
+        )
         assert {n["status"] for n in graph.json()["nodes"]} == {"ok"}
     finally:
         assert proc.stop() == 0
     log = proc.output()
     assert f"console: http://127.0.0.1:{cluster.port}/ui/" in log
     assert f"noetl worker start --db {db}" in log
+    assert f"noetl auth token create --role admin --db {db}" in log
     assert "noetl ui stopped" in log
 
 
 def test_noetl_ui_says_when_the_database_does_not_exist_yet(tmp_path: Path) -> None:
     db = tmp_path / "fresh" / "noetl.db"
     cluster = Cluster(db=str(db), workdir=tmp_path, port=free_port())
-    proc = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port))
+    proc = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port), "--no-auth")
     try:
         wait_until(lambda: cluster._healthy(cluster.port), 30, "noetl ui")
         assert httpx.get(f"{cluster.url}/api/executions", timeout=10).json()["items"] == []
@@ -97,6 +107,7 @@ def test_canceling_from_the_console_a_run_still_in_progress(tmp_path: Path) -> N
     playbook = tmp_path / "waits.yaml"
     playbook.write_text(WAITS, encoding="utf-8")
     cluster = Cluster(db=str(db), workdir=tmp_path, port=free_port())
+    cluster.token = token_in_database(str(db))
     ui = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port))
     run = subprocess.Popen(
         [
@@ -122,12 +133,18 @@ def test_canceling_from_the_console_a_run_still_in_progress(tmp_path: Path) -> N
 
         def started() -> bool:
             url = f"{cluster.url}/api/executions"
-            running[:] = httpx.get(url, params={"status": "running"}, timeout=10).json()["items"]
+            running[:] = httpx.get(
+                url, params={"status": "running"}, headers=cluster.headers, timeout=10
+            ).json()["items"]
             return bool(running)
 
         wait_until(started, 30, "the run to start")
         execution_id = running[0]["execution_id"]
-        canceled = httpx.post(f"{cluster.url}/api/executions/{execution_id}/cancel", timeout=10)
+        canceled = httpx.post(
+            f"{cluster.url}/api/executions/{execution_id}/cancel",
+            headers=cluster.headers,
+            timeout=10,
+        )
         assert canceled.json()["canceled"] is True
         wait_until(
             lambda: cluster.execution(execution_id)["status"] == "canceled", 30, "the cancel"

@@ -25,6 +25,7 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import ROOT
+from tests.helpers.auth import auth_headers
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 with warnings.catch_warnings():
@@ -120,7 +121,10 @@ def files_of(db: Path) -> bytes:
 def api_texts(db: Path) -> str:
     store = SqliteStore(db)
     try:
-        client = TestClient(create_app(store, Orchestrator(store, owner="t"), version="t"))
+        client = TestClient(
+            create_app(store, Orchestrator(store, owner="t"), version="t"),
+            headers=auth_headers(store),
+        )
         [item] = client.get("/api/executions").json()["items"]
         execution_id = item["execution_id"]
         paths = [

@@ -8,6 +8,7 @@ NOETL_TEST_ARTIFACTS names (one folder per test), else to the test's tmp dir.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -25,6 +26,7 @@ from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import services_missing
 from tests.distributed.cluster import free_port, wait_until
+from tests.helpers.auth import new_token
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -109,6 +111,7 @@ class LocalServer:
     url: str
     store: SqliteStore
     orchestrator: Orchestrator
+    token: str  # an admin API token of its database
 
 
 @pytest.fixture
@@ -131,7 +134,7 @@ def local_server(tmp_path: Path) -> Iterator[LocalServer]:
         thread.start()
     wait_until(lambda: server.started, 10, "the console server")
     try:
-        yield LocalServer(f"http://127.0.0.1:{port}", store, orchestrator)
+        yield LocalServer(f"http://127.0.0.1:{port}", store, orchestrator, new_token(store))
     finally:
         server.should_exit = True
         stop.set()
@@ -145,3 +148,13 @@ def shot(page: Any, artifacts: Path, name: str) -> Path:
     path = artifacts / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+def visit(page: Any, server: Any, path: str) -> None:
+    """Open `path` of `server` (anything with `url` and `token`) signed in: the page starts
+    with the server's token where the console keeps its credential, as after a login."""
+    if getattr(page, "_noetl_token", None) != server.token:
+        script = f"sessionStorage.setItem('noetl.api_token', {json.dumps(server.token)})"
+        page.add_init_script(script)
+        page._noetl_token = server.token
+    page.goto(f"{server.url}{path}")

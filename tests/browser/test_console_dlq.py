@@ -16,7 +16,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 import pytest
 
-from tests.browser.conftest import LocalServer, shot
+from tests.browser.conftest import LocalServer, shot, visit
 
 pytestmark = pytest.mark.slow
 
@@ -131,7 +131,7 @@ def dlq(page: Any) -> FakeDlq:
 def test_list_filter_and_details(
     page: Any, local_server: LocalServer, dlq: FakeDlq, artifacts: Path
 ) -> None:
-    page.goto(f"{local_server.url}/ui/#/dlq")
+    visit(page, local_server, "/ui/#/dlq")
     page.wait_for_selector(f'#dlq tr[data-message-id="{FETCH}"]')
     assert page.locator("#dlq tbody tr").count() == 3
     assert dlq.lists[0]["status"] == ["pending"]  # pending first: what needs a decision
@@ -152,7 +152,7 @@ def test_list_filter_and_details(
     assert dlq.lists[-1]["execution_id"] == ["1764130000000999999"]
     assert "execution_id=1764130000000999999" in page.url
 
-    page.goto(f"{local_server.url}/ui/#/dlq/{FETCH}")
+    visit(page, local_server, f"/ui/#/dlq/{FETCH}")
     page.wait_for_selector("#dlq-payload")
     assert json.loads(page.locator("#dlq-payload").inner_text())["spec"]["headers"] == {
         "Authorization": "***"
@@ -167,7 +167,7 @@ def test_list_filter_and_details(
 def test_replay_asks_first_and_sends_the_patch(
     page: Any, local_server: LocalServer, dlq: FakeDlq, artifacts: Path
 ) -> None:
-    page.goto(f"{local_server.url}/ui/#/dlq/{FETCH}")
+    visit(page, local_server, f"/ui/#/dlq/{FETCH}")
     page.click("#replay")
     page.click("dialog.confirm button:text('Cancel')")  # changed its mind: nothing sent
     assert dlq.posts == []
@@ -191,7 +191,7 @@ def test_replay_asks_first_and_sends_the_patch(
     page.wait_for_selector("#replay[disabled]")  # replayed: no second replay from here
     assert page.locator("#discard").is_disabled()
 
-    page.goto(f"{local_server.url}/ui/#/dlq/{ITEM}")
+    visit(page, local_server, f"/ui/#/dlq/{ITEM}")
     page.click("#replay")
     page.click("dialog.confirm button:text('Replay')")  # no patch: an empty body
     page.wait_for_selector("#replayed-execution")
@@ -201,7 +201,7 @@ def test_replay_asks_first_and_sends_the_patch(
 def test_discard_needs_a_reason_and_refusals_are_shown(
     page: Any, local_server: LocalServer, dlq: FakeDlq
 ) -> None:
-    page.goto(f"{local_server.url}/ui/#/dlq/{ITEM}")
+    visit(page, local_server, f"/ui/#/dlq/{ITEM}")
     page.click("#discard")
     page.click("dialog.confirm button:text('Discard')")
     assert "Say why" in page.locator("dialog.confirm [role=alert]").inner_text()
@@ -213,12 +213,12 @@ def test_discard_needs_a_reason_and_refusals_are_shown(
     page.wait_for_selector("[data-status=discarded]")
     assert "fixed upstream" in page.inner_text("main")
 
-    page.goto(f"{local_server.url}/ui/#/dlq/{STALE}")
+    visit(page, local_server, f"/ui/#/dlq/{STALE}")
     page.click("#replay")
     page.click("dialog.confirm button:text('Replay')")
     page.wait_for_selector("#dlq-message .notice.error")
     assert "Replay refused: the execution was canceled" in page.inner_text("#dlq-message")
 
-    page.goto(f"{local_server.url}/ui/#/dlq/no.such.task")
+    visit(page, local_server, "/ui/#/dlq/no.such.task")
     page.wait_for_selector("main [role=alert]")
     assert "no DLQ entry no.such.task" in page.inner_text("main")

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.browser.conftest import shot
+from tests.browser.conftest import shot, visit
 from tests.distributed.cluster import Cluster
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
@@ -97,7 +97,7 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def register_from_the_editor(page: Any, cluster: Cluster) -> None:
-    page.goto(f"{cluster.url}/ui/#/playbooks/new")
+    visit(page, cluster, "/ui/#/playbooks/new")
     page.fill("#playbook-input", PLAYBOOK)
     page.click("#register")
     page.wait_for_selector("#start-form")
@@ -113,7 +113,7 @@ def start_from_the_form(page: Any, workload: dict[str, Any]) -> str:
 def test_start_from_the_form_and_watch_it_finish_on_the_graph(
     page: Any, cluster: Cluster, upstream: str, artifacts: Path
 ) -> None:
-    page.goto(f"{cluster.url}/ui/#/executions")
+    visit(page, cluster, "/ui/#/executions")
     page.wait_for_function(
         "() => document.querySelector('#workers')?.textContent === '1 worker alive'"
     )

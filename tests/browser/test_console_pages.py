@@ -15,7 +15,8 @@ import pytest
 
 from noetl.engine import Outcome
 from noetl.store.base import Store
-from tests.browser.conftest import LocalServer, shot
+from tests.browser.conftest import LocalServer, shot, visit
+from tests.helpers.auth import bearer
 
 pytestmark = pytest.mark.slow
 DASH = "\u2013"  # the en dash of "events 1-100"
@@ -56,6 +57,7 @@ def start(server: LocalServer, playbook: str, workload: dict[str, Any] | None = 
     response = httpx.post(
         f"{server.url}/api/executions",
         json={"playbook": playbook, "workload": workload or {}},
+        headers=bearer(server.token),
         timeout=10,
     )
     assert response.status_code == 201, response.text
@@ -77,7 +79,7 @@ def play_worker(store: Store, count: int, *, error: str | None = None) -> None:
 
 
 def test_graph_layout_puts_steps_in_layers(page: Any, local_server: LocalServer) -> None:
-    page.goto(f"{local_server.url}/ui/")
+    visit(page, local_server, "/ui/")
     laid = page.evaluate(
         """async () => {
           const m = await import('/ui/js/graph.js');
@@ -111,7 +113,7 @@ def test_loop_progress_live_on_the_graph_and_the_step_panel(
 ) -> None:
     execution_id = start(local_server, LOOP)
     play_worker(local_server.store, 37)
-    page.goto(f"{local_server.url}/ui/#/executions/{execution_id}")
+    visit(page, local_server, f"/ui/#/executions/{execution_id}")
     items = page.locator('#graph g.node[data-step="items"]')
     page.wait_for_function(
         "() => document.querySelector('#graph g.node[data-step=items] text.sub')"
@@ -150,7 +152,9 @@ def test_loop_progress_live_on_the_graph_and_the_step_panel(
     assert page.locator("#attempts b").count() == 0
     # The timeline pages through the log: the latest events, then the first ones.
     page.wait_for_function("() => document.querySelector('#events-range')?.textContent")
-    last_seq = httpx.get(f"{local_server.url}/api/executions/{execution_id}").json()["last_seq"]
+    last_seq = httpx.get(
+        f"{local_server.url}/api/executions/{execution_id}", headers=bearer(local_server.token)
+    ).json()["last_seq"]
     assert last_seq > 200
     assert page.locator("#events-range").inner_text() == (
         f"events {last_seq - 99}{DASH}{last_seq} of {last_seq}"
@@ -170,11 +174,11 @@ def test_user_data_is_shown_as_text_never_run(page: Any, local_server: LocalServ
     evil = '<img src=x onerror="window.__pwned=1">'
     text = INSTANT.replace("name: greet", f"name: '{evil}'").replace("who: World", f"who: '{evil}'")
     execution_id = start(local_server, text)
-    page.goto(f"{local_server.url}/ui/#/executions")
+    visit(page, local_server, "/ui/#/executions")
     row = page.locator(f'tr[data-execution-id="{execution_id}"]')
     row.wait_for()
     assert evil in row.inner_text()
-    page.goto(f"{local_server.url}/ui/#/executions/{execution_id}")
+    visit(page, local_server, f"/ui/#/executions/{execution_id}")
     page.wait_for_selector("#execution-status [data-status=ok]")
     page.click("text=Context (results saved with as/collect)")
     assert json.loads(page.locator("#context").inner_text()) == {"greeting": {"hello": evil}}
@@ -183,44 +187,36 @@ def test_user_data_is_shown_as_text_never_run(page: Any, local_server: LocalServ
     assert page.evaluate("() => window.__pwned") is None
 
 
-def test_a_401_asks_for_a_token_and_sends_it(page: Any, local_server: LocalServer) -> None:
-    seen: list[str | None] = []
-
-    def guard(route: Any) -> None:
-        auth = route.request.headers.get("authorization")
-        seen.append(auth)
-        if auth == "Bearer let-me-in":
-            route.continue_()
-        else:
-            body = {"error": "unauthorized", "message": "a token is required"}
-            route.fulfill(status=401, content_type="application/json", body=json.dumps(body))
-
-    page.route("**/api/**", guard)
+def test_a_401_asks_for_a_token_and_logs_in_with_it(page: Any, local_server: LocalServer) -> None:
+    sent: list[str | None] = []
+    page.on("request", lambda r: sent.append(r.headers.get("authorization")))
     start(local_server, INSTANT)
-    page.goto(f"{local_server.url}/ui/#/executions")
+    page.goto(f"{local_server.url}/ui/#/executions")  # no credential yet
     dialog = page.locator("#token-dialog")
     dialog.wait_for(state="visible")
     assert "401" in page.locator("#token-reason").inner_text()
-    page.fill("#token-dialog input[name=token]", "let-me-in")
+    page.fill("#token-dialog input[name=token]", local_server.token)
     page.click("#token-dialog button[data-action=save]")
     page.wait_for_selector("#executions tbody tr[data-execution-id]")
-    assert page.evaluate("() => sessionStorage.getItem('noetl.api_token')") == "let-me-in"
-    assert "Bearer let-me-in" in seen
-    assert None in seen  # the first requests had none
+    # The API token opened a session; the tab keeps only the session token.
+    kept = page.evaluate("() => sessionStorage.getItem('noetl.api_token')")
+    assert kept.startswith("noetls_") and local_server.token not in kept
+    assert f"Bearer {kept}" in sent
+    assert None in sent  # the first requests had none
     # Cleared from the header button: the next 401s show in the banner; polls do not
     # reopen the prompt the operator just closed.
     page.click("#token-button")
     page.click("#token-dialog button[data-action=clear]")
     assert page.evaluate("() => sessionStorage.getItem('noetl.api_token')") is None
     page.wait_for_selector("#banner:not([hidden])")
-    assert "a token is required" in page.inner_text("#banner")
+    assert "missing bearer token" in page.inner_text("#banner")
     assert dialog.is_hidden()
 
 
 def test_register_a_playbook_validate_it_and_start_it_from_the_form(
     page: Any, local_server: LocalServer, artifacts: Path
 ) -> None:
-    page.goto(f"{local_server.url}/ui/#/playbooks")
+    visit(page, local_server, "/ui/#/playbooks")
     page.click("#new-playbook")
     broken = INSTANT.replace("- step: start", "- step: start\n    next: [nowhere]")
     page.fill("#playbook-input", broken)
@@ -253,9 +249,10 @@ def test_register_a_playbook_validate_it_and_start_it_from_the_form(
     httpx.post(
         f"{local_server.url}/api/playbooks",
         json={"content": INSTANT.replace("World", "Everyone")},
+        headers=bearer(local_server.token),
         timeout=10,
     )
-    page.goto(f"{local_server.url}/ui/#/playbooks")
+    visit(page, local_server, "/ui/#/playbooks")
     page.wait_for_selector('#playbooks tr[data-path="demo/greet"]')
     page.click('#playbooks a:text("demo/greet")')
     page.wait_for_selector("#version")
@@ -266,7 +263,7 @@ def test_register_a_playbook_validate_it_and_start_it_from_the_form(
 
 def test_cancel_from_the_execution_page(page: Any, local_server: LocalServer) -> None:
     execution_id = start(local_server, LOOP)
-    page.goto(f"{local_server.url}/ui/#/executions/{execution_id}")
+    visit(page, local_server, f"/ui/#/executions/{execution_id}")
     page.click("#cancel")
     page.click("dialog.confirm button:text('Cancel execution')")
     page.wait_for_selector("#execution-status [data-status=canceled]")
@@ -279,7 +276,7 @@ def test_cancel_from_the_execution_page(page: Any, local_server: LocalServer) ->
 
 def test_the_list_updates_live_and_filters_by_status(page: Any, local_server: LocalServer) -> None:
     first = start(local_server, INSTANT)
-    page.goto(f"{local_server.url}/ui/#/executions")
+    visit(page, local_server, "/ui/#/executions")
     page.wait_for_selector(f'tr[data-execution-id="{first}"]')
     running = start(local_server, LOOP)  # no worker: it stays running
     page.wait_for_selector(f'tr[data-execution-id="{running}"]')  # without a reload
@@ -293,7 +290,7 @@ def test_the_list_updates_live_and_filters_by_status(page: Any, local_server: Lo
 
 def test_mark_a_stuck_step_done(page: Any, local_server: LocalServer) -> None:
     execution_id = start(local_server, LOOP)  # no worker: `items` stays running
-    page.goto(f"{local_server.url}/ui/#/executions/{execution_id}?step=items")
+    visit(page, local_server, f"/ui/#/executions/{execution_id}?step=items")
     page.wait_for_selector("#force-complete")
     page.click("#force-complete")
     page.fill("#force-result", "not json")
@@ -316,10 +313,10 @@ def test_mark_a_stuck_step_done(page: Any, local_server: LocalServer) -> None:
 
 
 def test_unknown_things_say_so(page: Any, local_server: LocalServer) -> None:
-    page.goto(f"{local_server.url}/ui/#/executions/no-such-execution")
+    visit(page, local_server, "/ui/#/executions/no-such-execution")
     page.wait_for_selector("h1:text('Execution not found')")
     assert "no-such-execution" in page.inner_text("main [role=alert]")
-    page.goto(f"{local_server.url}/ui/#/nowhere")
+    visit(page, local_server, "/ui/#/nowhere")
     page.wait_for_selector("h1:text('Not found')")
     # A server from before the dead-letter API answers 404 for its routes.
     page.route(
@@ -330,7 +327,7 @@ def test_unknown_things_say_so(page: Any, local_server: LocalServer) -> None:
             body='{"error": "not_found", "message": "Not Found"}',
         ),
     )
-    page.goto(f"{local_server.url}/ui/#/dlq")
+    visit(page, local_server, "/ui/#/dlq")
     page.wait_for_selector("main [role=alert]")
     assert "This server has no dead-letter API" in page.inner_text("main")
     assert page.locator("#dlq-pending").is_hidden()

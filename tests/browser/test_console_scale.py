@@ -16,8 +16,9 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from noetl.store import SqliteStore
-from tests.browser.conftest import shot
+from tests.browser.conftest import shot, visit
 from tests.distributed.cluster import Cluster, free_port, wait_until
+from tests.helpers.auth import token_in_database
 
 pytestmark = pytest.mark.slow
 
@@ -68,6 +69,7 @@ def console(tmp_path: Path) -> Iterator[tuple[Cluster, list[str]]]:
     ids = fill_database(db)
     cluster = Cluster(db=str(db), workdir=tmp_path)
     cluster.port = free_port()
+    cluster.token = token_in_database(str(db))
     proc = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port))
     try:
         wait_until(lambda: cluster._healthy(cluster.port), 30, "noetl ui")
@@ -106,7 +108,7 @@ def test_ten_thousand_executions_page_on_the_server(
             lists.append(parse_qs(url.query))
 
     page.on("request", record)
-    page.goto(f"{cluster.url}/ui/#/executions")
+    visit(page, cluster, "/ui/#/executions")
     first = wait_for_rows(page, ids[0])
     assert first == ids[:PAGE]
     assert page.locator("#range").inner_text() == f"rows 1{DASH}50"
@@ -118,7 +120,7 @@ def test_ten_thousand_executions_page_on_the_server(
     assert not set(first) & set(second)
     assert "page=2" in page.url
 
-    page.goto(f"{cluster.url}/ui/#/executions?page={COUNT // PAGE}")
+    visit(page, cluster, f"/ui/#/executions?page={COUNT // PAGE}")
     last = wait_for_rows(page, ids[-PAGE])
     assert last == ids[-PAGE:]
     page.wait_for_function("() => document.querySelector('#older').disabled")

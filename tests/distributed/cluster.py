@@ -16,6 +16,8 @@ from typing import Any
 
 import httpx
 
+from tests.helpers.auth import token_in_database
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -74,10 +76,19 @@ class Cluster:
     procs: list[Proc] = field(default_factory=list)
     port: int = 0
     env: dict[str, str] = field(default_factory=dict)
+    # An admin token, made in the database before the first server starts; sent by the
+    # requests below and given to every process as NOETL_API_TOKEN (for CLI calls).
+    token: str = ""
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
 
     def _spawn(self, name: str, *args: str) -> Proc:
         log = self.workdir / f"{name}.log"
         env = {**os.environ, "NOETL_DB": self.db, "PYTHONUNBUFFERED": "1", **self.env}
+        if self.token:
+            env["NOETL_API_TOKEN"] = self.token
         with log.open("wb") as fh:  # the child keeps its own copy of the descriptor
             popen = subprocess.Popen(
                 [sys.executable, "-m", "noetl", *args],
@@ -94,6 +105,8 @@ class Cluster:
     def start_server(self, port: int | None = None, name: str = "server") -> Proc:
         port = port or self.port or free_port()
         self.port = self.port or port
+        if not self.token:
+            self.token = token_in_database(self.db)
         proc = self._spawn(name, "server", "start", "--port", str(port))
         wait_until(lambda: self._healthy(port), 30, f"{name} on port {port}")
         return proc
@@ -125,13 +138,16 @@ class Cluster:
         response = httpx.post(
             f"{self.url}/api/executions",
             json={"playbook": playbook, "workload": workload or {}},
+            headers=self.headers,
             timeout=30,
         )
         assert response.status_code == 201, response.text
         return str(response.json()["execution_id"])
 
     def execution(self, execution_id: str) -> dict[str, Any]:
-        response = httpx.get(f"{self.url}/api/executions/{execution_id}", timeout=30)
+        response = httpx.get(
+            f"{self.url}/api/executions/{execution_id}", headers=self.headers, timeout=30
+        )
         assert response.status_code == 200, response.text
         return dict(response.json())
 
@@ -157,7 +173,10 @@ class Cluster:
 
     def events(self, execution_id: str) -> list[dict[str, Any]]:
         response = httpx.get(
-            f"{self.url}/api/executions/{execution_id}/events", params={"limit": 10000}, timeout=30
+            f"{self.url}/api/executions/{execution_id}/events",
+            params={"limit": 10000},
+            headers=self.headers,
+            timeout=30,
         )
         assert response.status_code == 200, response.text
         body = response.json()

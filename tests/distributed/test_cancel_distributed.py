@@ -70,7 +70,9 @@ def test_cancel_kills_the_running_python_task(cluster: Cluster, tmp_path: Path) 
     assert alive(pid)
 
     canceled_at = time.monotonic()
-    response = httpx.post(f"{cluster.url}/api/executions/{execution_id}/cancel", timeout=30)
+    response = httpx.post(
+        f"{cluster.url}/api/executions/{execution_id}/cancel", headers=cluster.headers, timeout=30
+    )
     assert response.status_code < 300, response.text
     wait_until(lambda: not alive(pid), 1.0, "the python child to be killed", interval=0.02)
     result = cluster.wait_finished(execution_id, timeout=5)
@@ -132,7 +134,9 @@ def test_cancel_stops_a_running_10000_item_loop_within_two_heartbeats(
 
     assert len(running_pids()) == 6
     canceled_at = time.monotonic()
-    response = httpx.post(f"{cluster.url}/api/executions/{execution_id}/cancel", timeout=30)
+    response = httpx.post(
+        f"{cluster.url}/api/executions/{execution_id}/cancel", headers=cluster.headers, timeout=30
+    )
     assert response.status_code < 300, response.text
     wait_until(lambda: not running_pids(), 1.0, "every running item to be stopped", 0.02)
     stopped_after = time.monotonic() - canceled_at

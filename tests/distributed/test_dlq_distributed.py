@@ -5,6 +5,7 @@ PostgreSQL, a real HTTP server on loopback that is down and then recovers, and t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -37,6 +38,7 @@ def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
         text=True,
         timeout=120,
         check=False,
+        env={**os.environ, "NOETL_API_TOKEN": cluster.token},
     )
 
 
@@ -106,6 +108,7 @@ def timeline(cluster: Cluster, execution_id: str) -> list[str]:
         text=True,
         timeout=60,
         check=False,
+        env={**os.environ, "NOETL_API_TOKEN": cluster.token},
     )
     assert proc.returncode == 0, proc.stderr
     return [line.split()[3] for line in proc.stdout.splitlines() if line.strip()]

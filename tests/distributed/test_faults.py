@@ -234,6 +234,8 @@ def test_examples_through_the_cli_on_postgres(cluster: Cluster) -> None:
                 "start",
                 "--server",
                 cluster.url,
+                "--token",
+                cluster.token,
                 "--workflow",
                 str(ROOT / "examples" / f"{name}.yaml"),
                 "--json",

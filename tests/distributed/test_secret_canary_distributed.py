@@ -75,10 +75,15 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
         f"/api/executions/{execution_id}/events?limit=1000",
         "/api/dlq?status=pending",
     ]
-    entries = httpx.get(f"{cluster.url}/api/dlq", timeout=30).json()["items"]
+    entries = httpx.get(f"{cluster.url}/api/dlq", headers=cluster.headers, timeout=30).json()[
+        "items"
+    ]
     assert len(entries) == (0 if outcome == "success" else 1)  # the DLQ is checked too
     paths += [f"/api/dlq/{entry['message_id']}" for entry in entries]
-    responses = [httpx.get(f"{cluster.url}{path}", timeout=30).text for path in paths]
+    responses = [
+        httpx.get(f"{cluster.url}{path}", headers=cluster.headers, timeout=30).text
+        for path in paths
+    ]
     cluster.stop_all()
     logs = "\n".join(proc.output() for proc in cluster.procs)
     assert "worker" in logs and "listening" in logs  # both processes' output was captured

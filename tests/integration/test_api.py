@@ -25,9 +25,12 @@ from noetl.errors import ConfigError
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
+from noetl.server.auth import Gate
+from noetl.sessions import Sessions
 from noetl.store import MemoryStore, SqliteStore, StoreUnavailableError
 from noetl.store.base import Store
 from noetl.worker.tools import ToolRegistry
+from tests.helpers.auth import auth_headers
 
 with warnings.catch_warnings():
     # Starlette asks for `httpx2` instead of `httpx`; either drives the app the same way.
@@ -123,8 +126,10 @@ def app(store: SqliteStore, orchestrator: Orchestrator) -> FastAPI:
 
 
 @pytest.fixture
-def client(app: FastAPI) -> Iterator[TestClient]:
-    with TestClient(app) as test_client:
+def client(app: FastAPI, store: SqliteStore) -> Iterator[TestClient]:
+    """A client that sends an admin token (tests/integration/test_auth.py covers the
+    roles)."""
+    with TestClient(app, headers=auth_headers(store)) as test_client:
         yield test_client
 
 
@@ -169,7 +174,11 @@ class BrokenStore:
 
 def broken_client(error: Exception) -> TestClient:
     store: Any = BrokenStore(error)
-    return TestClient(create_app(store, Orchestrator(store, owner="test"), version="9.9"))
+    # Authentication off: the store that would hold the tokens is the broken one.
+    gate = Gate(store.tokens, Sessions(store.sessions), enabled=False)
+    return TestClient(
+        create_app(store, Orchestrator(store, owner="test"), version="9.9", gate=gate)
+    )
 
 
 def test_health_when_the_database_is_down() -> None:
@@ -196,7 +205,9 @@ def test_unexpected_errors_are_a_generic_logged_500(
         def start_execution(self, text: str, **kwargs: Any) -> str:
             raise RuntimeError("boom: internal detail")
 
-    client = TestClient(create_app(store, Exploding(store, owner="t"), version="1"))
+    client = TestClient(
+        create_app(store, Exploding(store, owner="t"), version="1"), headers=auth_headers(store)
+    )
     with caplog.at_level(logging.ERROR, logger="noetl.server"):
         response = client.post("/api/executions", json={"playbook": NO_TOOLS})
     body = assert_error(response, 500, "internal", "server log")

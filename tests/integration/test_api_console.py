@@ -26,6 +26,7 @@ from noetl.server.app import create_app
 from noetl.server.routes.ui import SECURITY_HEADERS, load_assets
 from noetl.store import SqliteStore
 from noetl.store.base import Store, WorkerRecord
+from tests.helpers.auth import auth_headers
 
 with warnings.catch_warnings():
     warnings.filterwarnings("ignore", message=".*httpx2", category=UserWarning)
@@ -74,7 +75,8 @@ def orchestrator(store: SqliteStore) -> Orchestrator:
 
 @pytest.fixture
 def client(store: SqliteStore, orchestrator: Orchestrator) -> Iterator[TestClient]:
-    with TestClient(create_app(store, orchestrator, version=__version__)) as test_client:
+    app = create_app(store, orchestrator, version=__version__)
+    with TestClient(app, headers=auth_headers(store)) as test_client:
         yield test_client
 
 
@@ -274,7 +276,7 @@ def test_workers_list_says_which_are_alive(store: SqliteStore, orchestrator: Orc
         store.register_worker(
             WorkerRecord(worker_id, "default", "host", 1, status, now - 900, beat)
         )
-    with TestClient(app) as client:
+    with TestClient(app, headers=auth_headers(store)) as client:
         body = client.get("/api/workers").json()
         assert [(w["worker_id"], w["alive"]) for w in body["items"]] == [
             ("w-drain", True),

@@ -23,6 +23,7 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from noetl.store.base import DeadLetterStatus
+from tests.helpers.auth import auth_headers
 from tests.helpers.flaky_http import Flaky
 from tests.helpers.testclient import TestClient
 
@@ -264,7 +265,7 @@ def api(failed: tuple[Path, str]) -> Iterator[tuple[TestClient, SqliteStore, str
     orchestrator = Orchestrator(store, owner="test")
     app = create_app(store, orchestrator, version=__version__)
     try:
-        with TestClient(app) as client:
+        with TestClient(app, headers=auth_headers(store)) as client:
             yield client, store, execution_id
     finally:
         store.close()
@@ -354,7 +355,7 @@ workflow:
     orchestrator = Orchestrator(store, owner="test")
     app = create_app(store, orchestrator, version=__version__)
     try:
-        with TestClient(app) as client:
+        with TestClient(app, headers=auth_headers(store)) as client:
             execution_id = client.post("/api/executions", json={"playbook": text}).json()[
                 "execution_id"
             ]

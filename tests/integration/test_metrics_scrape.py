@@ -65,8 +65,8 @@ workflow:
 """
 
 
-def scrape(url: str) -> Samples:
-    response = httpx.get(url, timeout=10)
+def scrape(url: str, headers: dict[str, str] | None = None) -> Samples:
+    response = httpx.get(url, headers=headers, timeout=10)
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/plain")
     out: Samples = {}
@@ -209,14 +209,22 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
     release = tmp_path / "release"
     slow_id = cluster.start_execution(SLOW.format(release=release))
     server_url = f"{cluster.url}/metrics"
+    # The server's metrics are not public: Prometheus sends a (viewer) token.
+    assert httpx.get(server_url, timeout=10).status_code == 401
 
     def leased() -> bool:
         return (
-            get(scrape(server_url), "noetl_task_queue_tasks", pool="default", status="leased") == 1
+            get(
+                scrape(server_url, cluster.headers),
+                "noetl_task_queue_tasks",
+                pool="default",
+                status="leased",
+            )
+            == 1
         )
 
     wait_until(leased, 30, "the slow task to be leased")
-    during = scrape(server_url)
+    during = scrape(server_url, cluster.headers)
     release.write_text("go")
     assert cluster.wait_finished(slow_id)["status"] == "ok"
 
@@ -224,7 +232,7 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
         return total(scrape(worker_url), "noetl_worker_heartbeat_timestamp") > 0
 
     wait_until(heartbeat_seen, 30, "the worker's heartbeat gauge")
-    server = scrape(server_url)
+    server = scrape(server_url, cluster.headers)
     worker = scrape(worker_url)
 
     # Decisions are counted where they were committed (the server, or the worker's

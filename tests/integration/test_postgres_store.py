@@ -145,6 +145,29 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("discard_reason", "text", "YES"),
         ("updated_at", TZ, "NO"),
     ],
+    "api_token": [
+        ("token_id", "text", "NO"),
+        ("name", "text", "NO"),
+        ("role", "text", "NO"),
+        ("token_hash", "text", "NO"),
+        ("created_at", TZ, "NO"),
+        ("last_used_at", TZ, "YES"),
+        ("expires_at", TZ, "YES"),
+        ("revoked", "boolean", "NO"),
+        ("revoked_at", TZ, "YES"),
+    ],
+    "session": [
+        ("session_key", "text", "NO"),
+        ("revision", "integer", "NO"),
+        ("operation", "text", "NO"),
+        ("token_id", "text", "NO"),
+        ("role", "text", "NO"),
+        ("created_at", TZ, "NO"),
+        ("expires_at", TZ, "NO"),
+        ("last_activity_at", TZ, "NO"),
+        ("client", "text", "YES"),
+        ("written_at", TZ, "NO"),
+    ],
 }
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -157,6 +180,8 @@ EXPECTED_PRIMARY_KEYS = {
     "playbook": ["path", "version"],
     "worker": ["worker_id"],
     "dlq": ["message_id"],
+    "api_token": ["token_id"],
+    "session": ["session_key", "revision"],
 }
 
 
@@ -247,12 +272,18 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
 
     applied = migrate_schema(pg_empty_database)
 
-    assert [m.label for m in applied] == ["0001_init", "0002_queue", "0003_compiled", "0004_dlq"]
+    assert [m.label for m in applied] == [
+        "0001_init",
+        "0002_queue",
+        "0003_compiled",
+        "0004_dlq",
+        "0005_auth",
+    ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4], [], 4)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5], [], 5)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -287,8 +318,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -321,12 +352,12 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    assert "applied 0001_init, 0002_queue, 0003_compiled, 0004_dlq" in first.stdout
-    assert "already initialized (schema version 4)" in second.stdout
+    assert "applied 0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth" in first.stdout
+    assert "already initialized (schema version 5)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 4" in migrate.stdout
+    assert "at schema version 5" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
-        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq",
+        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth",
         "pending:  none",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
@@ -338,7 +369,7 @@ def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> Non
     assert status.returncode == 0, status.stderr
     assert status.stdout.splitlines()[1:] == [
         "applied:  none",
-        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq",
+        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth",
     ]
     assert columns(pg_empty_database) == {}  # status changes nothing
 

@@ -116,6 +116,29 @@ EXPECTED_COLUMNS = {
         ("discard_reason", "TEXT", 0, 0),
         ("updated_at", "REAL", 1, 0),
     ],
+    "api_token": [
+        ("token_id", "TEXT", 0, 1),
+        ("name", "TEXT", 1, 0),
+        ("role", "TEXT", 1, 0),
+        ("token_hash", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("last_used_at", "REAL", 0, 0),
+        ("expires_at", "REAL", 0, 0),
+        ("revoked", "INTEGER", 1, 0),
+        ("revoked_at", "REAL", 0, 0),
+    ],
+    "session": [
+        ("session_key", "TEXT", 1, 1),
+        ("revision", "INTEGER", 1, 2),
+        ("operation", "TEXT", 1, 0),
+        ("token_id", "TEXT", 1, 0),
+        ("role", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("expires_at", "REAL", 1, 0),
+        ("last_activity_at", "REAL", 1, 0),
+        ("client", "TEXT", 0, 0),
+        ("written_at", "REAL", 1, 0),
+    ],
 }
 # (name, table, ((column, descending), ...)) as PRAGMA index_xinfo reports the key columns.
 EXPECTED_INDEXES = {
@@ -131,6 +154,7 @@ EXPECTED_INDEXES = {
     ("dlq_execution_idx", "dlq", (("execution_id", 0),)),
     ("dlq_status_idx", "dlq", (("status", 0), ("last_seen", 1))),
     ("dlq_tool_kind_idx", "dlq", (("tool_kind", 0),)),
+    ("session_expires_idx", "session", (("expires_at", 0),)),
 }
 
 
@@ -274,6 +298,7 @@ def test_packaged_migrations() -> None:
         (2, "queue"),
         (3, "compiled"),
         (4, "dlq"),
+        (5, "auth"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -318,7 +343,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -355,7 +380,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -368,7 +393,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (4)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (5)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Depends, Path
 from fastapi import status as http
 
+from noetl.auth import Role
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas import ErrorBody, ForceCompleteRequest, ForceCompleteResult
 
-router = APIRouter(prefix="/api/admin", tags=["admin"])
+router = APIRouter(prefix="/api/admin", tags=["admin"], dependencies=[Depends(authenticate)])
 
 _ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such execution or step"},
@@ -21,6 +23,7 @@ _ERRORS: dict[int | str, dict[str, Any]] = {
 @router.post(
     "/executions/{execution_id}/steps/{step}/force-complete",
     summary="Mark a parked, pending or stuck step done",
+    dependencies=[requires(Role.ADMIN)],
     status_code=http.HTTP_202_ACCEPTED,
     response_model=ForceCompleteResult,
     responses=_ERRORS,

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
+from noetl.auth import Role
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas import (
     DeadLetterDetail,
@@ -18,7 +20,7 @@ from noetl.server.schemas import (
 )
 from noetl.store.base import DeadLetterStatus
 
-router = APIRouter(prefix="/api/dlq", tags=["dlq"])
+router = APIRouter(prefix="/api/dlq", tags=["dlq"], dependencies=[Depends(authenticate)])
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such entry"}
@@ -31,7 +33,10 @@ MessageId = Annotated[str, Path(min_length=1, max_length=512, description="The t
 
 
 @router.get(
-    "", summary="List dead-letter entries, most recent first", response_model=DeadLetterList
+    "",
+    summary="List dead-letter entries, most recent first",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=DeadLetterList,
 )
 def list_dead_letters(
     deps: Deps,
@@ -54,6 +59,7 @@ def list_dead_letters(
 @router.get(
     "/{message_id}",
     summary="One entry: error, stack, redacted payload and context excerpt",
+    dependencies=[requires(Role.VIEWER)],
     response_model=DeadLetterDetail,
     responses=_NOT_FOUND,
 )
@@ -64,6 +70,7 @@ def get_dead_letter(message_id: MessageId, deps: Deps) -> DeadLetterDetail:
 @router.post(
     "/{message_id}/replay",
     summary="Replay an entry with its original message id",
+    dependencies=[requires(Role.OPERATOR)],
     response_model=ReplayResultOut,
     responses=_CONFLICT,
 )
@@ -86,6 +93,7 @@ def replay_dead_letter(
 @router.post(
     "/{message_id}/discard",
     summary="Give an entry up, with a reason",
+    dependencies=[requires(Role.OPERATOR)],
     response_model=DeadLetterDetail,
     responses=_CONFLICT,
 )

@@ -5,12 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import status as http
 
+from noetl.auth import Role
 from noetl.engine.types import ExecutionStatus
 from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas import (
     CancelResult,
@@ -25,7 +27,9 @@ from noetl.server.schemas import (
 )
 from noetl.store.base import ExecutionRecord, NotFoundError, Store
 
-router = APIRouter(prefix="/api/executions", tags=["executions"])
+router = APIRouter(
+    prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
+)
 
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {
     404: {"model": ErrorBody, "description": "No such execution"}
@@ -53,6 +57,7 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
 @router.post(
     "",
     summary="Start an execution",
+    dependencies=[requires(Role.OPERATOR)],
     status_code=http.HTTP_201_CREATED,
     response_model=ExecutionCreated,
     responses={
@@ -83,7 +88,12 @@ def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> Exe
     return ExecutionCreated(execution_id=execution_id)
 
 
-@router.get("", summary="List executions, newest first", response_model=ExecutionList)
+@router.get(
+    "",
+    summary="List executions, newest first",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=ExecutionList,
+)
 def list_executions(
     deps: Deps,
     status: Annotated[ExecutionStatus | None, Query(description="Only this status")] = None,
@@ -113,6 +123,7 @@ def list_executions(
 @router.get(
     "/{execution_id}",
     summary="Execution status: steps, loop counters, context",
+    dependencies=[requires(Role.VIEWER)],
     response_model=ExecutionDetail,
     response_model_exclude_unset=True,
     responses=_NOT_FOUND,
@@ -130,6 +141,7 @@ def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
 @router.post(
     "/{execution_id}/cancel",
     summary="Cancel an execution",
+    dependencies=[requires(Role.OPERATOR)],
     status_code=http.HTTP_202_ACCEPTED,
     response_model=CancelResult,
     responses=_NOT_FOUND,
@@ -145,6 +157,7 @@ def cancel_execution(execution_id: ExecutionId, deps: Deps) -> CancelResult:
 @router.get(
     "/{execution_id}/graph",
     summary="The execution's graph: step states and the edges taken",
+    dependencies=[requires(Role.VIEWER)],
     response_model=ExecutionGraph,
     response_model_exclude_unset=True,
     responses=_NOT_FOUND,
@@ -196,6 +209,7 @@ Limit = Annotated[int, Query(ge=1, le=10_000)]
 @router.get(
     "/{execution_id}/events",
     summary="The execution's event log, filtered",
+    dependencies=[requires(Role.VIEWER)],
     response_model=EventList,
     responses=_NOT_FOUND,
 )
@@ -229,6 +243,7 @@ def list_events(
 @router.get(
     "/{execution_id}/steps/{step}/events",
     summary="The events of one step",
+    dependencies=[requires(Role.VIEWER)],
     response_model=EventList,
     responses=_NOT_FOUND,
 )

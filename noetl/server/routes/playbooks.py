@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Depends, Query, status
 from fastapi.exceptions import RequestValidationError
 
+from noetl.auth import Role
 from noetl.dsl.validate import load_playbook_text
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import redact
 from noetl.server.schemas import (
@@ -23,7 +25,9 @@ from noetl.server.schemas import (
 )
 from noetl.store.base import NotFoundError, PlaybookRecord
 
-router = APIRouter(prefix="/api/playbooks", tags=["playbooks"])
+router = APIRouter(
+    prefix="/api/playbooks", tags=["playbooks"], dependencies=[Depends(authenticate)]
+)
 
 _UNNAMED = "<request>"
 
@@ -37,6 +41,7 @@ def _summary(record: PlaybookRecord) -> PlaybookSummary:
 @router.post(
     "",
     summary="Register a playbook version",
+    dependencies=[requires(Role.OPERATOR)],
     status_code=status.HTTP_201_CREATED,
     response_model=PlaybookRegistered,
     responses={422: {"model": ErrorBody, "description": "Invalid playbook or request"}},
@@ -67,6 +72,7 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
 @router.post(
     "/validate",
     summary="Validate a playbook without registering it",
+    dependencies=[requires(Role.VIEWER)],
     response_model=PlaybookValidation,
     responses={422: {"model": ErrorBody, "description": "Invalid request"}},
 )
@@ -88,7 +94,12 @@ def validate_playbook(body: PlaybookValidate) -> PlaybookValidation:
     )
 
 
-@router.get("", summary="List registered playbooks (latest versions)", response_model=PlaybookList)
+@router.get(
+    "",
+    summary="List registered playbooks (latest versions)",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=PlaybookList,
+)
 def list_playbooks(deps: Deps) -> PlaybookList:
     return PlaybookList(items=[_summary(r) for r in deps.store.list_playbooks()])
 
@@ -96,6 +107,7 @@ def list_playbooks(deps: Deps) -> PlaybookList:
 @router.get(
     "/{path:path}",
     summary="Get a registered playbook, with its text",
+    dependencies=[requires(Role.VIEWER)],
     response_model=PlaybookDetail,
     responses={404: {"model": ErrorBody, "description": "No such playbook or version"}},
 )

@@ -4,17 +4,21 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter, Depends, Path, Query
 
+from noetl.auth import Role
 from noetl.runtime.step_view import AttemptStatus, step_attempts
 from noetl.runtime.views import ExecutionView, iter_events
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas import ErrorBody, StepDetail
 from noetl.store.base import NotFoundError
 
-router = APIRouter(prefix="/api/executions", tags=["executions"])
+router = APIRouter(
+    prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
+)
 
 # An attempt's output is a glance ("what did item 7 return?"); the step result is longer.
 OUTPUT_PREVIEW = 300
@@ -36,6 +40,7 @@ def _step_state(view: ExecutionView, step: str, result_limit: int) -> dict[str, 
 @router.get(
     "/{execution_id}/steps/{step}",
     summary="One step: status, loop counters, result preview and attempts",
+    dependencies=[requires(Role.VIEWER)],
     response_model=StepDetail,
     responses={404: {"model": ErrorBody, "description": "No such execution or step"}},
 )

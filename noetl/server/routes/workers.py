@@ -4,15 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Depends, Query
 
+from noetl.auth import Role
+from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas import WorkerList, WorkerOut
 
-router = APIRouter(prefix="/api/workers", tags=["workers"])
+router = APIRouter(prefix="/api/workers", tags=["workers"], dependencies=[Depends(authenticate)])
 
 
-@router.get("", summary="List workers and whether they are alive", response_model=WorkerList)
+@router.get(
+    "",
+    summary="List workers and whether they are alive",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=WorkerList,
+)
 def list_workers(
     deps: Deps,
     alive_within_s: Annotated[

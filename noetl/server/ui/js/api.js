@@ -1,6 +1,8 @@
-// The one way the console talks to the server: JSON over fetch, with a bearer token when
-// one is set. The token lives in sessionStorage (this tab only). A 401 answer opens the
-// token prompt and, once a token is given, the request is sent again.
+// The one way the console talks to the server: JSON over fetch, with a bearer credential
+// when one is set. The prompt takes an API token and logs in with it (POST /api/sessions):
+// the console keeps only the session token it gets, in sessionStorage (this tab only), so
+// the long-lived API token is not stored in the browser. A 401 answer (no credential, or a
+// session that expired) opens the prompt and, once logged in, the request is sent again.
 
 const TOKEN_KEY = "noetl.api_token";
 
@@ -49,15 +51,15 @@ export function askToken(reason) {
       form.removeEventListener("submit", onSubmit);
       form.removeEventListener("click", onClick);
       dialog.removeEventListener("cancel", onCancel);
-      if (action === "save") setToken(input.value.trim());
       if (action === "clear") setToken("");
       if (dialog.open) dialog.close();
       if (action !== "save") dismissedAt = Date.now();
       pendingPrompt = null;
       resolve(action === "save" ? getToken() : "");
     };
-    const onSubmit = (event) => {
+    const onSubmit = async (event) => {
       event.preventDefault();
+      setToken(await login(input.value.trim()));
       finish("save");
     };
     const onClick = (event) => {
@@ -72,6 +74,29 @@ export function askToken(reason) {
     input.focus();
   });
   return pendingPrompt;
+}
+
+/**
+ * Log in with an API token: the session token the server answers with, or the credential
+ * as given when it cannot open a session (it is a session token already, or the server
+ * has no sessions); the next request says whether it is good.
+ */
+export async function login(credential) {
+  if (!credential) return "";
+  try {
+    const response = await fetch("/api/sessions", {
+      method: "POST",
+      headers: { Accept: "application/json", Authorization: `Bearer ${credential}` },
+      cache: "no-store",
+    });
+    if (response.ok) {
+      const body = await response.json();
+      if (body && typeof body.session_token === "string") return body.session_token;
+    }
+  } catch {
+    /* unreachable: keep the credential, the next request reports the server's state */
+  }
+  return credential;
 }
 
 function url(path, query) {
