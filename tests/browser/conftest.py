@@ -56,9 +56,11 @@ def chromium_path() -> str | None:
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium per test module. Not per session: Playwright's sync API runs
+    an event loop in the main thread while it is open, and later tests that start one of
+    their own (asyncio.run: the NATS session store) must not find it running."""
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:

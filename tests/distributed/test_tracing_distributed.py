@@ -50,7 +50,7 @@ def exec_start(cluster: Cluster, playbook: Path, *extra: str) -> str:
         [sys.executable, "-m", "noetl", "exec", "start", "--workflow", str(playbook), "--json",
          *extra],
         cwd=ROOT,
-        env={**os.environ, "NOETL_SERVER_URL": cluster.url},
+        env={**os.environ, "NOETL_SERVER_URL": cluster.url, "NOETL_API_TOKEN": cluster.token},
         capture_output=True,
         text=True,
         timeout=60,
