@@ -118,6 +118,7 @@ class _Checker:
         self.source = source
         self.diags: list[Diagnostic] = []
         self.names = [name for _, name in parts.step_names]
+        self.known = frozenset(self.names)  # membership without a scan per reference
         self.tasks = [name for _, name in parts.task_names]
 
     def add(self, code: str, message: str, path: Path, *, warning: bool = False) -> None:
@@ -170,7 +171,7 @@ class _Checker:
                     first[name] = index
 
     def target(self, name: str, path: Path, what: str) -> None:
-        if name not in self.names:
+        if name not in self.known:
             self.add(
                 "E302",
                 f"{what} names step '{name}', which does not exist{suggest(name, self.names)}",

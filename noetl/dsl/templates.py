@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from jinja2 import TemplateSyntaxError, nodes
@@ -35,13 +36,20 @@ class TemplateProblem:
     lineno: int  # 1-based line inside the template text
 
 
-def check_syntax(text: str) -> TemplateProblem | None:
-    """Parse a template; return the syntax problem, if any."""
+@lru_cache(maxsize=4096)
+def _parse(text: str) -> nodes.Template | TemplateProblem:
+    """The syntax tree of a template, or its syntax problem. Cached: a playbook of many
+    steps repeats the same templates (`{{ v }}`), and each is checked more than once."""
     try:
-        _ENV.parse(text)
+        return _ENV.parse(text)
     except TemplateSyntaxError as exc:
         return TemplateProblem(message=exc.message or "syntax error", lineno=exc.lineno or 1)
-    return None
+
+
+def check_syntax(text: str) -> TemplateProblem | None:
+    """Parse a template; return the syntax problem, if any."""
+    parsed = _parse(text)
+    return parsed if isinstance(parsed, TemplateProblem) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,11 +63,8 @@ class StepReference:
 
 def step_references(text: str) -> list[StepReference]:
     """The step names a (syntactically valid) template refers to by constant."""
-    try:
-        tree = _ENV.parse(text)
-    except TemplateSyntaxError:
-        return []
-    return list(_walk(tree))
+    tree = _parse(text)
+    return [] if isinstance(tree, TemplateProblem) else list(_walk(tree))
 
 
 def _walk(tree: nodes.Node) -> Iterator[StepReference]:
