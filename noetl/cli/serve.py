@@ -69,6 +69,13 @@ def check_exposure(settings: Settings, host: str) -> None:
         )
 
 
+auth_option = setting_option(
+    "auth.enabled",
+    "--auth/--no-auth",
+    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
+)
+
+
 @click.command("start")
 @setting_option("server.host", "--host", help="Address the API listens on.")
 @setting_option("server.port", "--port", type=click.IntRange(1, 65535), help="Port of the API.")
@@ -78,11 +85,7 @@ def check_exposure(settings: Settings, host: str) -> None:
     help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
     default_text="worker.pool",
 )
-@setting_option(
-    "auth.enabled",
-    "--auth/--no-auth",
-    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
-)
+@auth_option
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option

@@ -13,7 +13,7 @@ import os
 import click
 
 from noetl.cli.observe import log_options, metrics_options
-from noetl.cli.serve import serve
+from noetl.cli.serve import auth_option, serve
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
 from noetl.store import display_url, sqlite_file
@@ -30,11 +30,7 @@ from noetl.store import display_url, sqlite_file
     help="Pool executions started from the console are queued in (unset: worker.pool).",
     default_text="worker.pool",
 )
-@setting_option(
-    "auth.enabled",
-    "--auth/--no-auth",
-    help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
-)
+@auth_option
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option
