@@ -1,5 +1,6 @@
 """What a case branch does when it acts: the values it sets and saves, and the task of its
-tool or sinks (see noetl.engine.cases). Pure: templates are rendered, nothing is run."""
+tool or sinks (see noetl.engine.cases; sinks are rendered as a step's are, by
+noetl.engine.tasks). Pure: templates are rendered, nothing is run."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Result, Step
+from noetl.engine import tasks
 from noetl.engine.case_plan import BranchPlan, CasePlan
 from noetl.engine.context import collect_into
 from noetl.engine.render import render_spec
@@ -144,9 +146,9 @@ def branch_task(scope: Scope, branch: BranchPlan, values: dict[str, Any], number
         rendered_spec = render_spec(engine.renderer, kind, spec, values)
     except TemplateError as exc:
         raise TemplateError(f"tool: {exc}") from None
-    sinks = engine._render_sinks(list(branch.sinks), values, "sink") if branch.sinks else ()
+    sinks = tasks.render_sinks(engine, list(branch.sinks), values, "sink") if branch.sinks else ()
     secrets: set[str] = set()
-    if engine._may_reference_secrets(f"{scope.name}.case{branch.index}", kind, spec, args):
+    if tasks.may_reference_secrets(engine, f"{scope.name}.case{branch.index}", kind, spec, args):
         secrets = referenced(rendered_args) | referenced(rendered_spec)
     timeout = tool.timeout_ms or (None if kind == "playbook" else engine.options.tool_timeout_ms)
     return _task(
@@ -175,7 +177,7 @@ def sink_task(
         kind="noop",
         spec={},
         args={"out": out},
-        sinks=scope.engine._render_sinks(list(branch.sinks), values, "sink"),
+        sinks=tasks.render_sinks(scope.engine, list(branch.sinks), values, "sink"),
         secrets=set(),
         pick="{{ this.out }}",
         timeout=scope.engine.options.tool_timeout_ms,

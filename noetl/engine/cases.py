@@ -20,8 +20,9 @@ branch once per attempt). `fail`, `skip` and `retry` end the round: later matche
 suppressed; under `next_policy: end_step` so does the first branch that routes.
 
 Acting (noetl.engine.case_actions): `set`, then `tool` (a task of the step, with its own
-id, retries, sinks and dead letter; `result` handles its output) or, without a tool,
-`result` / `sink` over the step's output; then the verdict and the routing intent.
+id, retries, sinks and dead letter, as any task's (noetl.engine.outcomes); `result`
+handles its output) or, without a tool, `result` / `sink` over the step's output; then
+the verdict and the routing intent.
 
 The step finishes once every task it started is done, and routes (`route`): `end_step`
 takes the first routing branch's `next` instead of the step's own; `defer` takes every
@@ -42,6 +43,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Step
+from noetl.engine import loops, outcomes, tasks
 from noetl.engine.case_actions import Act, Scope, act, outputs
 from noetl.engine.case_plan import BranchPlan
 from noetl.engine.retry import (
@@ -202,7 +204,7 @@ def proceed(scope: Scope) -> None:
         step.step,
         ok=ok,
         result=outcome.get("this"),
-        collected=engine._loop_collected(run) if ok else None,
+        collected=loops.collected(run) if ok else None,
         error=error,
         picked=True,
     )
@@ -214,13 +216,13 @@ def _start_body(scope: Scope) -> None:
     engine, state, turn, step = scope.engine, scope.state, scope.turn, scope.step
     bind = scope.run.bind
     if step.loop is not None:
-        engine._begin_loop(state, turn, step, step.loop, bind)
+        loops.begin(engine, state, turn, step, bind)
         return
     if step.tool is None:
         engine._finish_step(state, turn, step.step, ok=True, this=None)
         return
     try:
-        task = engine._task(state, step, step.tool, bind)
+        task = tasks.build(engine, state, step, step.tool, bind)
     except TemplateError as exc:
         engine._finish_step(state, turn, step.step, ok=False, error=f"tool: {exc}")
         return
@@ -235,10 +237,10 @@ def _tool_outcome(scope: Scope, done: Attempt, lease_lost: bool) -> None:
     """The step's own tool finished an attempt: its retry policy first, then the case on the
     final outcome; the task is dead-lettered only when the case does not run it again."""
     engine, state, turn = scope.engine, scope.state, scope.turn
-    verdict = _assess(scope, done, lease_lost)
+    verdict = outcomes.judge(engine, state, turn, done, lease_lost=lease_lost)
     if verdict is None:
         return  # retried by the step's own policy
-    ok, error = _settled(done.outcome, verdict)
+    ok, error = outcomes.settled(done.outcome, verdict)
     outcome: dict[str, Any] = {"ok": ok, "this": done.outcome.get("this")}
     if not ok:
         outcome.update(error=error, error_type=done.outcome.get("error_type"))
@@ -256,7 +258,7 @@ def _tool_outcome(scope: Scope, done: Attempt, lease_lost: bool) -> None:
     if decided.get("exhausted"):
         ok, error, exhausted = False, decided["error"], "case"
     if not ok and engine.dead_letters:
-        engine._dead_letter(state, turn, done, exhausted, error)
+        outcomes.dead_letter(engine, state, turn, done, ran_out=exhausted, error=error)
     proceed(scope)
 
 
@@ -264,13 +266,13 @@ def _branch_outcome(scope: Scope, branch: BranchPlan, done: Attempt, lease_lost:
     """A branch's task finished an attempt: retried by its tool's policy, else its output
     saved (`result`) or its failure recorded (the step then fails, once it can finish)."""
     engine = scope.engine
-    verdict = _assess(scope, done, lease_lost)
+    verdict = outcomes.judge(engine, scope.state, scope.turn, done, lease_lost=lease_lost)
     if verdict is None:
         return
-    ok, error = _settled(done.outcome, verdict)
+    ok, error = outcomes.settled(done.outcome, verdict)
     if not ok and engine.dead_letters:
         exhausted = verdict.reason if verdict.action is RetryAction.EXHAUSTED else None
-        engine._dead_letter(scope.state, scope.turn, done, exhausted, error)
+        outcomes.dead_letter(engine, scope.state, scope.turn, done, ran_out=exhausted, error=error)
     finished: dict[str, Any] = {"branch": branch.index, "task_id": done.task_id, "ok": ok}
     what = "tool" if branch.tool is not None else "sink"
     if ok and branch.tool is not None:
@@ -286,31 +288,6 @@ def _branch_outcome(scope: Scope, branch: BranchPlan, done: Attempt, lease_lost:
         finished.update(ok=False, error=f"case[{branch.index}].then.{what}: {error}")
     engine._emit(scope.state, scope.turn, EventType.CASE_BRANCH_FINISHED, scope.name, finished)
     proceed(scope)
-
-
-def _assess(scope: Scope, done: Attempt, lease_lost: bool) -> Verdict | None:
-    """The retry policy's verdict on an attempt; None when it runs the task again."""
-    engine = scope.engine
-    if lease_lost:
-        verdict = Verdict(RetryAction.EXHAUSTED, reason="lease_expired")
-    else:
-        verdict = engine._assess(scope.state, done)
-    if verdict.action is RetryAction.RETRY:
-        engine._retry(scope.state, scope.turn, done, verdict)
-        return None
-    if verdict.action is RetryAction.EXHAUSTED:
-        engine._exhausted(scope.state, scope.turn, done, verdict)
-    return verdict
-
-
-def _settled(outcome: Mapping[str, Any], verdict: Verdict) -> tuple[bool, str | None]:
-    """Whether an attempt that is not retried succeeded, and its error."""
-    ok = bool(outcome.get("ok"))
-    error = None if ok else str(outcome.get("error") or "tool failed")
-    if verdict.error is not None:
-        error = verdict.error if ok else f"{verdict.error} (the tool failed: {error})"
-        ok = False
-    return ok, error
 
 
 # --- one round of evaluation ---------------------------------------------------------------
@@ -430,11 +407,11 @@ def _case_retry(
     attempt = Attempt(done.task_id, done.step, None, done.outcome, done.number, rule)
     if verdict.get("exhausted"):
         ran_out = Verdict(RetryAction.EXHAUSTED, reason="case", error=verdict["error"])
-        scope.engine._exhausted(scope.state, scope.turn, attempt, ran_out)
+        outcomes.exhausted(scope.engine, scope.state, scope.turn, attempt, ran_out)
         return
     key = jitter_key(scope.state.execution_id, scope.name, done.number)
     again = Verdict(RetryAction.RETRY, reason="case", delay_s=backoff_delay(rule, done.number, key))
-    scope.engine._retry(scope.state, scope.turn, attempt, again)
+    outcomes.retry(scope.engine, scope.state, scope.turn, attempt, again)
 
 
 # --- routing -------------------------------------------------------------------------------

@@ -6,10 +6,15 @@ and the commands for the runtime (enqueue a task, requeue one, cancel tasks). No
 clock, no randomness: the same inputs always give the same events. Mistakes in a playbook
 found at run time (a bad template, a missing key) become failed steps, never exceptions.
 
-Retries (`noetl.engine.retry`): each task outcome is assessed with its step's retry policy;
-a retry is `retry.started` plus a `RequeueTask` of the same task id with the next attempt
-and a delay; attempts that run out give `retry.processed` (status `exhausted`), and the
-task fails as any failed task does.
+This module holds the core flow of a decision: calls and `when` gates, dispatch, finishing
+a step and routing its edges, the failure policy and the rollback. The rest is in modules
+of functions over the `Engine` (each takes it as its first argument):
+
+* `noetl.engine.outcomes`: a task's outcome, its retry verdict (`noetl.engine.retry`),
+  retries, lost leases and dead letters;
+* `noetl.engine.loops`: a loop step's collection, window, items and end;
+* `noetl.engine.tasks`: building a step's task (tool, sinks, secrets, timeout);
+* `noetl.engine.recovery`: operators' replays and force-completes, a loop's total budget.
 
 A step's `case` (seed 004) is decided in `noetl.engine.cases`; the engine hands a step over
 at four points (dispatch, a task outcome, the end of a loop, routing), and only for a step
@@ -18,31 +23,18 @@ that has a `case`: a step without one costs what it always did.
 
 from __future__ import annotations
 
-import json
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
 from noetl.dsl.graph import Graph
-from noetl.dsl.model import Condition, Loop, Sink, Step, Tool
-from noetl.engine import cases, recovery
+from noetl.dsl.model import Condition, Step
+from noetl.engine import cases, loops, outcomes, recovery, tasks
 from noetl.engine.case_plan import CasePlan
 from noetl.engine.context import TemplateContext, collect_into
 from noetl.engine.options import EngineOptions, effective_policy
-from noetl.engine.render import Renderer, render_spec
-from noetl.engine.retry import (
-    FINISH,
-    Attempt,
-    RetryAction,
-    RetryDefaults,
-    RetryRule,
-    Verdict,
-    assess,
-    jitter_key,
-    rule_for,
-)
-from noetl.engine.secrets import referenced
-from noetl.engine.state import ExecutionState, StepRun, apply
+from noetl.engine.render import Renderer
+from noetl.engine.retry import RetryDefaults, RetryRule, rule_for
+from noetl.engine.state import ExecutionState, apply
 from noetl.engine.types import (
     CancelTasks,
     Command,
@@ -51,9 +43,7 @@ from noetl.engine.types import (
     Event,
     EventType,
     ExecutionStatus,
-    RequeueTask,
     StepStatus,
-    Task,
 )
 from noetl.errors import TemplateError
 
@@ -100,6 +90,8 @@ class Engine:
         # Record tasks that fail for good as `task.dead_lettered` (the DLQ); off, they
         # only fail their step.
         self.dead_letters = self.options.dead_letters
+        # For building tasks (noetl.engine.tasks): a sink's default retry, and whether a
+        # step's tool templates mention `secrets` (filled in as steps are dispatched).
         self._sink_retry = self.options.sink_retry_json()
         self._secret_steps: dict[str, bool] = {}
         self.retry_rules: dict[str, RetryRule] = {
@@ -137,9 +129,9 @@ class Engine:
         if state.terminal:
             return Decision([], [])  # late input after the end: discarded
         if event.type == EventType.TOOL_PROCESSED:
-            self._on_outcome(state, turn, event)
+            outcomes.on_outcome(self, state, turn, event)
         elif event.type == EventType.LEASE_EXPIRED:
-            self._on_lease_expired(state, turn, event)
+            outcomes.on_lease_expired(self, state, turn, event)
         elif event.type == EventType.CANCEL_REQUESTED:
             self._emit(state, turn, EventType.CANCEL_REQUESTED, None, dict(event.payload))
             self._finish_workflow(state, turn, ExecutionStatus.CANCELED, "canceled")
@@ -244,14 +236,14 @@ class Engine:
             cases.enter(self, state, turn, step, bind)
             return
         if step.loop is not None:
-            self._start_loop(state, turn, step, step.loop, bind)
+            loops.start(self, state, turn, step, bind)
             return
         if step.tool is None:
             self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
             self._finish_step(state, turn, name, ok=True, this=None)
             return
         try:
-            task = self._task(state, step, step.tool, bind)
+            task = tasks.build(self, state, step, step.tool, bind)
         except TemplateError as exc:
             self._emit(state, turn, EventType.STEP_STARTED, name, {"bind": bind})
             self._finish_step(state, turn, name, ok=False, error=f"tool: {exc}")
@@ -261,370 +253,7 @@ class Engine:
         )
         turn.commands.append(EnqueueTask(task))
 
-    def _start_loop(
-        self, state: ExecutionState, turn: _Turn, step: Step, loop: Loop, bind: dict[str, Any]
-    ) -> None:
-        self._emit(state, turn, EventType.STEP_STARTED, step.step, {"bind": bind})
-        self._begin_loop(state, turn, step, loop, bind)
-
-    def _begin_loop(
-        self, state: ExecutionState, turn: _Turn, step: Step, loop: Loop, bind: dict[str, Any]
-    ) -> None:
-        """Render the collection of a started loop step and dispatch its first items."""
-        name = step.step
-        try:
-            items = self.renderer.render(loop.collection, self._ctx(state, step, bind).build())
-        except TemplateError as exc:
-            self._finish_step(state, turn, name, ok=False, error=f"loop.collection: {exc}")
-            return
-        if isinstance(items, dict):
-            items = [{"key": k, "value": v} for k, v in items.items()]
-        if not isinstance(items, list | tuple):
-            got = type(items).__name__
-            self._finish_step(
-                state, turn, name, ok=False, error=f"loop.collection must be a list, got {got}"
-            )
-            return
-        self._emit(
-            state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
-        )
-        budget = loop.total_timeout_ms or self.options.loop_total_timeout_ms
-        if budget and items:
-            loop_seq = state.steps[name].loop_seq
-            turn.commands.append(recovery.loop_timer(name, loop_seq, budget))
-        self._advance_loop(state, turn, step)
-
-    def _advance_loop(self, state: ExecutionState, turn: _Turn, step: Step) -> None:
-        """Dispatch items while the window has room; finish the loop when it has drained."""
-        run = state.steps[step.step]
-        loop = step.loop
-        assert loop is not None
-        window = 1 if loop.mode == "sequential" else (loop.max_concurrency or len(run.items))
-        while (
-            run.status is StepStatus.RUNNING
-            and not run.stopped
-            and run.next_index < len(run.items)
-            and run.in_flight < window
-        ):
-            self._start_item(state, turn, step, run.next_index)
-        drained = run.stopped or run.next_index >= len(run.items)
-        if run.status is StepStatus.RUNNING and run.in_flight == 0 and drained:
-            self._finish_loop(state, turn, step)
-
-    def _start_item(self, state: ExecutionState, turn: _Turn, step: Step, index: int) -> None:
-        """Start one loop item: its task, or its output at once (no tool, or an error)."""
-        run = state.steps[step.step]
-        item = run.items[index]
-        started: dict[str, Any] = {"index": index}
-        error = None
-        task = None
-        try:
-            key = self._loop_key(state, step, run.bind, index, item)
-        except TemplateError as exc:
-            key, error = None, f"loop.key: {exc}"
-        if key is not None:
-            started["key"] = key
-        if error is None and step.tool is not None:
-            try:
-                task = self._task(state, step, step.tool, run.bind, index=index, item=item, key=key)
-            except TemplateError as exc:
-                error = f"tool: {exc}"
-        if task is not None:
-            started["task"] = task.to_dict()
-        self._emit(state, turn, EventType.LOOP_ITERATION_STARTED, step.step, started)
-        if task is not None:
-            turn.commands.append(EnqueueTask(task))
-        elif error is not None:
-            self._record_item(state, turn, step, index, ok=False, this=None, error=error)
-        else:  # a loop without a tool: each output is the item itself
-            self._record_item(state, turn, step, index, ok=True, this=item, error=None)
-
-    def _loop_key(
-        self, state: ExecutionState, step: Step, bind: dict[str, Any], index: int, item: Any
-    ) -> Any:
-        """The item's rendered `loop.key` (None without one)."""
-        if step.loop is None or step.loop.key is None:
-            return None
-        ctx = self._ctx(state, step, bind, index=index, item=item)
-        return self.renderer.render(step.loop.key, ctx.build())
-
-    def _task(
-        self,
-        state: ExecutionState,
-        step: Step,
-        tool: Tool,
-        bind: dict[str, Any],
-        *,
-        index: int | None = None,
-        item: Any = None,
-        key: Any = None,
-    ) -> Task:
-        ctx = self._ctx(state, step, bind, index=index, item=item, key=key)
-        kind, spec, args = tool.kind, tool.spec, tool.args
-        if kind == "workbook":
-            task_def = self.playbook.task(str(spec["name"]))
-            kind, spec = task_def.tool.kind, task_def.tool.spec
-            args = {**task_def.tool.args, **args}
-        values = ctx.build()
-        rendered_args = self.renderer.render(args, values) if args else {}
-        rendered_spec = render_spec(self.renderer, kind, spec, values)
-        sinks = self._sinks(step, values)
-        secrets: set[str] = set()
-        if self._may_reference_secrets(step.step, kind, spec, args):
-            secrets = referenced(rendered_args) | referenced(rendered_spec)
-        for sink in sinks:
-            secrets |= referenced(sink["spec"])
-        suffix = f".{index}" if index is not None else ""
-        item_key = index if key is None else key
-        task_key = f"{state.execution_id}:{step.step}" + (
-            f":{item_key}" if index is not None else ""
-        )
-        timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
-        if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
-            in_loop = self.options.loop_item_timeout_ms if step.loop else None
-            timeout = in_loop or self.options.tool_timeout_ms
-        return Task(
-            task_id=f"{state.execution_id}.{step.step}{suffix}",
-            execution_id=state.execution_id,
-            step=step.step,
-            kind=kind,
-            spec=rendered_spec,
-            args=rendered_args,
-            context=ctx.tool_view(),
-            key=task_key,
-            index=index,
-            attempt=1,
-            timeout_ms=timeout,
-            secrets=tuple(sorted(secrets)),
-            sinks=sinks,
-            # The worker needs the pick only to compute what its sinks write.
-            pick=step.result.pick if sinks and step.result is not None else None,
-        )
-
-    def _may_reference_secrets(
-        self, name: str, kind: str, spec: dict[str, Any], args: dict[str, Any]
-    ) -> bool:
-        """Whether the step's tool templates mention `secrets` at all (cached by step).
-        When they do not, the task lists no secrets, even if data rendered into it holds
-        marker text: a marker stands for a secret only where a template put it."""
-        known = self._secret_steps.get(name)
-        if known is None:
-            known = "secrets" in json.dumps([kind, spec, args], default=str)
-            self._secret_steps[name] = known
-        return known
-
-    def _sinks(self, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
-        """The step's `result.sink` entries as the worker runs them, specs rendered now."""
-        if step.result is None or not step.result.sink:
-            return ()
-        return self._render_sinks(step.result.sink, values, "result.sink")
-
-    def _render_sinks(
-        self, entries: list[Sink], values: dict[str, Any], label: str
-    ) -> tuple[dict[str, Any], ...]:
-        """Sink entries as the worker runs them, specs rendered now (a TemplateError names
-        `label[index]`).
-
-        `args` is kept as a template: it may use `this` and `out`, which only the worker
-        has. `policy.on_sink_fail: async_ignore` makes every sink best-effort; `fail_step`
-        tries a sink without its own `retry` once. A sink without `retry` / `timeout_ms`
-        gets the options' defaults."""
-        all_async = self.policy.on_sink_fail == "async_ignore"
-        default_retry = (
-            {"max_attempts": 1} if self.policy.on_sink_fail == "fail_step" else self._sink_retry
-        )
-        if default_retry is not None:
-            default_retry = dict(default_retry)  # each task gets its own copy
-        sinks: list[dict[str, Any]] = []
-        for index, sink in enumerate(entries):
-            try:
-                spec = render_spec(self.renderer, sink.kind, sink.spec, values)
-            except TemplateError as exc:
-                raise TemplateError(f"{label}[{index}]: {exc}") from None
-            entry: dict[str, Any] = {
-                "kind": sink.kind,
-                "spec": spec,
-                # the validator's default id (noetl.dsl.checks), so ids it checked are unique
-                "id": sink.id or f"{sink.kind}_{index}",
-                "async": sink.async_ or all_async,
-                "timeout_ms": sink.timeout_ms or self.options.sink_timeout_ms,
-                "retry": sink.retry.model_dump(mode="json") if sink.retry else default_retry,
-            }
-            if sink.args is not None:
-                entry["args"] = sink.args
-            sinks.append(entry)
-        return tuple(sinks)
-
-    # --- outcomes ------------------------------------------------------------------------
-
-    def _on_lease_expired(self, state: ExecutionState, turn: _Turn, event: Event) -> None:
-        """A worker lost its lease (crashed, stalled): run the task again, up to a limit.
-
-        The reclaim counts as an attempt; past `max_lease_expiries` expiries in a row (with
-        no outcome in between) the task fails, and its retries end there."""
-        task_id = event.payload.get("task_id")
-        entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
-        if entry is None or not isinstance(task_id, str):
-            return  # already finished or canceled
-        expired = state.reclaims.get(task_id, 0) + 1
-        if expired >= self.max_lease_expiries:
-            error = f"the worker's lease expired {expired} times (worker lost or stalled)"
-            outcome = {
-                "task_id": task_id,
-                "ok": False,
-                "error": error,
-                "error_type": "LeaseExpired",
-            }
-            lost = Event(0, EventType.TOOL_PROCESSED, state.execution_id, turn.now, None, outcome)
-            self._on_outcome(state, turn, lost, lease_lost=True)
-            return
-        attempt = state.attempts.get(task_id, 1) + 1
-        payload = {
-            "task_id": task_id,
-            "attempt": attempt,
-            "worker_id": event.payload.get("worker_id"),
-        }
-        self._emit(state, turn, EventType.TASK_RECLAIMED, entry[0], payload)
-        turn.commands.append(RequeueTask(task_id, attempt))
-
-    def _on_outcome(
-        self, state: ExecutionState, turn: _Turn, event: Event, *, lease_lost: bool = False
-    ) -> None:
-        task_id = event.payload.get("task_id")
-        entry = state.tasks.get(task_id) if isinstance(task_id, str) else None
-        if entry is None or not isinstance(task_id, str):
-            return  # a late or duplicate result: discarded
-        name, index = entry
-        payload = dict(event.payload)
-        attempt = state.attempts.get(task_id, 1)
-        if attempt > 1:
-            payload.setdefault("attempt", attempt)  # a first attempt's payload stays as sent
-        self._emit(state, turn, EventType.TOOL_PROCESSED, name, payload)
-        ok = bool(payload.get("ok"))
-        step = self.graph.nodes[name].step
-        error = None if ok else str(payload.get("error") or "tool failed")
-        done = Attempt(task_id, step, index, payload, attempt)
-        if step.case and cases.on_outcome(self, state, turn, step, done, lease_lost=lease_lost):
-            return  # a branch's task, or the tool an `on_event` case evaluates
-        if lease_lost:
-            verdict = Verdict(RetryAction.EXHAUSTED, reason="lease_expired")
-        else:
-            verdict = self._assess(state, done)
-        if verdict.action is RetryAction.RETRY:
-            self._retry(state, turn, done, verdict)
-            return
-        if verdict.action is RetryAction.EXHAUSTED:
-            self._exhausted(state, turn, done, verdict)
-        if verdict.error is not None:
-            error = verdict.error if ok else f"{verdict.error} (the tool failed: {error})"
-            ok = False
-        if not ok and self.dead_letters:
-            exhausted = verdict.reason if verdict.action is RetryAction.EXHAUSTED else None
-            self._dead_letter(state, turn, done, exhausted, error)
-        if index is None:
-            self._finish_step(state, turn, name, ok=ok, this=payload.get("this"), error=error)
-        else:
-            self._record_item(
-                state, turn, step, index, ok=ok, this=payload.get("this"), error=error
-            )
-            self._advance_loop(state, turn, step)
-
-    # --- retries -------------------------------------------------------------------------
-
-    def _assess(self, state: ExecutionState, done: Attempt) -> Verdict:
-        """The retry policy's verdict on the outcome of one attempt of a task."""
-        step, index = done.step, done.index
-        rule = done.rule or self.retry_rules[step.step]
-        if rule.retry_when is None and done.outcome.get("ok"):
-            return FINISH  # the common case, decided without building anything
-        run = state.steps[step.step]
-
-        def check(condition: Condition, names: Mapping[str, Any]) -> bool:
-            item = run.items[index] if index is not None else None
-            ctx = self._ctx(state, step, run.bind, index=index, item=item)
-            return self.renderer.truthy(condition, ctx.build(**names))
-
-        key = jitter_key(state.execution_id, step.step, done.number, index)
-        return assess(rule, done.outcome, done.number, check, step=step.step, key=key)
-
-    def _retry(self, state: ExecutionState, turn: _Turn, done: Attempt, verdict: Verdict) -> None:
-        """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
-        payload: dict[str, Any] = {"task_id": done.task_id}
-        if done.index is not None:
-            payload["index"] = done.index
-        payload.update(
-            attempt=done.number + 1,
-            max_attempts=(done.rule or self.retry_rules[done.step.step]).max_attempts,
-            delay_ms=round(verdict.delay_s * 1000),
-            reason=verdict.reason,
-        )
-        payload.update(_failure(done.outcome))
-        self._emit(state, turn, EventType.RETRY_STARTED, done.step.step, payload)
-        turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
-
-    def _exhausted(
-        self, state: ExecutionState, turn: _Turn, done: Attempt, verdict: Verdict
-    ) -> None:
-        """Seed 001's `step_retry_exhausted`. It holds what a dead-letter entry needs: the
-        task id (the message id), step (envelope), loop index and key, tool kind, attempts
-        and the last error; the task itself is in the `step.started` or
-        `loop.iteration.started` event that dispatched this task id."""
-        name = done.step.step
-        payload: dict[str, Any] = {"task_id": done.task_id}
-        if done.index is not None:
-            payload["index"] = done.index
-            key = state.steps[name].keys.get(done.index)
-            if key is not None:
-                payload["key"] = key
-        payload.update(status="exhausted", reason=verdict.reason, attempts=done.number)
-        if verdict.reason != "lease_expired":
-            payload["max_attempts"] = (done.rule or self.retry_rules[name]).max_attempts
-        payload["kind"] = done.kind or self._kind(done.step)
-        payload.update(_failure(done.outcome))
-        if verdict.error is not None:
-            payload["error"] = verdict.error
-        self._emit(state, turn, EventType.RETRY_PROCESSED, name, payload)
-
-    def _dead_letter(
-        self,
-        state: ExecutionState,
-        turn: _Turn,
-        done: Attempt,
-        exhausted: str | None,
-        error: str | None,
-    ) -> None:
-        """`task.dead_lettered`: the task failed for good; the runtime writes its DLQ
-        entry (message id = task id) from this event in the same transaction."""
-        name = done.step.step
-        payload: dict[str, Any] = {"task_id": done.task_id}
-        if done.index is not None:
-            payload["index"] = done.index
-            key = state.steps[name].keys.get(done.index)
-            if key is not None:
-                payload["key"] = key
-        payload.update(
-            reason=recovery.dead_letter_reason(done.outcome, exhausted),
-            attempts=done.number,
-            kind=done.kind or self._kind(done.step),
-            error=error or "tool failed",
-            error_type=done.outcome.get("error_type"),
-        )
-        sink = recovery.failed_sink(done.outcome)
-        if sink is not None:
-            payload["sink_id"] = sink
-        self._emit(state, turn, EventType.TASK_DEAD_LETTERED, name, payload)
-
-    def _kind(self, step: Step) -> str | None:
-        """The kind of tool a step's tasks run (a workbook call: its task's tool)."""
-        tool = step.tool
-        if tool is None:
-            return None
-        if tool.kind == "workbook":
-            try:
-                return self.playbook.task(str(tool.spec.get("name"))).tool.kind
-            except KeyError:
-                return tool.kind
-        return tool.kind
+    # --- finishing and routing -----------------------------------------------------------
 
     def _outputs(
         self, state: ExecutionState, step: Step, this: Any, index: int | None, item: Any
@@ -648,97 +277,6 @@ class Engine:
         except TemplateError as exc:
             raise TemplateError(f"result.collect.key: {exc}") from None
         return out, str(key)
-
-    def _record_item(
-        self,
-        state: ExecutionState,
-        turn: _Turn,
-        step: Step,
-        index: int,
-        *,
-        ok: bool,
-        this: Any,
-        error: str | None,
-    ) -> None:
-        run = state.steps[step.step]
-        assert step.loop is not None
-        item = run.items[index]
-        out = collect_key = None
-        if ok:
-            try:
-                out, collect_key = self._outputs(state, step, this, index, item)
-            except TemplateError as exc:
-                ok, error = False, str(exc)
-        payload: dict[str, Any] = {"index": index, "ok": ok}
-        if ok:
-            payload["out"] = out
-            if collect_key is not None:
-                payload["collect_key"] = collect_key
-        else:
-            payload["error"] = error
-        if step.loop.until is not None and not run.stopped:
-            try:
-                ctx = self._ctx(state, step, run.bind, index=index, item=item)
-                if self.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
-                    payload["stop"] = True
-            except TemplateError as exc:
-                payload["stop"] = True
-                payload["until_error"] = str(exc)
-        self._emit(state, turn, EventType.LOOP_ITERATION_FINISHED, step.step, payload)
-
-    def _finish_loop(
-        self, state: ExecutionState, turn: _Turn, step: Step, *, error: str | None = None
-    ) -> None:
-        """Finish a loop step by its success rule, or failed with `error` when given."""
-        run = state.steps[step.step]
-        assert step.loop is not None
-        ratio = step.loop.min_success_ratio
-        if error is not None:
-            ok = False
-        elif run.completed == 0:
-            ok = True
-        elif ratio is None:
-            ok = run.failed == 0
-        else:
-            ok = run.succeeded / run.completed >= ratio
-        outs = [run.outs.get(i) for i in range(run.next_index)]
-        self._emit(
-            state,
-            turn,
-            EventType.LOOP_FINISHED,
-            step.step,
-            {
-                "total": run.total,
-                "succeeded": run.succeeded,
-                "failed": run.failed,
-                "stopped": run.stopped,
-            },
-        )
-        if not ok and error is None:
-            error = f"{run.failed} of {run.completed} loop items failed"
-        if step.case:
-            outcome: dict[str, Any] = {"ok": ok, "this": outs}
-            if error is not None:
-                outcome["error"] = error
-            if cases.after_loop(self, state, turn, step, outcome):
-                return  # its `on_event` case decides how the step ends
-        self._finish_step(
-            state,
-            turn,
-            step.step,
-            ok=ok,
-            result=outs,
-            collected=self._loop_collected(run) if ok else None,
-            error=error,
-            picked=True,
-        )
-
-    def _loop_collected(self, run: StepRun) -> list[tuple[str | None, Any]]:
-        """The outputs (with their `collect.key`) of a loop's successful items, in order."""
-        successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
-        return [(run.collect_keys.get(i), run.outs[i]) for i in successes]
-
-    # --- finishing and routing -----------------------------------------------------------
 
     def _finish_step(
         self,
@@ -922,13 +460,3 @@ class Engine:
         apply(state, event)
         turn.events.append(event)
         return event
-
-
-def _failure(outcome: dict[str, Any]) -> dict[str, Any]:
-    """The error of a failed outcome, for retry events (nothing for a success)."""
-    if outcome.get("ok"):
-        return {}
-    return {
-        "error": str(outcome.get("error") or "tool failed"),
-        "error_type": outcome.get("error_type"),
-    }

@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from noetl.engine import loops
 from noetl.engine.types import (
     CancelTasks,
     Event,
@@ -261,7 +262,7 @@ def on_timer(engine: Engine, state: ExecutionState, turn: _Turn, event: Event) -
         f"TaskTimeoutError: the loop ran past its total budget of {budget} ms "
         f"({done} of {run.total} items done)"
     )
-    engine._finish_loop(state, turn, step, error=error)
+    loops.finish(engine, state, turn, step, error=error)
 
 
 # --- helpers -------------------------------------------------------------------------------

@@ -1,0 +1,227 @@
+"""A loop step, decided by the engine: its collection, the window of items in flight, each
+item's task and output, `until`, and how the step ends by its success rule.
+
+Pure functions over an `Engine`, an `ExecutionState` and the current turn (no I/O). They
+are apart from `noetl.engine.engine` because a loop is a small state machine of its own
+within a step (started, items dispatched while the window has room, each recorded, the
+step finished once the window drains); the engine hands a step over when it dispatches
+one with a `loop` (`start`) and when one of its items' tasks has an outcome
+(`record_item`, then `advance`). A `case` re-enters at `begin` (after an `on_entry` case)
+and reads `collected`; a loop's total budget (`noetl.engine.recovery`) ends it with
+`finish`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from noetl.dsl.model import Step
+from noetl.engine import cases, recovery, tasks
+from noetl.engine.types import EnqueueTask, EventType, StepStatus
+from noetl.errors import TemplateError
+
+if TYPE_CHECKING:
+    from noetl.engine.engine import Engine, _Turn
+    from noetl.engine.state import ExecutionState, StepRun
+
+
+def start(
+    engine: Engine, state: ExecutionState, turn: _Turn, step: Step, bind: dict[str, Any]
+) -> None:
+    """Dispatch a loop step: started, then its items."""
+    engine._emit(state, turn, EventType.STEP_STARTED, step.step, {"bind": bind})
+    begin(engine, state, turn, step, bind)
+
+
+def begin(
+    engine: Engine, state: ExecutionState, turn: _Turn, step: Step, bind: dict[str, Any]
+) -> None:
+    """Render the collection of a started loop step and dispatch its first items."""
+    name = step.step
+    loop = step.loop
+    assert loop is not None
+    try:
+        items = engine.renderer.render(loop.collection, engine._ctx(state, step, bind).build())
+    except TemplateError as exc:
+        engine._finish_step(state, turn, name, ok=False, error=f"loop.collection: {exc}")
+        return
+    if isinstance(items, dict):
+        items = [{"key": k, "value": v} for k, v in items.items()]
+    if not isinstance(items, list | tuple):
+        got = type(items).__name__
+        engine._finish_step(
+            state, turn, name, ok=False, error=f"loop.collection must be a list, got {got}"
+        )
+        return
+    engine._emit(
+        state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
+    )
+    budget = loop.total_timeout_ms or engine.options.loop_total_timeout_ms
+    if budget and items:
+        loop_seq = state.steps[name].loop_seq
+        turn.commands.append(recovery.loop_timer(name, loop_seq, budget))
+    advance(engine, state, turn, step)
+
+
+def advance(engine: Engine, state: ExecutionState, turn: _Turn, step: Step) -> None:
+    """Dispatch items while the window has room; finish the loop when it has drained."""
+    run = state.steps[step.step]
+    loop = step.loop
+    assert loop is not None
+    window = 1 if loop.mode == "sequential" else (loop.max_concurrency or len(run.items))
+    while (
+        run.status is StepStatus.RUNNING
+        and not run.stopped
+        and run.next_index < len(run.items)
+        and run.in_flight < window
+    ):
+        start_item(engine, state, turn, step, run.next_index)
+    drained = run.stopped or run.next_index >= len(run.items)
+    if run.status is StepStatus.RUNNING and run.in_flight == 0 and drained:
+        finish(engine, state, turn, step)
+
+
+def start_item(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, index: int) -> None:
+    """Start one loop item: its task, or its output at once (no tool, or an error)."""
+    run = state.steps[step.step]
+    item = run.items[index]
+    started: dict[str, Any] = {"index": index}
+    error = None
+    task = None
+    try:
+        key = item_key(engine, state, step, run.bind, index=index, item=item)
+    except TemplateError as exc:
+        key, error = None, f"loop.key: {exc}"
+    if key is not None:
+        started["key"] = key
+    if error is None and step.tool is not None:
+        try:
+            task = tasks.build(
+                engine, state, step, step.tool, run.bind, index=index, item=item, key=key
+            )
+        except TemplateError as exc:
+            error = f"tool: {exc}"
+    if task is not None:
+        started["task"] = task.to_dict()
+    engine._emit(state, turn, EventType.LOOP_ITERATION_STARTED, step.step, started)
+    if task is not None:
+        turn.commands.append(EnqueueTask(task))
+    elif error is not None:
+        record_item(engine, state, turn, step, index, ok=False, this=None, error=error)
+    else:  # a loop without a tool: each output is the item itself
+        record_item(engine, state, turn, step, index, ok=True, this=item, error=None)
+
+
+def item_key(
+    engine: Engine,
+    state: ExecutionState,
+    step: Step,
+    bind: dict[str, Any],
+    *,
+    index: int,
+    item: Any,
+) -> Any:
+    """The item's rendered `loop.key` (None without one)."""
+    if step.loop is None or step.loop.key is None:
+        return None
+    ctx = engine._ctx(state, step, bind, index=index, item=item)
+    return engine.renderer.render(step.loop.key, ctx.build())
+
+
+def record_item(
+    engine: Engine,
+    state: ExecutionState,
+    turn: _Turn,
+    step: Step,
+    index: int,
+    *,
+    ok: bool,
+    this: Any,
+    error: str | None,
+) -> None:
+    """`loop.iteration.finished`: an item's output (or error), and whether `until` stops
+    the loop."""
+    run = state.steps[step.step]
+    assert step.loop is not None
+    item = run.items[index]
+    out = collect_key = None
+    if ok:
+        try:
+            out, collect_key = engine._outputs(state, step, this, index, item)
+        except TemplateError as exc:
+            ok, error = False, str(exc)
+    payload: dict[str, Any] = {"index": index, "ok": ok}
+    if ok:
+        payload["out"] = out
+        if collect_key is not None:
+            payload["collect_key"] = collect_key
+    else:
+        payload["error"] = error
+    if step.loop.until is not None and not run.stopped:
+        try:
+            ctx = engine._ctx(state, step, run.bind, index=index, item=item)
+            if engine.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
+                payload["stop"] = True
+        except TemplateError as exc:
+            payload["stop"] = True
+            payload["until_error"] = str(exc)
+    engine._emit(state, turn, EventType.LOOP_ITERATION_FINISHED, step.step, payload)
+
+
+def finish(
+    engine: Engine,
+    state: ExecutionState,
+    turn: _Turn,
+    step: Step,
+    *,
+    error: str | None = None,
+) -> None:
+    """Finish a loop step by its success rule, or failed with `error` when given."""
+    run = state.steps[step.step]
+    assert step.loop is not None
+    ratio = step.loop.min_success_ratio
+    if error is not None:
+        ok = False
+    elif run.completed == 0:
+        ok = True
+    elif ratio is None:
+        ok = run.failed == 0
+    else:
+        ok = run.succeeded / run.completed >= ratio
+    outs = [run.outs.get(i) for i in range(run.next_index)]
+    engine._emit(
+        state,
+        turn,
+        EventType.LOOP_FINISHED,
+        step.step,
+        {
+            "total": run.total,
+            "succeeded": run.succeeded,
+            "failed": run.failed,
+            "stopped": run.stopped,
+        },
+    )
+    if not ok and error is None:
+        error = f"{run.failed} of {run.completed} loop items failed"
+    if step.case:
+        outcome: dict[str, Any] = {"ok": ok, "this": outs}
+        if error is not None:
+            outcome["error"] = error
+        if cases.after_loop(engine, state, turn, step, outcome):
+            return  # its `on_event` case decides how the step ends
+    engine._finish_step(
+        state,
+        turn,
+        step.step,
+        ok=ok,
+        result=outs,
+        collected=collected(run) if ok else None,
+        error=error,
+        picked=True,
+    )
+
+
+def collected(run: StepRun) -> list[tuple[str | None, Any]]:
+    """The outputs (with their `collect.key`) of a loop's successful items, in order."""
+    successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
+    return [(run.collect_keys.get(i), run.outs[i]) for i in successes]

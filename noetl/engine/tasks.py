@@ -1,0 +1,135 @@
+"""Building a step's task: its tool rendered against the step's context, its sinks, its
+secrets, its timeout and its ids.
+
+Pure functions over an `Engine` (no I/O): templates are rendered, nothing is run. They are
+apart from `noetl.engine.engine` because what a task holds is its own concern, shared by a
+step's own dispatch, its loop items (`noetl.engine.loops`) and a case's branches
+(`noetl.engine.case_actions`, which reuses the sinks and the secrets check). A template
+that fails to render raises `TemplateError`, which the caller turns into a failed step.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from noetl.dsl.model import Sink, Step, Tool
+from noetl.engine.render import render_spec
+from noetl.engine.secrets import referenced
+from noetl.engine.types import Task
+from noetl.errors import TemplateError
+
+if TYPE_CHECKING:
+    from noetl.engine.engine import Engine
+    from noetl.engine.state import ExecutionState
+
+
+def build(
+    engine: Engine,
+    state: ExecutionState,
+    step: Step,
+    tool: Tool,
+    bind: dict[str, Any],
+    *,
+    index: int | None = None,
+    item: Any = None,
+    key: Any = None,
+) -> Task:
+    """The task of a step's tool (of one loop item when `index` is given), first attempt."""
+    ctx = engine._ctx(state, step, bind, index=index, item=item, key=key)
+    kind, spec, args = tool.kind, tool.spec, tool.args
+    if kind == "workbook":
+        task_def = engine.playbook.task(str(spec["name"]))
+        kind, spec = task_def.tool.kind, task_def.tool.spec
+        args = {**task_def.tool.args, **args}
+    values = ctx.build()
+    rendered_args = engine.renderer.render(args, values) if args else {}
+    rendered_spec = render_spec(engine.renderer, kind, spec, values)
+    sinks = result_sinks(engine, step, values)
+    secrets: set[str] = set()
+    if may_reference_secrets(engine, step.step, kind, spec, args):
+        secrets = referenced(rendered_args) | referenced(rendered_spec)
+    for sink in sinks:
+        secrets |= referenced(sink["spec"])
+    suffix = f".{index}" if index is not None else ""
+    item_key = index if key is None else key
+    task_key = f"{state.execution_id}:{step.step}" + (f":{item_key}" if index is not None else "")
+    timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
+    if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
+        in_loop = engine.options.loop_item_timeout_ms if step.loop else None
+        timeout = in_loop or engine.options.tool_timeout_ms
+    return Task(
+        task_id=f"{state.execution_id}.{step.step}{suffix}",
+        execution_id=state.execution_id,
+        step=step.step,
+        kind=kind,
+        spec=rendered_spec,
+        args=rendered_args,
+        context=ctx.tool_view(),
+        key=task_key,
+        index=index,
+        attempt=1,
+        timeout_ms=timeout,
+        secrets=tuple(sorted(secrets)),
+        sinks=sinks,
+        # The worker needs the pick only to compute what its sinks write.
+        pick=step.result.pick if sinks and step.result is not None else None,
+    )
+
+
+def may_reference_secrets(
+    engine: Engine, name: str, kind: str, spec: dict[str, Any], args: dict[str, Any]
+) -> bool:
+    """Whether the step's tool templates mention `secrets` at all (cached by step).
+    When they do not, the task lists no secrets, even if data rendered into it holds
+    marker text: a marker stands for a secret only where a template put it."""
+    known = engine._secret_steps.get(name)
+    if known is None:
+        known = "secrets" in json.dumps([kind, spec, args], default=str)
+        engine._secret_steps[name] = known
+    return known
+
+
+def result_sinks(engine: Engine, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+    """The step's `result.sink` entries as the worker runs them, specs rendered now."""
+    if step.result is None or not step.result.sink:
+        return ()
+    return render_sinks(engine, step.result.sink, values, "result.sink")
+
+
+def render_sinks(
+    engine: Engine, entries: list[Sink], values: dict[str, Any], label: str
+) -> tuple[dict[str, Any], ...]:
+    """Sink entries as the worker runs them, specs rendered now (a TemplateError names
+    `label[index]`).
+
+    `args` is kept as a template: it may use `this` and `out`, which only the worker
+    has. `policy.on_sink_fail: async_ignore` makes every sink best-effort; `fail_step`
+    tries a sink without its own `retry` once. A sink without `retry` / `timeout_ms`
+    gets the options' defaults."""
+    policy = engine.policy
+    all_async = policy.on_sink_fail == "async_ignore"
+    default_retry = (
+        {"max_attempts": 1} if policy.on_sink_fail == "fail_step" else engine._sink_retry
+    )
+    if default_retry is not None:
+        default_retry = dict(default_retry)  # each task gets its own copy
+    sinks: list[dict[str, Any]] = []
+    for index, sink in enumerate(entries):
+        try:
+            spec = render_spec(engine.renderer, sink.kind, sink.spec, values)
+        except TemplateError as exc:
+            raise TemplateError(f"{label}[{index}]: {exc}") from None
+        entry: dict[str, Any] = {
+            "kind": sink.kind,
+            "spec": spec,
+            # the validator's default id (noetl.dsl.checks), so ids it checked are unique
+            "id": sink.id or f"{sink.kind}_{index}",
+            "async": sink.async_ or all_async,
+            "timeout_ms": sink.timeout_ms or engine.options.sink_timeout_ms,
+            "retry": sink.retry.model_dump(mode="json") if sink.retry else default_retry,
+        }
+        if sink.args is not None:
+            entry["args"] = sink.args
+        sinks.append(entry)
+    return tuple(sinks)
