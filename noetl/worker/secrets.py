@@ -171,7 +171,8 @@ class SecretScope:
             if value is None:
                 raise SecretError(
                     f"secret {name!r} is not configured on this worker "
-                    f"(set {' or '.join(env_names('NOETL_SECRET_', name))} or add it to the secrets file)"
+                    f"(set {' or '.join(env_names('NOETL_SECRET_', name))} "
+                    "or add it to the secrets file)"
                 )
             values[name] = value
             self._remember(value)
