@@ -294,9 +294,9 @@ RETURNING 1
 """
 
 # The counts of `Store.stats` (read when the metrics are scraped).
-STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s

@@ -368,9 +368,9 @@ def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
     return [worker_from_row(row) for row in rows]
 
 
-_STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+_STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 _STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s
@@ -392,11 +392,18 @@ _STATS_INPUTS = (
 def stats(conn: sqlite3.Connection) -> StoreStats:
     """The counts of `Store.stats`."""
     now = db_now(conn)
-    running = {name: (count, oldest) for name, count, oldest in conn.execute(_STATS_RUNNING)}
+    executions: dict[tuple[str, str], int] = {}
+    running: dict[str, tuple[int, float]] = {}
+    for name, status, count, oldest in conn.execute(_STATS_EXECUTIONS):
+        executions[(name, status)] = count
+        if status == "running":
+            running[name] = (count, oldest)
     parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
     tasks = {
         (pool, status): (count, oldest)
         for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
     }
     count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
-    return StoreStats(running=running, parked=parked, tasks=tasks, inputs=(count, oldest))
+    return StoreStats(
+        running=running, parked=parked, tasks=tasks, inputs=(count, oldest), executions=executions
+    )

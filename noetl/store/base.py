@@ -280,12 +280,15 @@ class StoreStats:
     them (when the least recently progressed one last committed). `parked`: parked steps
     of running executions by playbook name. `tasks`: queued and leased tasks by (pool,
     status), with, for queued tasks, the oldest `not_before` among the due ones (None if
-    none is due). `inputs`: inbox rows, and the oldest one's `created_at`."""
+    none is due). `inputs`: inbox rows, and the oldest one's `created_at`. `executions`:
+    every execution by (playbook name, status), whoever committed its start or its end (a
+    server, a worker's continuation, another server)."""
 
     running: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     parked: Mapping[str, int] = field(default_factory=dict)
     tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
     inputs: tuple[int, float | None] = (0, None)
+    executions: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class Store(Protocol):

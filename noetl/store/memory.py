@@ -575,12 +575,15 @@ class MemoryStore:
         running: dict[str, tuple[int, float]] = {}
         parked: dict[str, int] = {}
         tasks: dict[tuple[str, str], tuple[int, float | None]] = {}
+        executions: dict[tuple[str, str], int] = {}
         with self._lock:
             now = time.time()
             for execution_id, row in self._executions.items():
+                name = row["playbook_name"]
+                key = (name, row["status"])
+                executions[key] = executions.get(key, 0) + 1
                 if row["status"] != ExecutionStatus.RUNNING.value:
                     continue
-                name = row["playbook_name"]
                 count, oldest = running.get(name, (0, row["updated_at"]))
                 running[name] = (count + 1, min(oldest, row["updated_at"]))
                 steps = self._steps.get(execution_id, {}).values()
@@ -603,7 +606,9 @@ class MemoryStore:
                 if not (row["kind"] == InputKind.TIMER and (row["claimed_until"] or 0) > now)
             ]
         inputs = (len(created), min(created) if created else None)
-        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
+        return StoreStats(
+            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
+        )
 
     def close(self) -> None:
         """Nothing to release."""

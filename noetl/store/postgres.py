@@ -880,10 +880,12 @@ class PostgresStore:
     def stats(self) -> StoreStats:
         """Counts for the metrics exporter (four grouped queries, one connection)."""
         with self._connection() as conn:
-            running = {
-                name: (count, _epoch(oldest))
-                for name, count, oldest in conn.execute(sql.STATS_RUNNING).fetchall()
-            }
+            executions: dict[tuple[str, str], int] = {}
+            running: dict[str, tuple[int, float]] = {}
+            for name, status, count, oldest in conn.execute(sql.STATS_EXECUTIONS).fetchall():
+                executions[(name, status)] = count
+                if status == "running":
+                    running[name] = (count, _epoch(oldest))
             parked = {name: count for name, count in conn.execute(sql.STATS_PARKED).fetchall()}
             tasks = {
                 (pool, status): (count, _epoch_or_none(oldest))
@@ -891,7 +893,9 @@ class PostgresStore:
             }
             row = conn.execute(sql.STATS_INPUTS).fetchone()
         inputs = (0, None) if row is None else (int(row[0]), _epoch_or_none(row[1]))
-        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
+        return StoreStats(
+            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
+        )
 
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""
