@@ -15,7 +15,7 @@ from noetl.dsl.graph import build_graph
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
 from noetl.dsl.messages import step_name, suggest, translate_errors
 from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
-from noetl.dsl.source import Source, YMap, line_at
+from noetl.dsl.source import Source, YMap, line_at, source_path
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
 # A line that opens a block scalar: `key: |`, `key: >-`, or a list item `- |`.
@@ -72,7 +72,7 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                         file=source.name,
                         line=start + problem.lineno - 1,
                         step=_step_of(tree, path),
-                        path=path,
+                        path=source_path(tree, path),
                     )
                 )
                 continue
@@ -88,7 +88,7 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                             file=source.name,
                             line=start + ref.lineno - 1,
                             step=_step_of(tree, path),
-                            path=path,
+                            path=source_path(tree, path),
                         )
                     )
     return diags
@@ -129,7 +129,7 @@ class _Checker:
                 file=self.source.name,
                 line=line_at(self.tree, path),
                 step=_step_of(self.tree, path),
-                path=path,
+                path=source_path(self.tree, path),
                 severity=Severity.WARNING if warning else Severity.ERROR,
             )
         )

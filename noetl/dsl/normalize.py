@@ -10,7 +10,9 @@ Two kinds of rewriting happen here:
 
 The `desugar_*` functions are also the models' before-validators, so a playbook built from
 JSON (the API) accepts the same shorthand. They keep line numbers: a new map made from a
-node carries that node's line, so errors found later still point at the right place.
+node carries that node's line, so errors found later still point at the right place. And
+they keep origins: a value moved or renamed records where it came from (`set_origin`), so a
+diagnostic names the key the file has (`next.arcs[0]`, not `next.to[0]`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from typing import Any
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS, spec_fields
-from noetl.dsl.source import YMap, YSeq, line_at
+from noetl.dsl.source import UP, YMap, YSeq, line_at, set_origin, yaml_scalar, yaml_type
 
 LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
 TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})
@@ -44,32 +46,55 @@ def _line(node: Any) -> int:
 
 
 def _new_map(like: Any, items: dict[str, Any] | None = None) -> YMap:
-    """A YMap positioned where `like` is; key lines copied when `like` has them."""
+    """A YMap positioned where `like` is; key lines and origins copied when `like` has them."""
     out = YMap(line=_line(like))
+    origins = like.origins if isinstance(like, YMap) else None
     for key, value in (items or {}).items():
         out[key] = value
         if isinstance(like, YMap) and key in like.key_lines:
             out.key_lines[key] = like.key_lines[key]
+        if origins and key in origins:
+            set_origin(out, key, origins[key])
     return out
 
 
 def _new_seq(like: Any, items: list[Any], lines: list[int] | None = None) -> YSeq:
+    """A YSeq positioned where `like` is; with the item lines given, else (the same items
+    in the same places) `like`'s item lines and origins."""
     out = YSeq(items, line=_line(like))
     if lines is not None:
         out.item_lines = lines
     elif isinstance(like, YSeq):
         out.item_lines = list(like.item_lines)
+        if like.origins:
+            out.origins = dict(like.origins)
     return out
 
 
+def _origin(node: Any, key: str | int) -> tuple[str | int, ...]:
+    """Where the value at `key` of a node came from, relative to the node's place."""
+    origins = getattr(node, "origins", None)
+    return origins[key] if origins and key in origins else (key,)
+
+
+def _itself(node: YMap | YSeq, *parts: str | int) -> YMap | YSeq:
+    """Mark the values at `parts` as the node's own value re-wrapped (`next: b` is the
+    edge `{step: b}` in the list `to`): a diagnostic about them names the node itself."""
+    for part in parts:
+        set_origin(node, part, ())
+    return node
+
+
 def _rename(node: dict[str, Any], old: str, new: str) -> YMap:
-    """Copy of a map with one key renamed, keeping order and line numbers."""
+    """Copy of a map with one key renamed, keeping order, line numbers and origins."""
     out = _new_map(node)
     for key, value in node.items():
         target = new if key == old else key
         out[target] = value
         if isinstance(node, YMap):
             out.key_lines[target] = node.key_line(key)
+        if _origin(node, key) != (target,):
+            set_origin(out, target, _origin(node, key))
     return out
 
 
@@ -81,20 +106,23 @@ def _edge(value: Any, index: int, line: int) -> Any:
         edge = YMap(line=line)
         edge["step"] = value
         edge.key_lines["step"] = line
-        return edge
+        return _itself(edge, "step")
     if isinstance(value, dict):
         return value
     raise ShapeError(
-        f"next[{index}] must be a step name or a {{step, when}} map, got {type(value).__name__}",
+        f"an edge must be a step name or a {{step, when}} map, got {yaml_type(value)}",
         (index,),
     )
 
 
 def _edges(value: Any, base: Path) -> YSeq:
     if isinstance(value, str | dict):
-        value = _new_seq(value, [value], [_line(value)])
+        value = _itself(_new_seq(value, [value], [_line(value)]), 0)
     if not isinstance(value, list):
-        raise ShapeError("next edges must be a list of steps or {step, when} maps", base)
+        raise ShapeError(
+            f"next edges must be a list of steps or {{step, when}} maps, got {yaml_type(value)}",
+            base,
+        )
     seq = value if isinstance(value, YSeq) else YSeq(value)
     items = []
     for index, item in enumerate(seq):
@@ -118,7 +146,7 @@ def desugar_next(value: Any) -> Any:
         out = _new_map(value)
         out["mode"] = "inclusive"
         out["to"] = _edges(value, ())
-        return out
+        return _itself(out, "to")
     if isinstance(value, dict):
         if "arcs" in value:
             if "to" in value:
@@ -136,16 +164,17 @@ def desugar_next(value: Any) -> Any:
             out = _new_map(value, rest)
             out["mode"] = spec.get("mode", "inclusive")
             out["to"] = _edges(value["arcs"], ("arcs",))
+            set_origin(out, "mode", ("spec", "mode"))
+            set_origin(out, "to", ("arcs",))
             return out
         if "step" in value:
             out = _new_map(value)
             out["mode"] = "inclusive"
-            out["to"] = _edges([value], ())
-            return out
+            out["to"] = _edges(value, ())
+            return _itself(out, "to")
         raise ShapeError("a next block needs 'to' (a list of edges) or 'arcs'")
     raise ShapeError(
-        f"next must be a step name, a list of edges or a {{mode, to}} block, "
-        f"got {type(value).__name__}"
+        f"next must be a step name, a list of edges or a {{mode, to}} block, got {yaml_type(value)}"
     )
 
 
@@ -158,11 +187,12 @@ def desugar_retry(value: Any) -> Any:
         return value
     if value is True:
         return YMap()
-    if value is False:
-        return {"max_attempts": 1}
-    if isinstance(value, int):
-        return {"max_attempts": value}
-    raise ShapeError(f"retry must be true, false, a number of attempts or a block, got {value!r}")
+    if isinstance(value, int):  # False included: one attempt
+        return _itself(YMap({"max_attempts": 1 if value is False else value}), "max_attempts")
+    raise ShapeError(
+        f"retry must be true, false, a number of attempts or a block, "
+        f"got {yaml_type(value)} {yaml_scalar(value)}"
+    )
 
 
 # --- loop --------------------------------------------------------------------------------
@@ -174,7 +204,7 @@ def desugar_loop(value: Any) -> Any:
         if value is None:
             return None
         raise ShapeError(
-            f"loop must be a block like {{collection, element}}, got {type(value).__name__}"
+            f"loop must be a block like {{collection, element}}, got {yaml_type(value)}"
         )
     out: dict[str, Any] = value
     for alias, canonical in (("in", "collection"), ("iterator", "element")):
@@ -182,9 +212,9 @@ def desugar_loop(value: Any) -> Any:
             if canonical in out:
                 raise ShapeError(f"loop has both '{alias}' and '{canonical}'", (alias,))
             out = _rename(out, alias, canonical)
-    spec = out.get("spec")
-    if spec is None:
+    if "spec" not in out:
         return out
+    spec = out["spec"]
     if not isinstance(spec, dict):
         raise ShapeError(
             "loop.spec must be a map like {mode: parallel, max_in_flight: 4}", ("spec",)
@@ -207,6 +237,7 @@ def _merge_loop_spec(loop: dict[str, Any], spec: dict[str, Any]) -> YMap:
             if target in merged:
                 raise ShapeError(f"loop has both '{target}' and 'spec.{key}'", ("spec", key))
             merged[target] = spec[key]
+            set_origin(merged, target, ("spec", key))
             if isinstance(spec, YMap):
                 merged.key_lines[target] = spec.key_line(key)
     return merged
@@ -220,9 +251,9 @@ def desugar_tool(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
-        value = YMap({"kind": value})
+        value = _itself(YMap({"kind": value}), "kind")
     if not isinstance(value, dict):
-        raise ShapeError(f"tool must be a block with a 'kind', got {type(value).__name__}")
+        raise ShapeError(f"tool must be a block with a 'kind', got {yaml_type(value)}")
     kind = value.get("kind")
     if not isinstance(kind, str):
         return value  # the model reports the missing or mistyped kind
@@ -236,6 +267,7 @@ def desugar_tool(value: Any) -> Any:
 
 def _move_into_spec(value: dict[str, Any], shorthand: list[str]) -> Any:
     spec = value.get("spec")
+    made = spec is None
     if spec is None:
         spec = YMap(line=_line(value))
     if not isinstance(spec, dict):
@@ -246,9 +278,15 @@ def _move_into_spec(value: dict[str, Any], shorthand: list[str]) -> Any:
         if key in new_spec:
             raise ShapeError(f"'{key}' is given both under tool and under tool.spec", (key,))
         new_spec[key] = value[key]
+        if not made:  # a key moved from the tool into the spec the file has
+            set_origin(new_spec, key, (UP, *_origin(value, key)))
+        elif _origin(value, key) != (key,):
+            set_origin(new_spec, key, _origin(value, key))
         if isinstance(value, YMap):
             new_spec.key_lines[key] = value.key_line(key)
     out["spec"] = new_spec  # a spec made here has no line: errors about it point at the tool
+    if made:  # the configuration written under the tool: the spec is the tool's own map
+        _itself(out, "spec")
     return out
 
 
@@ -289,12 +327,16 @@ def _sink(value: Any, index: int) -> Any:
     out["kind"] = kind
     out.key_lines["kind"] = value.key_line(kind) if isinstance(value, YMap) else _line(value)
     out.key_lines["spec"] = out.key_lines["kind"]  # errors about the whole spec: `- postgres:`
+    set_origin(out, "kind", (kind,))  # the file's `- postgres: {...}`
+    set_origin(out, "spec", (kind,))
     spec = _new_map(config)
     for key, item in config.items():
         target = out if key in SINK_COMMON_KEYS else spec
         target[key] = item
         if isinstance(config, YMap):
             target.key_lines[key] = config.key_line(key)
+        if target is out:
+            set_origin(out, key, (kind, key))
     out["spec"] = spec
     return out
 
@@ -304,9 +346,15 @@ def desugar_sinks(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, dict):
-        value = _new_seq(value, [value], [_line(value)])
+        try:
+            sink = _sink(value, 0)
+        except ShapeError as exc:  # about the one sink itself, not an item of a list
+            raise ShapeError(
+                exc.message.replace("sink[0]", "sink"), exc.path[1:], exc.code
+            ) from None
+        return _itself(_new_seq(value, [sink], [_line(value)]), 0)
     if not isinstance(value, list):
-        raise ShapeError(f"sink must be a list of sinks, got {type(value).__name__}")
+        raise ShapeError(f"sink must be a list of sinks, got {yaml_type(value)}")
     return _new_seq(value, [_sink(item, i) for i, item in enumerate(value)])
 
 
@@ -323,6 +371,7 @@ def lift_tool_result(step: Any) -> Any:
     out = _new_map(step, dict(step))
     out["tool"] = new_tool
     out["result"] = tool["result"]
+    set_origin(out, "result", (*_origin(step, "tool"), *_origin(tool, "result")))
     if isinstance(tool, YMap):
         out.key_lines["result"] = tool.key_line("result")
     return out
@@ -374,7 +423,7 @@ def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnost
         else:
             value = step[key]
             if isinstance(value, str | list):
-                value = _new_map(step, {"collection": value})
+                value = _itself(_new_map(step, {"collection": value}), "collection")
             step = _rename(step, key, "loop")
             step["loop"] = value
     return step
@@ -383,17 +432,33 @@ def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnost
 def _legacy_save(step: YMap) -> YMap:
     saved = step["save"]
     result = step.get("result")
+    made = result is None
     if result is None:
         result = YMap(line=step.key_line("save"))
     if not isinstance(result, dict):
         return step
     result = _new_map(result, dict(result))
     existing = result.get("sink")
-    sinks = desugar_sinks(existing) if existing is not None else YSeq(line=_line(saved))
-    added = desugar_sinks(saved)
-    result["sink"] = _new_seq(sinks, [*sinks, *added], [*sinks.item_lines, *added.item_lines])
+    sinks = (
+        _at(("result", "sink"), desugar_sinks, existing)
+        if existing is not None
+        else YSeq(line=_line(saved))
+    )
+    added = _at(("save",), desugar_sinks, saved) if saved is not None else YSeq()
+    merged = _new_seq(sinks, [*sinks, *added], [*sinks.item_lines, *added.item_lines])
+    # Where each sink came from: the result's own `sink` list, or the step's `save`.
+    for index in range(len(sinks)):
+        set_origin(merged, index, _origin(sinks, index))
+    for index in range(len(added)):
+        up = () if existing is None else (UP, UP, "save")
+        set_origin(merged, len(sinks) + index, (*up, *_origin(added, index)))
+    result["sink"] = merged
+    if existing is None:
+        set_origin(result, "sink", ("save",) if made else (UP, "save"))
     out = _new_map(step, {k: v for k, v in step.items() if k != "save"})
     out["result"] = result
+    if made:
+        set_origin(out, "result", ())
     out.key_lines.setdefault("result", step.key_line("save"))
     return out
 
@@ -457,7 +522,7 @@ def _desugar_actions(node: dict[str, Any], fields: tuple[tuple[str, StepFn], ...
     result = out.get("result")
     if isinstance(result, dict) and "sink" in result:
         new_result = _new_map(result, dict(result))
-        new_result["sink"] = _at(("result", "sink"), desugar_sinks, result["sink"])
+        new_result["sink"] = _at((*_origin(out, "result"), "sink"), desugar_sinks, result["sink"])
         out["result"] = new_result
     return out
 

@@ -55,8 +55,19 @@ MAX_DEPTH = 64
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
+# In an origin path (below): go up one level, to the parent of the node so far.
+UP: Final = "\x00up"
+
+
 class YMap(dict[str, Any]):
-    """A mapping from the document, with the line of the map and of each key (1-based)."""
+    """A mapping from the document, with the line of the map and of each key (1-based).
+
+    `origins` is set on maps that normalization made or rewrote: for a key whose value came
+    from elsewhere in the file, the path to it from the map's own place in the file (`()`:
+    the map's own node; `UP` climbs to its parent). Diagnostics name the key the file has
+    through it (`source_path`)."""
+
+    origins: dict[str | int, Path] | None = None
 
     def __init__(self, *args: Any, line: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -68,7 +79,10 @@ class YMap(dict[str, Any]):
 
 
 class YSeq(list[Any]):
-    """A sequence from the document, with the line of the list and of each item (1-based)."""
+    """A sequence from the document, with the line of the list and of each item (1-based),
+    and the `origins` of items that came from elsewhere (as YMap's)."""
+
+    origins: dict[str | int, Path] | None = None
 
     def __init__(self, items: Iterable[Any] = (), *, line: int = 0) -> None:
         super().__init__(items)
@@ -278,7 +292,7 @@ def _convert(node: Any, name: str, counter: list[int], line: int, depth: int = 0
                 raise _fail(
                     name,
                     "E009",
-                    f"mapping keys must be strings, got {_key_kind(key)}",
+                    f"map keys must be strings, got {_key_kind(key)}",
                     _key_line(node, key, out.line),
                 )
             key_line = _key_line(node, key, out.line)
@@ -318,13 +332,10 @@ def _explicit_tag(node: Any) -> str | None:
 
 
 def _key_kind(key: Any) -> str:
-    if key is None:
-        return "null"
-    if isinstance(key, list | tuple):
-        return "a list"
-    if isinstance(key, dict):
-        return "a mapping"
-    return f"{type(key).__name__} {key!r}"
+    kind = yaml_type(key)
+    if key is None or isinstance(key, dict | list | tuple):
+        return kind
+    return f"{kind} {yaml_scalar(key)}"
 
 
 def _key_line(node: CommentedMap, key: Any, default: int) -> int:
@@ -564,6 +575,71 @@ def line_at(tree: Any, path: Path) -> int | None:
             line = node.item_line(part) or line
             node = node[part]
     return line
+
+
+def set_origin(node: YMap | YSeq, part: str | int, origin: Path) -> None:
+    """Record where the value at `part` of a normalized node came from (see YMap)."""
+    if node.origins is None:
+        node.origins = {}
+    node.origins[part] = origin
+
+
+def source_path(tree: Any, path: Path) -> Path:
+    """The path of the key the file has for `path`, a path in the normalized tree: `next`
+    for `next.to[0].step` when the file says `next: b`, `next.arcs[0]` for `next.to[0]`
+    when it used `{spec, arcs}`. Parts past what the tree holds are kept as they are."""
+    node = tree
+    out: list[str | int] = []
+    for index, part in enumerate(path):
+        origins = getattr(node, "origins", None)
+        origin = origins.get(part) if origins else None
+        if origin is None:
+            out.append(part)
+        else:
+            for step in origin:
+                if step == UP:
+                    if out:
+                        out.pop()
+                else:
+                    out.append(step)
+        in_map = isinstance(node, dict) and isinstance(part, str) and part in node
+        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        if not (in_map or in_list):
+            out.extend(path[index + 1 :])
+            break
+        node = node[part]
+    return tuple(out)
+
+
+def yaml_type(value: Any) -> str:
+    """How a value of the document is named in a message, in YAML's words: `a map`,
+    `a list`, `a string`, `a number`, `a boolean`, `null`."""
+    if isinstance(value, dict):
+        return "a map"
+    if isinstance(value, list | tuple):
+        return "a list"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, _dt.date):
+        return "a date"
+    return "a value"
+
+
+def yaml_scalar(value: Any) -> str:
+    """A scalar written as YAML would show it: `true`, `null`, `5`, `'text'`."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, _dt.date):
+        return value.isoformat()
+    return repr(value)
 
 
 def to_plain(value: Any) -> Any:
