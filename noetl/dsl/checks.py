@@ -120,14 +120,26 @@ class _Checker:
         self.names = [name for _, name in parts.step_names]
         self.known = frozenset(self.names)  # membership without a scan per reference
         self.tasks = [name for _, name in parts.task_names]
+        self.saved = _saved_names(parts)
 
-    def add(self, code: str, message: str, path: Path, *, warning: bool = False) -> None:
+    def add(
+        self,
+        code: str,
+        message: str,
+        path: Path,
+        *,
+        warning: bool = False,
+        lineno: int | None = None,
+    ) -> None:
+        line = line_at(self.tree, path)
+        if lineno is not None and line is not None:
+            line = _first_content_line(self.source, line) + lineno - 1
         self.diags.append(
             Diagnostic(
                 code=code,
                 message=message,
                 file=self.source.name,
-                line=line_at(self.tree, path),
+                line=line,
                 step=_step_of(self.tree, path),
                 path=source_path(self.tree, path),
                 severity=Severity.WARNING if warning else Severity.ERROR,
@@ -209,7 +221,7 @@ class _Checker:
                 self.result(branch.then.result, (*then, "result"))
             if branch.then.sink:
                 self.sinks(branch.then.sink, (*then, "sink"))
-        check_case(self, step, base)
+        check_case(self, step, base, self.saved)
 
     def tool(self, tool: Tool, path: Path) -> None:
         model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds
@@ -347,6 +359,22 @@ class _Checker:
                         warning=True,
                     )
                     break
+
+
+def _saved_names(parts: _Parts) -> frozenset[str]:
+    """The names steps, tasks and case branches save into the context (`result.as`,
+    `collect.into`, `set`)."""
+    names: set[str] = set()
+    results: list[Result | None] = [task.result for _, task in parts.tasks]
+    for _, step in parts.steps:
+        results.append(step.result)
+        for branch in step.case or ():
+            names.update(branch.then.set or {})
+            results.append(branch.then.result)
+    for result in results:
+        if result is not None:
+            names.update(n for n in (result.as_, result.collect and result.collect.into) if n)
+    return frozenset(names)
 
 
 def semantic_checks(

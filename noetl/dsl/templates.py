@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import TemplateSyntaxError, nodes
+from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HELPERS = ("done", "ok", "fail", "running", "loop_done", "all_done", "any_done")
@@ -65,6 +65,20 @@ def step_references(text: str) -> list[StepReference]:
     """The step names a (syntactically valid) template refers to by constant."""
     tree = _parse(text)
     return [] if isinstance(tree, TemplateProblem) else list(_walk(tree))
+
+
+def free_names(text: str) -> list[tuple[str, int]]:
+    """The names a (syntactically valid) template reads from its context, each once with
+    the line (inside the template) of its first read; names it sets itself are left out."""
+    tree = _parse(text)
+    if isinstance(tree, TemplateProblem):
+        return []
+    undeclared = meta.find_undeclared_variables(tree)
+    seen: dict[str, int] = {}
+    for name in tree.find_all(nodes.Name):
+        if name.ctx == "load" and name.name in undeclared:
+            seen.setdefault(name.name, name.lineno)
+    return list(seen.items())
 
 
 def _walk(tree: nodes.Node) -> Iterator[StepReference]:
