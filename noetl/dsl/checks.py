@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -10,26 +9,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from noetl.dsl.case_checks import RESERVED_NAMES, check_case
-from noetl.dsl.diagnostics import Diagnostic, Path, Severity, has_errors
+from noetl.dsl.code_checks import python_syntax, python_template, sql_template
+from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path, has_errors
 from noetl.dsl.graph import build_graph
-from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
+from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS
+from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
 from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
-from noetl.dsl.source import Source, YMap, line_at, source_path
+from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
-# A line that opens a block scalar: `key: |`, `key: >-`, or a list item `- |`.
-_BLOCK_SCALAR = re.compile(r"(:|^\s*-)\s*[|>][-+0-9]*\s*(#.*)?$")
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
-
-
-def _first_content_line(source: Source, key_line: int) -> int:
-    """The line a scalar's text starts on: the key's line, or the next for `|` / `>`."""
-    lines = source.lines
-    if 0 < key_line <= len(lines) and _BLOCK_SCALAR.search(lines[key_line - 1]):
-        return key_line + 1
-    return key_line
 
 
 def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
@@ -54,15 +45,27 @@ def _step_of(tree: YMap, path: Path) -> str | None:
     return step_name(tree, path)
 
 
+def _literal(tree: YMap, path: Path) -> bool:
+    """Whether the string at `path` is a tool spec field taken literally (code, SQL)."""
+    if len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
+        return False
+    node: Any = tree
+    for part in path[:-2]:
+        node = node[part]
+    kind = node.get("kind") if isinstance(node, dict) else None
+    return isinstance(kind, str) and path[-1] in LITERAL_SPEC_FIELDS.get(kind, ())
+
+
 def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
-    """Syntax of every template, and steps named by helpers and `step.<name>`."""
+    """Syntax of every template, and steps named by helpers and `step.<name>`. Code and SQL
+    are not templates (they are taken literally), so they are left out."""
     diags: list[Diagnostic] = []
     names = set(_step_names(tree))
     for section in ("workflow", "workbook"):
         for path, text in _strings(tree.get(section), (section,)):
-            if not is_template(text):
+            if not is_template(text) or _literal(tree, path):
                 continue
-            start = _first_content_line(source, line_at(tree, path) or 1)
+            key_line = line_at(tree, path) or 1
             problem = check_syntax(text)
             if problem is not None:
                 diags.append(
@@ -70,7 +73,7 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                         code="E310",
                         message=f"template syntax error: {problem.message}",
                         file=source.name,
-                        line=start + problem.lineno - 1,
+                        line=value_line(source.lines, key_line, text, problem.lineno),
                         step=_step_of(tree, path),
                         path=source_path(tree, path),
                     )
@@ -86,7 +89,7 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                             message=f"{ref.via} names step '{ref.name}', which does not "
                             f"exist{suggest(ref.name, names)}",
                             file=source.name,
-                            line=start + ref.lineno - 1,
+                            line=value_line(source.lines, key_line, text, ref.lineno),
                             step=_step_of(tree, path),
                             path=source_path(tree, path),
                         )
@@ -133,7 +136,10 @@ class _Checker:
     ) -> None:
         line = line_at(self.tree, path)
         if lineno is not None and line is not None:
-            line = _first_content_line(self.source, line) + lineno - 1
+            text = self.tree_at(path)
+            line = value_line(
+                self.source.lines, line, text if isinstance(text, str) else "", lineno
+            )
         self.diags.append(
             Diagnostic(
                 code=code,
@@ -247,23 +253,45 @@ class _Checker:
                 (*path, "spec", "name"),
             )
         code = getattr(spec, "code", None)
-        if tool.kind == "python" and isinstance(code, str) and not is_template(code):
-            self.python_syntax(code, (*path, "spec", "code"))
-
-    def python_syntax(self, code: str, path: Path) -> None:
-        try:
-            compile(code, "<inline>", "exec")
-        except SyntaxError as exc:
-            start = _first_content_line(self.source, line_at(self.tree, path) or 1)
-            self.diags.append(
-                Diagnostic(
-                    code="E312",
-                    message=f"python syntax error in spec.code: {exc.msg} (code line {exc.lineno})",
-                    file=self.source.name,
-                    line=start + (exc.lineno or 1) - 1,
-                    step=_step_of(self.tree, path),
-                    path=path,
+        if tool.kind == "python" and isinstance(code, str):
+            self.python_code(code, (*path, "spec", "code"))
+        query = getattr(spec, "query", None)
+        if tool.kind in ("postgres", "duckdb") and isinstance(query, str):
+            line = sql_template(query)
+            if line is not None:
+                field = self.field(path, "query")
+                self.add(
+                    "W412",
+                    f"{field} holds a template, but SQL is taken literally, never rendered; pass "
+                    f"values as query parameters from tool.args",
+                    (*path, "spec", "query"),
+                    warning=True,
+                    lineno=line,
                 )
+
+    def field(self, tool_path: Path, key: str) -> str:
+        """How a message names a tool's spec field: the path the file has below the step
+        (`tool.spec.code`, `tool.code`, `case[0].then.tool.spec.code`)."""
+        return format_path(source_path(self.tree, (*tool_path, "spec", key))[2:])
+
+    def python_code(self, code: str, path: Path) -> None:
+        """E312 for a syntax error in inline code, at the line of the offending code line;
+        W412 for a template written into it (code is never rendered)."""
+        field = self.field(path[:-2], "code")
+        problem = python_syntax(code)
+        if problem is not None:
+            message = f"python syntax error in {field}: {problem.message}"
+            self.add("E312", message, path, lineno=problem.lineno)
+            return
+        line = python_template(code)
+        if line is not None:
+            self.add(
+                "W412",
+                f"{field} holds '{{{{', but code is taken literally, never rendered as a "
+                f"template; pass values in tool.args and read them from args",
+                path,
+                warning=True,
+                lineno=line,
             )
 
     def result(self, result: Result, path: Path) -> None:
@@ -332,7 +360,10 @@ class _Checker:
     def tree_at(self, path: Path) -> Any:
         node: Any = self.tree
         for part in path:
-            node = node[part]
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return None
         return node
 
     def graph_warnings(self, playbook: Playbook) -> None:

@@ -13,8 +13,9 @@ from pydantic_core import ErrorDetails
 
 from noetl.dsl.diagnostics import Diagnostic, Path
 from noetl.dsl.kinds import TOOL_SPECS, spec_fields
+from noetl.dsl.locate import source_path, yaml_scalar, yaml_type
 from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, Playbook
-from noetl.dsl.source import line_at, source_path, yaml_scalar, yaml_type
+from noetl.dsl.source import line_at
 
 _CONTEXT_NAMES = {
     "tool": "tool",

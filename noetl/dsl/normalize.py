@@ -23,7 +23,8 @@ from typing import Any
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS, spec_fields
-from noetl.dsl.source import UP, YMap, YSeq, line_at, set_origin, yaml_scalar, yaml_type
+from noetl.dsl.locate import UP, set_origin, yaml_scalar, yaml_type
+from noetl.dsl.source import YMap, YSeq, line_at
 
 LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
 TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})

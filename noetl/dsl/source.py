@@ -48,6 +48,7 @@ from yaml.events import (
 )
 
 from noetl.dsl.diagnostics import Diagnostic, Path
+from noetl.dsl.locate import yaml_scalar, yaml_type
 
 MAX_PLAYBOOK_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000
@@ -55,17 +56,13 @@ MAX_DEPTH = 64
 _STR_TAG = "tag:yaml.org,2002:str"
 
 
-# In an origin path (below): go up one level, to the parent of the node so far.
-UP: Final = "\x00up"
-
-
 class YMap(dict[str, Any]):
     """A mapping from the document, with the line of the map and of each key (1-based).
 
     `origins` is set on maps that normalization made or rewrote: for a key whose value came
     from elsewhere in the file, the path to it from the map's own place in the file (`()`:
-    the map's own node; `UP` climbs to its parent). Diagnostics name the key the file has
-    through it (`source_path`)."""
+    the map's own node; `noetl.dsl.locate.UP` climbs to its parent). Diagnostics name the
+    key the file has through it (`noetl.dsl.locate.source_path`)."""
 
     origins: dict[str | int, Path] | None = None
 
@@ -575,71 +572,6 @@ def line_at(tree: Any, path: Path) -> int | None:
             line = node.item_line(part) or line
             node = node[part]
     return line
-
-
-def set_origin(node: YMap | YSeq, part: str | int, origin: Path) -> None:
-    """Record where the value at `part` of a normalized node came from (see YMap)."""
-    if node.origins is None:
-        node.origins = {}
-    node.origins[part] = origin
-
-
-def source_path(tree: Any, path: Path) -> Path:
-    """The path of the key the file has for `path`, a path in the normalized tree: `next`
-    for `next.to[0].step` when the file says `next: b`, `next.arcs[0]` for `next.to[0]`
-    when it used `{spec, arcs}`. Parts past what the tree holds are kept as they are."""
-    node = tree
-    out: list[str | int] = []
-    for index, part in enumerate(path):
-        origins = getattr(node, "origins", None)
-        origin = origins.get(part) if origins else None
-        if origin is None:
-            out.append(part)
-        else:
-            for step in origin:
-                if step == UP:
-                    if out:
-                        out.pop()
-                else:
-                    out.append(step)
-        in_map = isinstance(node, dict) and isinstance(part, str) and part in node
-        in_list = isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
-        if not (in_map or in_list):
-            out.extend(path[index + 1 :])
-            break
-        node = node[part]
-    return tuple(out)
-
-
-def yaml_type(value: Any) -> str:
-    """How a value of the document is named in a message, in YAML's words: `a map`,
-    `a list`, `a string`, `a number`, `a boolean`, `null`."""
-    if isinstance(value, dict):
-        return "a map"
-    if isinstance(value, list | tuple):
-        return "a list"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, _dt.date):
-        return "a date"
-    return "a value"
-
-
-def yaml_scalar(value: Any) -> str:
-    """A scalar written as YAML would show it: `true`, `null`, `5`, `'text'`."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, _dt.date):
-        return value.isoformat()
-    return repr(value)
 
 
 def to_plain(value: Any) -> Any:
