@@ -16,6 +16,7 @@ from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS
 from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
 from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
+from noetl.dsl.routing import BackEdge, Join, analyze
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
@@ -366,6 +367,15 @@ class _Checker:
                 return None
         return node
 
+    def routing_warnings(self, playbook: Playbook) -> None:
+        """W410 for an edge that closes a cycle (ignored at run time until cycles get their
+        meaning), W411 for a step that several steps call without a gate."""
+        found = analyze(playbook)
+        for back in found.back_edges:
+            self.add("W410", _back_edge_message(back), back.arc.path, warning=True)
+        for join in found.joins:
+            self.add("W411", _join_message(join), ("workflow", join.position, "step"), warning=True)
+
     def graph_warnings(self, playbook: Playbook) -> None:
         graph = build_graph(playbook)
         reachable = graph.reachable()
@@ -377,6 +387,7 @@ class _Checker:
                     ("workflow", index, "step"),
                     warning=True,
                 )
+        self.routing_warnings(playbook)
         for index, step in enumerate(playbook.workflow):
             if step.next is None or step.next.mode != "exclusive":
                 continue
@@ -390,6 +401,30 @@ class _Checker:
                         warning=True,
                     )
                     break
+
+
+def _back_edge_message(back: BackEdge) -> str:
+    arc = back.arc
+    what = "next" if arc.branch is None else "case next"
+    if arc.source == arc.target:
+        where = f"calls '{arc.target}' itself"
+    else:
+        where = f"goes back to '{arc.target}', closing the cycle {' -> '.join(back.cycle)}"
+    return (
+        f"{what} {where}: a step runs at most once, so when this edge fires '{arc.target}' "
+        f"has already run and the call is ignored at run time"
+    )
+
+
+def _join_message(join: Join) -> str:
+    names = [f"'{name}'" for name in join.callers]
+    callers = ", ".join(names[:-1]) + f" and {names[-1]}"
+    both = "which can both run" if len(names) == 2 else "several of which can run together"
+    return (
+        f"called by {callers}, {both}, and without a when gate: the step runs "
+        f"on the first call and the later ones are ignored; to wait for its callers, add "
+        f'when: "{join.gate}"'
+    )
 
 
 def _saved_names(parts: _Parts) -> frozenset[str]:

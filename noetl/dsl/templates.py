@@ -81,6 +81,29 @@ def free_names(text: str) -> list[tuple[str, int]]:
     return list(seen.items())
 
 
+def helper_call(text: str) -> tuple[str, str] | None:
+    """`(helper, name)` when the template is exactly one helper called with one step name,
+    such as `{{ fail('charge') }}`; None otherwise."""
+    tree = _parse(text.strip())
+    if isinstance(tree, TemplateProblem) or len(tree.body) != 1:
+        return None
+    output = tree.body[0]
+    if not isinstance(output, nodes.Output) or len(output.nodes) != 1:
+        return None
+    call = output.nodes[0]
+    if (
+        isinstance(call, nodes.Call)
+        and isinstance(call.node, nodes.Name)
+        and call.node.name in HELPERS
+        and len(call.args) == 1
+        and not call.kwargs
+        and isinstance(call.args[0], nodes.Const)
+        and isinstance(call.args[0].value, str)
+    ):
+        return call.node.name, call.args[0].value
+    return None
+
+
 def _walk(tree: nodes.Node) -> Iterator[StepReference]:
     for call in tree.find_all(nodes.Call):
         target = call.node

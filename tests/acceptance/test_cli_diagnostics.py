@@ -220,3 +220,46 @@ def test_the_text_output_says_the_same(tmp_path: Path) -> None:
         f"{path}:10: error E200: step 'a': an edge must be a step name or a {{step, when}} map, "
         "got a list [workflow[0].next.arcs[0]]"
     )
+
+
+ROUTING = HEAD + (
+    "workflow:\n"
+    "  - step: start\n"
+    "    next: [a, b]\n"
+    "  - step: a\n"
+    "    tool: noop\n"
+    "    next: join\n"
+    "  - step: b\n"
+    "    tool: noop\n"
+    "    next: [join, start]\n"
+    "  - step: join\n"
+    "    tool: noop\n"
+)
+
+
+def test_routing_warnings_pass_validate_and_fail_lint_strict(tmp_path: Path) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text(ROUTING, encoding="utf-8")
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "noetl", *args, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    assert run("validate").returncode == 0
+    lint = run("lint")
+    assert lint.returncode == 0
+    assert lint.stdout.splitlines()[:2] == [
+        f"{path}:13: warning W410: step 'b': next goes back to 'start', closing the cycle "
+        "start -> b -> start: a step runs at most once, so when this edge fires 'start' has "
+        "already run and the call is ignored at run time [workflow[2].next[1]]",
+        f"{path}:14: warning W411: step 'join': called by 'a' and 'b', which can both run, "
+        "and without a when gate: the step runs on the first call and the later ones are "
+        "ignored; to wait for its callers, add when: \"{{ done('a') and done('b') }}\" "
+        "[workflow[3].step]",
+    ]
+    assert run("lint", "--strict").returncode == 1
