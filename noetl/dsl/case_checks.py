@@ -132,7 +132,7 @@ def _outcome_reads(
         else:
             why = (
                 "but the step runs no tool, so its case is evaluated on entry and never "
-                "matches; give the step the tool, or read what an earlier step saved "
+                "matches; give the step a tool, or read what an earlier step saved "
                 "(result.as)"
             )
         report.add(

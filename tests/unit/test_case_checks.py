@@ -321,7 +321,11 @@ def test_e325_every_outcome_name_counts_on_a_step_without_a_tool() -> None:
             2,
             "workflow[0].case[0].when",
         )
-        assert diag.message.startswith(f"when reads '{name}', the tool's outcome, but the step")
+        assert diag.message == (
+            f"when reads '{name}', the tool's outcome, but the step runs no tool, so its case "
+            "is evaluated on entry and never matches; give the step a tool, or read what an "
+            "earlier step saved (result.as)"
+        )
 
 
 def test_e325_names_the_playbook_saves_are_not_outcomes() -> None:
