@@ -72,8 +72,12 @@ class PgHolder:
             token = new_holder(owner).token
             try:
                 conn = psycopg.connect(conninfo, autocommit=True, application_name="noetl holder")
-                row = conn.execute(_TRY_LOCK, (HOLDER_LOCK_SPACE, token)).fetchone()
             except psycopg.OperationalError as exc:
+                raise unavailable(exc) from None
+            try:
+                row = conn.execute(_TRY_LOCK, (HOLDER_LOCK_SPACE, token)).fetchone()
+            except psycopg.Error as exc:
+                conn.close()
                 raise unavailable(exc) from None
             if row is not None and row[0]:
                 self.token = token

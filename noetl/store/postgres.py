@@ -512,7 +512,7 @@ class PostgresStore:
         # Under the same locks (every commit that consumes an execution's inputs holds
         # it), the inputs decided on that another commit consumed already; same round trip.
         check = inputs_to_check(prepared)
-        gone = conn.execute(sql.CONSUMED_INPUTS, _columns(check)) if check else None
+        missing = conn.execute(sql.CONSUMED_INPUTS, _columns(check)) if check else None
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -524,7 +524,7 @@ class PostgresStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        consumed = [] if gone is None else [(int(i), e) for i, e in gone.fetchall()]
+        consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
         if behind or consumed:
             raise stale_all(behind, consumed)
         with conn.cursor() as cur:

@@ -102,7 +102,7 @@ def test_inputs_of_a_killed_process_are_freed_and_a_live_ones_kept(store: Store,
 def test_a_pid_used_again_or_gone_means_the_holder_is_gone() -> None:
     local = LocalHolders()
     mine = new_holder("me")
-    assert not process_gone(mine, local) or mine.token not in local
+    assert process_gone(mine, local)  # this process's, and not open (closed)
     local.add(mine.token)
     assert not process_gone(mine, local)
     # This process's pid with another start time: a process that had our pid before us.
