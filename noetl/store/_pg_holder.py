@@ -21,6 +21,7 @@ LISTEN does); behind a transaction-mode pooler the lock would not stay with the 
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,7 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 # catalog locks in "noep", migrations in a one-key lock.
 HOLDER_LOCK_SPACE = 0x6E6F6568
 _TRY_LOCK = "SELECT pg_try_advisory_lock(%s, hashtext(%s))"
+_UNLOCK = "SELECT pg_advisory_unlock(%s, hashtext(%s))"
 # The tokens of holders that hold inputs and are gone: those whose lock this statement
 # can take (for the moment of its transaction). One scan of the held rows, no write: the
 # inputs are freed by FREE_INPUTS only when a holder is gone. A gone token never claims
@@ -93,8 +95,13 @@ class PgHolder:
         return not (self._conn.closed or self._conn.broken)
 
     def close(self) -> None:
-        """End the session: the lock goes with it."""
+        """Give the lock up, then end the session (a closed session's backend releases its
+        locks a moment after the client has gone: unlocking first makes the holder gone
+        by the time `close` returns)."""
         with self._lock:
+            if self.alive():
+                with contextlib.suppress(psycopg.Error):
+                    self._conn.execute(_UNLOCK, (HOLDER_LOCK_SPACE, self.token))
             self._conn.close()
 
     @contextmanager
