@@ -77,6 +77,11 @@ ON CONFLICT (task_id) DO UPDATE SET
     not_before = excluded.not_before, payload = excluded.payload,
     updated_at = excluded.updated_at
 """
+# The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
+CONSUMED_INPUTS = """
+SELECT d.id, d.e FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e)
+"""
 DELETE_ALL_INPUTS = """
 DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE i.id = d.id AND i.execution_id = d.e

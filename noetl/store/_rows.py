@@ -290,12 +290,38 @@ def stale(item: PreparedAppend, current: int) -> ConcurrencyError:
     )
 
 
-def stale_all(stale_items: Sequence[tuple[PreparedAppend, int]]) -> ConcurrencyError:
-    """One error naming every stale append of a commit (the first one in the message)."""
-    first = stale(*stale_items[0])
-    more = len(stale_items) - 1
-    text = f"{first}" + (f" (and {more} more executions)" if more else "")
-    return ConcurrencyError(text, [item.execution_id for item, _ in stale_items])
+def stale_all(
+    stale_items: Sequence[tuple[PreparedAppend, int]],
+    consumed: Sequence[tuple[int, str]] = (),
+) -> ConcurrencyError:
+    """One error naming every stale append of a commit (the first one in the message) and
+    every input another commit consumed already (`consumed`: (input id, execution id))."""
+    executions = list(dict.fromkeys([item.execution_id for item, _ in stale_items]))
+    texts = []
+    if stale_items:
+        texts.append(str(stale(*stale_items[0])))
+    if consumed:
+        first = consumed[0][1]
+        ids = ", ".join(str(i) for i, e in consumed if e == first)
+        texts.append(
+            f"execution {first}: input {ids} was consumed by another commit (decided elsewhere)"
+        )
+        executions += [e for _, e in consumed if e not in executions]
+    more = len(executions) - 1
+    text = "; ".join(texts) + (f" (and {more} more executions)" if more else "")
+    return ConcurrencyError(text, executions, sorted({i for i, _ in consumed}))
+
+
+def inputs_to_check(prepared: Sequence[PreparedAppend]) -> list[tuple[int, str]]:
+    """The (input id, execution id) pairs a commit must find in the inbox: the inputs
+    consumed by appends that record events (an input is decided once; an append without
+    events may name inputs already gone)."""
+    return [
+        (input_id, item.execution_id)
+        for item in prepared
+        if item.events
+        for input_id in item.inputs_done
+    ]
 
 
 def _task_row(execution_id: str, item: Enqueue) -> TaskRow:

@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from noetl.store._holders import LocalHolders, parse, process_gone
 from noetl.store._rows import (
     TASK_COLUMNS,
     WORKER_COLUMNS,
@@ -300,6 +301,48 @@ def claim_inputs(conn: sqlite3.Connection, owner: str, limit: int, lease_s: floa
         [(owner, now + lease_s, row["id"]) for row in rows],
     )
     return [input_from_row(row) for row in rows]
+
+
+# Inputs held (hold not expired) under a holder's token; timers are held by 'timer'.
+_HOLDERS = """
+SELECT DISTINCT claimed_by FROM inbox
+WHERE claimed_until > ? AND claimed_by IS NOT NULL AND claimed_by <> 'timer'
+"""
+
+
+def orphaned_holders(conn: sqlite3.Connection, local: LocalHolders) -> list[str]:
+    """Tokens of holders that hold inputs and are gone (closed, or their process ended)."""
+    tokens = [row[0] for row in conn.execute(_HOLDERS, (db_now(conn),))]
+    return [
+        token
+        for token in tokens
+        if (holder := parse(token)) is not None and process_gone(holder, local)
+    ]
+
+
+def release_inputs(conn: sqlite3.Connection, tokens: Sequence[str]) -> int:
+    """Free the inputs the (gone) holders `tokens` hold."""
+    marks = ", ".join("?" * len(tokens))
+    cursor = conn.execute(
+        "UPDATE inbox SET claimed_by = NULL, claimed_until = NULL "
+        f"WHERE claimed_until > ? AND claimed_by IN ({marks})",
+        (db_now(conn), *tokens),
+    )
+    return cursor.rowcount
+
+
+def consumed_inputs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The (input id, execution id) pairs that are no longer in the inbox."""
+    return [
+        (input_id, execution_id)
+        for input_id, execution_id in pairs
+        if conn.execute(
+            "SELECT 1 FROM inbox WHERE id = ? AND execution_id = ?", (input_id, execution_id)
+        ).fetchone()
+        is None
+    ]
 
 
 # --- playbooks and workers --------------------------------------------------------------------

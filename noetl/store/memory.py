@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._rows import (
     CHANNELS,
@@ -29,6 +30,7 @@ from noetl.store._rows import (
     event_from_row,
     expired_payload,
     input_from_row,
+    inputs_to_check,
     lease_from_row,
     loads,
     prepare,
@@ -84,6 +86,8 @@ class MemoryStore:
         self.tokens = MemoryTokens(auth_lock)
         self.sessions = MemorySessions(auth_lock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
+        # Tokens of the input holders open on this store (all of them live in this process).
+        self._holders = LocalHolders()
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
@@ -130,8 +134,13 @@ class MemoryStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = [
+            (input_id, execution_id)
+            for input_id, execution_id in inputs_to_check(prepared)
+            if self._inbox.get(input_id, {}).get("execution_id") != execution_id
+        ]
+        if behind or consumed:
+            raise stale_all(behind, consumed)
 
     def _apply(self, item: PreparedAppend, now: float) -> None:
         row = self._executions[item.execution_id]
@@ -435,6 +444,28 @@ class MemoryStore:
                     row.update(claimed_by=owner, claimed_until=now + lease_s)
                     taken.append(input_from_row(row))
         return taken
+
+    def open_holder(self, owner: str) -> LocalHolder:
+        """A holder of inputs; gone once closed (the store lives in this process only)."""
+        return LocalHolder(self._holders, owner)
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs held by closed holders."""
+        freed = 0
+        with self._lock:
+            now = time.time()
+            for row in self._inbox.values():
+                token = row["claimed_by"]
+                if (
+                    (row["claimed_until"] or 0) > now
+                    and token not in self._holders
+                    and parse(token) is not None
+                ):
+                    row.update(claimed_by=None, claimed_until=None)
+                    freed += 1
+        if freed:
+            self._notify("inputs")
+        return freed
 
     # --- the dead-letter queue -----------------------------------------------------------
 

@@ -41,6 +41,7 @@ from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_auth import PgSessions, PgTokens
+from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
 from noetl.store._rows import (
     TASK_COLUMNS,
@@ -50,6 +51,7 @@ from noetl.store._rows import (
     check_worker,
     dumps,
     input_from_row,
+    inputs_to_check,
     lease_from_row,
     prepare,
     prepare_initial,
@@ -342,6 +344,9 @@ class PostgresStore:
                 retryable=True,
             ) from None
         self._listener = Listener(self._conninfo)
+        # Input holders opened on this store, by token (kept when closed: a closed
+        # holder's token must not claim through the pool either).
+        self._holders: dict[str, PgHolder] = {}
         self.tokens = PgTokens(self._connection, self._transaction)
         self.sessions = PgSessions(self._connection, self._transaction)
 
@@ -504,6 +509,10 @@ class PostgresStore:
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
         locked = conn.execute(sql.LOCK_EXECUTIONS, (ids,))
+        # Under the same locks (every commit that consumes an execution's inputs holds
+        # it), the inputs decided on that another commit consumed already; same round trip.
+        check = inputs_to_check(prepared)
+        missing = conn.execute(sql.CONSUMED_INPUTS, _columns(check)) if check else None
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -515,8 +524,9 @@ class PostgresStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
+        if behind or consumed:
+            raise stale_all(behind, consumed)
         with conn.cursor() as cur:
             self._write(cur, prepared)
 
@@ -771,12 +781,14 @@ class PostgresStore:
             return dlq.discard(conn, message_id, reason)
 
     def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
-        """Hold up to `limit` free inputs for `lease_s`, oldest first."""
+        """Hold up to `limit` free inputs for `lease_s`, oldest first; a holder's claims
+        run on its own session (`noetl.store._pg_holder`)."""
         check_page(limit)
         if limit == 0:
             return []
         params = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
-        with self._connection() as conn:
+        holder = self._holders.get(owner)
+        with self._connection() if holder is None else holder.connection() as conn:
             rows = conn.execute(sql.CLAIM_INPUTS, params).fetchall()
         rows.sort(key=lambda row: row[0])
         columns = ("id", "execution_id", "kind", "payload", "created_at")
@@ -784,6 +796,23 @@ class PostgresStore:
             input_from_row(dict(zip(columns, (*row[:4], _epoch(row[4])), strict=True)))
             for row in rows
         ]
+
+    def open_holder(self, owner: str) -> PgHolder:
+        """A holder of inputs: a session of its own holding its advisory lock."""
+        holder = PgHolder(self._conninfo, owner, self.target.unavailable)
+        self._holders[holder.token] = holder
+        return holder
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs of holders whose lock is free (their session ended)."""
+        with self._connection() as conn:
+            gone = [row[0] for row in conn.execute(GONE_HOLDERS).fetchall()]
+            if not gone:
+                return 0
+            freed = len(conn.execute(FREE_INPUTS, (gone,)).fetchall())
+            if freed:
+                conn.execute(_NOTIFY_INPUTS)
+        return freed
 
     def wait_for(self, channel: str, timeout: float) -> bool:
         """Sleep until a NOTIFY on `channel` ("tasks" or "inputs") or the timeout."""
@@ -899,5 +928,7 @@ class PostgresStore:
 
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""
+        for holder in list(self._holders.values()):
+            holder.close()
         self._listener.close()
         self._pool.close()
