@@ -371,6 +371,25 @@ class MemoryStore:
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
 
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        released: set[str] = set()
+        with self._lock:
+            for task_id, token in held:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                canceled = row["cancel_requested"]
+                row.update(
+                    status=TaskStatus.CANCELED if canceled else TaskStatus.QUEUED,
+                    worker_id=None,
+                    lease_expires_at=None,
+                )
+                released.add(task_id)
+        if released:
+            self._notify("tasks")
+        return released
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
