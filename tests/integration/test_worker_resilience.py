@@ -77,9 +77,12 @@ class Services:
         self.halt = threading.Event()
         self.threads = [
             threading.Thread(
-                target=self.orchestrator.serve, args=(self.halt.is_set,), kwargs={"idle_wait": 0.02}
+                target=self.orchestrator.serve,
+                args=(self.halt.is_set,),
+                kwargs={"idle_wait": 0.02},
+                daemon=True,  # a failed test must not keep the session alive
             ),
-            threading.Thread(target=self.worker.run, args=(self.halt.is_set,)),
+            threading.Thread(target=self.worker.run, args=(self.halt.is_set,), daemon=True),
         ]
         for thread in self.threads:
             thread.start()
