@@ -314,21 +314,25 @@ class MemoryStore:
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
         """Mark the task done and post its OUTCOME input, for the current holder only."""
-        payload = dumps(outcome)
-        with self._lock:
-            row = self._held(task_id, token)
-            if row is None:
-                return False
-            row["status"] = TaskStatus.DONE
-            self._add_input(row["execution_id"], InputKind.OUTCOME, payload, time.time())
-        self._notify("inputs")
-        return True
+        return bool(self.complete_many([(task_id, token, outcome)]))
 
     def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
-        """`complete` for each report; the accepted task ids."""
-        return {
-            task_id for task_id, token, outcome in reports if self.complete(task_id, token, outcome)
-        }
+        """`complete` for each report, all or none (every outcome is encoded before any is
+        written, as in one transaction); the accepted task ids."""
+        payloads = [(task_id, token, dumps(outcome)) for task_id, token, outcome in reports]
+        accepted: set[str] = set()
+        with self._lock:
+            now = time.time()
+            for task_id, token, payload in payloads:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                row["status"] = TaskStatus.DONE
+                self._add_input(row["execution_id"], InputKind.OUTCOME, payload, now)
+                accepted.add(task_id)
+        if accepted:
+            self._notify("inputs")
+        return accepted
 
     def complete_and_commit(
         self,
