@@ -406,9 +406,11 @@ class Worker:
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True
-        if entry is not None and entry.waits and self._should_stop():
+        if entry is not None and entry.waits and self._should_stop() and not lost:
             # A hard stop ended its wait (a drain waits for it): not reported, the task is
-            # handed back, and, run again, finds the child it started.
+            # handed back (here, should the stop not have seen it yet), and, run again,
+            # finds the child it started.
+            self._release([lease])
             lost = True
         if lost:
             self.stats.lost += 1
