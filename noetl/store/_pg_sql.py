@@ -184,6 +184,17 @@ WITH reports AS (
 )
 SELECT task_id FROM done
 """
+# Leased tasks handed back by their holder (a worker stopping at once): queued again in
+# their old place (not_before kept: they were due already), with lease_token kept (the next
+# claim raises it, fencing the old holder off).
+RELEASE = """
+UPDATE task_queue t SET
+    status = CASE WHEN t.cancel_requested THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+FROM unnest(%b::text[], %b::bigint[]) AS r(task_id, token)
+WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+RETURNING t.task_id
+"""
 REAP = """
 WITH expired AS (
     SELECT task_id FROM task_queue

@@ -94,6 +94,13 @@ _HELD = """
 SELECT execution_id, cancel_requested FROM task_queue
 WHERE task_id = ? AND lease_token = ? AND status = 'leased'
 """
+# ?1 now ?2 task_id ?3 token: a leased task handed back by its holder.
+_RELEASE = """
+UPDATE task_queue SET
+    status = CASE cancel_requested WHEN 1 THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE task_id = ?2 AND lease_token = ?3 AND status = 'leased'
+"""
 _EXPIRED = """
 SELECT task_id, execution_id, attempt, worker_id FROM task_queue
 WHERE status = 'leased' AND lease_expires_at < ?
@@ -209,6 +216,17 @@ def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -
     )
     conn.execute(_INSERT_INPUT, (held[0], InputKind.OUTCOME.value, payload, now))
     return True
+
+
+def release(conn: sqlite3.Connection, held: Sequence[tuple[str, int]]) -> set[str]:
+    """Queue the held tasks again in their old place (canceled when their execution asked
+    them to stop); the ids released."""
+    now = db_now(conn)
+    released: set[str] = set()
+    for task_id, token in held:
+        if conn.execute(_RELEASE, (now, task_id, token)).rowcount:
+            released.add(task_id)
+    return released
 
 
 def mark_done(conn: sqlite3.Connection, task_id: str, token: int) -> bool:

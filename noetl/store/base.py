@@ -409,6 +409,15 @@ class Store(Protocol):
         None (nothing written) when the token is not current; ConcurrencyError (nothing
         written, the task still leased) when `append.expected_seq` is stale."""
 
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Hand leased tasks back to the queue at once (a worker that stops without
+        finishing them): each (task_id, token) whose lease is current is queued again in
+        its old place (it was due already), with no holder, its attempt and fencing token
+        as they were (so the next claim raises the token, and the old holder's heartbeats
+        and results are refused);
+        one whose execution asked it to stop is canceled instead. A stale token changes
+        nothing. Returns the ids handed back (or canceled); wakes the workers."""
+
     def maintain(self) -> None:
         """Housekeeping of the queue tables, cheap enough to call every few seconds
         (PostgreSQL: vacuum the queue and the inbox, whose rows are rewritten at a high

@@ -323,21 +323,25 @@ class MemoryStore:
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
         """Mark the task done and post its OUTCOME input, for the current holder only."""
-        payload = dumps(outcome)
-        with self._lock:
-            row = self._held(task_id, token)
-            if row is None:
-                return False
-            row["status"] = TaskStatus.DONE
-            self._add_input(row["execution_id"], InputKind.OUTCOME, payload, time.time())
-        self._notify("inputs")
-        return True
+        return bool(self.complete_many([(task_id, token, outcome)]))
 
     def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
-        """`complete` for each report; the accepted task ids."""
-        return {
-            task_id for task_id, token, outcome in reports if self.complete(task_id, token, outcome)
-        }
+        """`complete` for each report, all or none (every outcome is encoded before any is
+        written, as in one transaction); the accepted task ids."""
+        payloads = [(task_id, token, dumps(outcome)) for task_id, token, outcome in reports]
+        accepted: set[str] = set()
+        with self._lock:
+            now = time.time()
+            for task_id, token, payload in payloads:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                row["status"] = TaskStatus.DONE
+                self._add_input(row["execution_id"], InputKind.OUTCOME, payload, now)
+                accepted.add(task_id)
+        if accepted:
+            self._notify("inputs")
+        return accepted
 
     def complete_and_commit(
         self,
@@ -379,6 +383,25 @@ class MemoryStore:
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
+
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        released: set[str] = set()
+        with self._lock:
+            for task_id, token in held:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                canceled = row["cancel_requested"]
+                row.update(
+                    status=TaskStatus.CANCELED if canceled else TaskStatus.QUEUED,
+                    worker_id=None,
+                    lease_expires_at=None,
+                )
+                released.add(task_id)
+        if released:
+            self._notify("tasks")
+        return released
 
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""

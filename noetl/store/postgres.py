@@ -10,8 +10,10 @@ come from the database clock. Commits that queue tasks `NOTIFY noetl_tasks`, new
 plain timeout (the caller polls) while it cannot.
 
 Times are stored as timestamptz (microseconds) and handed out as epoch seconds. JSON
-columns are JSONB: key order of stored objects is not kept, equality is; NaN and "\u0000"
-cannot be stored (ValueError, nothing written).
+columns are JSONB: key order of stored objects is not kept, equality is; NaN and Infinity
+cannot be stored (ValueError, nothing written). NUL characters, which neither JSONB nor
+text can hold, are stored escaped and read back as they were (`noetl.store._pg_nul`), in
+keys and values of every JSON column and in the free text of dead letters.
 
 Errors: anything operational (server down, connection refused or lost, bad password, a
 pool with no free connection) becomes StoreUnavailableError naming host, port and
@@ -34,6 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.engine.types import Event, ExecutionStatus
@@ -43,13 +46,13 @@ from noetl.store import _pg_sql as sql
 from noetl.store._pg_auth import PgSessions, PgTokens
 from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
+from noetl.store._pg_nul import json_in, json_out, jsonb_loads, pg_dumps
 from noetl.store._rows import (
     TASK_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
     check_worker,
-    dumps,
     input_from_row,
     inputs_to_check,
     lease_from_row,
@@ -95,6 +98,12 @@ RECONNECT_S = 5.0
 # one idle for longer is checked on checkout (it may have died with a server restart).
 FRESH_S = 1.0
 _last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _configure(conn: Any) -> None:
+    """Each pooled connection reads `jsonb` with NUL characters restored (only the store's
+    own connections: the postgres tool's users get psycopg's usual loader)."""
+    set_json_loads(jsonb_loads, conn)
 
 
 def _check_if_idle(conn: Any) -> None:
@@ -326,6 +335,7 @@ class PostgresStore:
             open=False,
             name="noetl",
             kwargs={"autocommit": True},
+            configure=_configure,
             # A connection the server dropped (restart, failover) is replaced on checkout.
             check=_check_if_idle,
             timeout=timeout,
@@ -413,12 +423,12 @@ class PostgresStore:
     ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
-        row = record_to_row(record)
+        row = record_to_row(record, pg_dumps)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
                 row[column] = _ts(row[column])
         row["compiled"] = compiled
-        prepared = prepare_initial(record, initial)
+        prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
                 if conn.execute(sql.INSERT_EXECUTION, row).fetchone() is None:
@@ -430,7 +440,7 @@ class PostgresStore:
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
-        prepared = [prepare(append) for append in appends]
+        prepared = [prepare(append, pg_dumps) for append in appends]
         if not prepared:
             return
         with self._connection() as conn, conn.pipeline():
@@ -443,7 +453,7 @@ class PostgresStore:
         """`complete` for every report in one statement; the accepted task ids."""
         if not reports:
             return set()
-        columns = _columns([(task_id, token, dumps(o)) for task_id, token, o in reports])
+        columns = _columns([(task_id, token, pg_dumps(o)) for task_id, token, o in reports])
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE_MANY, columns)
@@ -462,7 +472,7 @@ class PostgresStore:
     ) -> list[Lease] | None:
         """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
         transaction of two round trips (see `Store.complete_and_commit`)."""
-        prepared = prepare(append)
+        prepared = prepare(append, pg_dumps)
         rows: list[tuple[Any, ...]] = []
         try:
             with self._connection() as conn, conn.pipeline():
@@ -485,7 +495,7 @@ class PostgresStore:
         return [
             lease_from_row(
                 {
-                    "payload": payload,
+                    "payload": json_out(payload),
                     "attempt": attempt,
                     "lease_token": lease_token,
                     "lease_expires_at": _epoch(expires),
@@ -663,7 +673,7 @@ class PostgresStore:
         for payload, attempt, token, expires, holder, _, not_before, _, task_id, _ in rows:
             lease = try_lease(
                 {
-                    "payload": payload,
+                    "payload": json_out(payload),
                     "attempt": attempt,
                     "lease_token": token,
                     "lease_expires_at": _epoch(expires),
@@ -674,7 +684,7 @@ class PostgresStore:
             if isinstance(lease, Lease):
                 leases.append(lease)
             else:
-                poisoned.append((task_id, token, undecodable_outcome(task_id, lease)))
+                poisoned.append((task_id, token, json_in(undecodable_outcome(task_id, lease))))
         if poisoned:
             self._report_poisoned(poisoned)
         return leases
@@ -694,12 +704,22 @@ class PostgresStore:
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
         """With the current token: mark the task done and post its outcome, atomically."""
-        payload = dumps(outcome)
+        payload = pg_dumps(outcome)
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE, (task_id, token, payload))
                 conn.execute(_NOTIFY_INPUTS)
             return done.fetchone() is not None
+
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once, in one statement (see `Store.release`)."""
+        if not held:
+            return set()
+        with self._connection() as conn:
+            with conn.pipeline():
+                done = conn.execute(sql.RELEASE, _columns(list(held)))
+                conn.execute(_NOTIFY_TASKS)
+            return {row[0] for row in done.fetchall()}
 
     def maintain(self) -> None:
         """Vacuum the queue and the inbox. Their rows are rewritten row by row (queued,
@@ -729,6 +749,7 @@ class PostgresStore:
         values = dict(zip(TASK_COLUMNS, row, strict=True))
         for column in sql.TIME_COLUMNS:
             values[column] = _epoch_or_none(values[column])
+        values["payload"] = json_out(values["payload"])
         return task_from_row(values)
 
     # --- the inbox -----------------------------------------------------------------------
@@ -736,7 +757,7 @@ class PostgresStore:
     def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
         """Add an input for the orchestrators (and wake them); returns its id.
         NotFoundError if the execution does not exist."""
-        values = (InputKind(kind).value, dumps(payload), execution_id)
+        values = (InputKind(kind).value, pg_dumps(payload), execution_id)
         with self._connection() as conn:
             with conn.pipeline():
                 posted = conn.execute(sql.POST_INPUT, values)
@@ -771,7 +792,7 @@ class PostgresStore:
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         with self._connection() as conn:
             with conn.transaction():
-                posted = dlq.post_replay(conn, message_id, dumps(payload))
+                posted = dlq.post_replay(conn, message_id, pg_dumps(payload))
             if posted:
                 conn.execute(_NOTIFY_INPUTS)
         return posted
@@ -793,7 +814,9 @@ class PostgresStore:
         rows.sort(key=lambda row: row[0])
         columns = ("id", "execution_id", "kind", "payload", "created_at")
         return [
-            input_from_row(dict(zip(columns, (*row[:4], _epoch(row[4])), strict=True)))
+            input_from_row(
+                dict(zip(columns, (*row[:3], json_out(row[3]), _epoch(row[4])), strict=True))
+            )
             for row in rows
         ]
 

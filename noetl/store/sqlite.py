@@ -386,6 +386,11 @@ class SqliteStore:
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
 
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        with self._transaction() as conn:
+            return queue.release(conn, held)
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
