@@ -11,6 +11,10 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
   with the expected sequence number. If another server got there first the commit fails
   with ConcurrencyError, nothing is written, and the batch is decided again on fresh state.
   So a step is never dispatched twice, and a restarted server resumes from the log.
+
+A scoped orchestrator (`scope`: the executions it decides for, asked at every turn) is
+what a command working for one execution on a shared database runs: it takes only their
+inputs and reaps only their leases, and leaves the queue's housekeeping to the servers.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
@@ -70,9 +74,11 @@ class Orchestrator:
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
+        self.scope = scope
         self.clock = clock
         self.pool = pool
         self.input_lease_s = input_lease_s
@@ -167,13 +173,16 @@ class Orchestrator:
         tidy (`Store.maintain`, every `maintain_interval_s`), then decide on a batch of
         inputs. Returns inputs handled."""
         now = time.monotonic()
+        executions = None if self.scope is None else self.scope()
         if now - self._last_reap >= self.reap_interval_s:
             self._last_reap = now
-            self.store.reap_expired()
-        if now - self._last_maintain >= self.maintain_interval_s:
+            self.store.reap_expired(executions=executions)
+        if executions is None and now - self._last_maintain >= self.maintain_interval_s:
             self._last_maintain = now
             self.store.maintain()
-        inputs = self.store.claim_inputs(self.owner, limit=limit, lease_s=self.input_lease_s)
+        inputs = self.store.claim_inputs(
+            self.owner, limit=limit, lease_s=self.input_lease_s, executions=executions
+        )
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
             by_execution.setdefault(item.execution_id, []).append(item)

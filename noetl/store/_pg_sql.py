@@ -104,10 +104,10 @@ SELECT_EVENTS = (
 EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
 # The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
 # lease them. The token grows by one per claim. Every queue time is the database's now().
-CLAIM = """
+_CLAIM = """
 WITH picked AS (
     SELECT task_id FROM task_queue
-    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now()
+    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now(){scope}
     ORDER BY priority DESC, not_before, queue_order
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -118,6 +118,30 @@ UPDATE task_queue t SET
 FROM picked WHERE t.task_id = picked.task_id
 RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
           t.priority, t.not_before, t.queue_order, t.task_id, t.execution_id
+"""
+# A claim of any execution's tasks (the hot path: a plain statement, a plain plan), and one
+# of only some executions' (a command working for one execution on a shared database).
+CLAIM = _CLAIM.format(scope="")
+CLAIM_SCOPED = _CLAIM.format(scope=" AND execution_id = ANY(%(executions)s)")
+# A holder gives its task back: queued again as it was (canceled if its execution asked).
+RELEASE = """
+UPDATE task_queue t SET
+    status = CASE WHEN t.cancel_requested THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+FROM unnest(%s::text[], %s::bigint[]) AS r(task_id, token)
+WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+RETURNING t.task_id
+"""
+# The execution and its descendants, nearest first (a depth bound guards against a cycle
+# no code makes).
+FAMILY = """
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = %s
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 """
 # A claimed task that cannot be decoded (a poison message) is done at once and reported
 # failed (fatal), so it goes to the dead-letter queue instead of failing every claim.
@@ -179,12 +203,12 @@ WITH reports AS (
 )
 SELECT task_id FROM done
 """
-REAP = """
+_REAP = """
 WITH expired AS (
     SELECT task_id FROM task_queue
-    WHERE status = 'leased' AND lease_expires_at < now()
+    WHERE status = 'leased' AND lease_expires_at < now(){scope}
     ORDER BY lease_expires_at, queue_order
-    LIMIT %s
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), marked AS (
     UPDATE task_queue t SET status = 'expired', updated_at = now()
@@ -200,6 +224,8 @@ WITH expired AS (
 )
 SELECT id FROM posted
 """
+REAP = _REAP.format(scope="")
+REAP_SCOPED = _REAP.format(scope=" AND execution_id = ANY(%(executions)s)")
 TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
 SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
     ", ".join(f"{c}::text" if c == "payload" else c for c in TASK_COLUMNS)
@@ -213,10 +239,10 @@ WITH posted AS (
 )
 SELECT id FROM posted
 """
-CLAIM_INPUTS = """
+_CLAIM_INPUTS = """
 WITH picked AS (
     SELECT id FROM inbox
-    WHERE claimed_until IS NULL OR claimed_until < now()
+    WHERE (claimed_until IS NULL OR claimed_until < now()){scope}
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -226,6 +252,8 @@ UPDATE inbox i SET
 FROM picked WHERE i.id = picked.id
 RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
 """
+CLAIM_INPUTS = _CLAIM_INPUTS.format(scope="")
+CLAIM_INPUTS_SCOPED = _CLAIM_INPUTS.format(scope=" AND execution_id = ANY(%(executions)s)")
 PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
 WORKER_COLUMN_LIST = ", ".join(WORKER_COLUMNS)
 UPSERT_WORKER = f"""

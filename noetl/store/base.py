@@ -8,7 +8,7 @@ gapless), and the projections (execution row, step states) are updated together.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -329,6 +329,10 @@ class Store(Protocol):
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         """The execution row, or None."""
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        """The execution and its descendants (children started by its `playbook` steps,
+        their children, ...): the ids, the execution's first; [] when it does not exist."""
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -341,11 +345,26 @@ class Store(Protocol):
     # --- the task queue (distributed mode) ---------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
         """Lease up to `limit` queued tasks of `pool` whose not_before has passed, highest
         priority first, then oldest; the expiry is computed by the database clock. Safe
-        under concurrency: a task is leased by one worker at a time."""
+        under concurrency: a task is leased by one worker at a time. With `executions`,
+        only tasks of those executions (a command working for one execution on a shared
+        database never takes another's)."""
+
+    def release(self, leases: Sequence[tuple[str, int]]) -> set[str]:
+        """Give leased tasks back, each named by (task_id, token) as its holder: a task
+        still leased with that token goes back to the queue as it was (same attempt; the
+        next claim's token is higher, so the old holder can no longer report), or is
+        canceled when its execution asked for that meanwhile. Returns the ids given back;
+        anything else (a stale token, a task no longer leased) changes nothing."""
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease; a stale token (or a task no longer leased) changes nothing."""
@@ -382,9 +401,9 @@ class Store(Protocol):
         (PostgreSQL: vacuum the queue and the inbox, whose rows are rewritten at a high
         rate, so claims stay as fast as on a fresh table). A no-op where not needed."""
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Mark leased tasks whose lease ran out (database clock) as expired and add a
-        LEASE_EXPIRED input for each; returns how many."""
+        LEASE_EXPIRED input for each (with `executions`: only theirs); returns how many."""
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         """A task_queue row as a dict (status, attempt, lease_token, worker_id, ...)."""
@@ -394,9 +413,17 @@ class Store(Protocol):
     def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
         """Add an input for the orchestrator; returns its id."""
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Take up to `limit` inputs nobody holds (or whose hold expired), oldest first,
-        holding them for `lease_s`. Inputs are deleted by a commit's `inputs_done`."""
+        holding them for `lease_s` (with `executions`: only theirs). Inputs are deleted by
+        a commit's `inputs_done`."""
 
     # --- the dead-letter queue ---------------------------------------------------------
 

@@ -19,6 +19,14 @@ Reporting takes one of two paths:
   server), the commit fails, nothing is written, and the outcome takes the inbox path.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
+Stopping (`should_stop`): stop claiming, finish the tasks already running, and give every
+task claimed but not started back to the queue (`Store.release`); `abandon` gives back the
+running ones too, their outcomes dropped. A worker never leaves a task it holds to run out
+its lease, and never reports the failure its own shutdown caused.
+
+A scoped worker (`scope`: the executions it may take tasks of, asked before each claim)
+is what a command working for one execution on a shared database runs: it never takes
+another execution's task.
 
 Tasks whose tool waits for other tasks (`playbook`: a child execution, see
 `ToolRegistry.waits`) run in threads of their own and do not count against the claim
@@ -30,13 +38,14 @@ expires and the task, run again, finds the child it started.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -106,12 +115,15 @@ class Worker:
         *,
         decider: Decider | None = None,
         observer: Observer = NOOP,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
         self.config = config
         self.decider = decider
         self.observer = observer
+        # The executions this worker may take tasks of (None: any).
+        self.scope = scope
         self.worker_id = config.worker_id or default_worker_id(config.pool)
         self.stats = WorkerStats()
         self._in_flight: dict[str, _InFlight] = {}
@@ -125,6 +137,9 @@ class Worker:
         )
         self._waiters: set[threading.Thread] = set()
         self._should_stop: Callable[[], bool] = lambda: False
+        self._abandoned = threading.Event()
+        # Leases this worker holds but will not finish: given back when it stops.
+        self._give_back: list[Lease] = []
 
     # --- control -------------------------------------------------------------------------
 
@@ -133,6 +148,16 @@ class Worker:
         if not self._draining.is_set():
             log.info("worker %s draining", self.worker_id)
         self._draining.set()
+
+    def abandon(self) -> None:
+        """Stop at once: every task in flight is given up (its outcome, when it comes,
+        is dropped) and given back to the queue when `run` returns. Call it before
+        closing what the tasks run on (the python pool), so the failures that causes are
+        never reported."""
+        self._abandoned.set()
+        with self._lock:
+            for entry in self._in_flight.values():
+                entry.lost = True
 
     @property
     def draining(self) -> bool:
@@ -173,11 +198,13 @@ class Worker:
                 if not self._claim_some():
                     self._wait()
         finally:
-            self._executor.shutdown(wait=True)
+            # Tasks claimed but not started are not started now: given back below.
+            self._executor.shutdown(wait=True, cancel_futures=should_stop())
             with self._lock:
                 waiters = list(self._waiters)
             for thread in waiters:
                 thread.join(timeout=max(self.config.lease_s, 5.0))
+            self._give_back_leases()
             self._reports = None
             reports.put(None)
             reporter.join(timeout=max(self.config.lease_s, 5.0) + 5)
@@ -189,6 +216,24 @@ class Worker:
                 log.warning("could not record the worker as stopped: %s", exc)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    def _give_back_leases(self) -> None:
+        """Release what this worker holds and will not finish: tasks never started (the
+        executor dropped them on a stop), tasks it gave up, waits a stop ended."""
+        with self._lock:
+            held = [*self._give_back, *(e.lease for e in self._in_flight.values())]
+            self._give_back.clear()
+            self._in_flight.clear()
+        leases = {(x.task.task_id, x.token) for x in held}
+        if not leases:
+            return
+        try:
+            released = self.store.release(sorted(leases))
+        except NoetlError as exc:  # their leases expire and the server takes them back
+            log.warning("could not give back %d tasks: %s", len(leases), exc)
+            return
+        if released:
+            log.info("worker %s gave back %d tasks", self.worker_id, len(released))
 
     def _register(self, status: str, started: float) -> None:
         self.store.register_worker(
@@ -209,8 +254,13 @@ class Worker:
             time.sleep(0.005)
             return True
         try:
+            executions = None if self.scope is None else self.scope()
             leases = self.store.claim(
-                self.worker_id, pool=self.config.pool, limit=free, lease_s=self.config.lease_s
+                self.worker_id,
+                pool=self.config.pool,
+                limit=free,
+                lease_s=self.config.lease_s,
+                executions=executions,
             )
         except NoetlError as exc:  # the database is away: wait and try again
             log.warning("claim failed: %s", exc)
@@ -230,7 +280,9 @@ class Worker:
         """Run a leased task: in the pool, or in a thread of its own when its tool waits
         for other tasks (a pool slot held while waiting could be the one they need)."""
         if not self.tools.waits(lease.task.kind):
-            self._executor.submit(self._execute, lease)
+            # Refused once stopping: never started, so given back with the rest.
+            with contextlib.suppress(RuntimeError):
+                self._executor.submit(self._execute, lease)
             return
         thread = threading.Thread(
             target=self._execute_waiting,
@@ -275,13 +327,18 @@ class Worker:
             outcome = self.tools.run(task)
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = Outcome(task.task_id, ok=False, error=str(exc), error_type=type(exc).__name__)
+        give_back = False
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True
-        if entry is not None and entry.waits and self._should_stop():
-            # A hard stop ended its wait (a drain waits for it): not reported, the lease
-            # expires, and the task, run again, finds the child it started.
-            lost = True
+            if entry is not None and entry.waits and self._should_stop():
+                # A stop ended its wait (a drain waits for it): not reported but given
+                # back, and the task, run again, finds the child it started.
+                lost = give_back = True
+            if self._abandoned.is_set():
+                lost = give_back = True
+            if give_back:
+                self._give_back.append(lease)
         follow: list[Lease] = []
         if not lost:
             follow = self._report(lease, outcome)
