@@ -174,7 +174,20 @@ class LocalBackend:
         return self._result(execution_id, record.status.value)
 
     def run_here(self, execution_id: str, after_seq: int) -> dict[str, Any]:
-        """Run the execution's tasks (and its children's) here until it ends."""
+        """Run the execution's tasks (and its children's) here until it ends. SIGTERM
+        stops it as Ctrl-C does: what runs finishes, the rest goes back to the queue."""
+        import signal
+
+        def _interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return self._run_here(execution_id, after_seq)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _run_here(self, execution_id: str, after_seq: int) -> dict[str, Any]:
         from noetl.runtime.local import local_cluster, wait_finished
 
         with local_cluster(
