@@ -17,6 +17,7 @@ import json
 import os
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -195,6 +196,8 @@ class LocalBackend:
             execution_id,
             secrets_file=self.secrets_file,
             options=self.settings.engine_options(),
+            # Run here as `noetl run` ran it: paths from the working directory.
+            roots=self.settings.roots(Path.cwd()),
         ):
             try:
                 record = wait_finished(self.store, execution_id, after_seq=after_seq)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from noetl.config.model import DEFAULT_DB
 from noetl.engine.options import EngineOptions
 from noetl.observability import observer_for
+from noetl.paths import Roots
 from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
@@ -45,13 +46,16 @@ def embedded_runtime(
     options: EngineOptions | None = None,
     tracing: Tracing | None = None,
     sampler: TraceSampler | None = None,
+    roots: Roots | None = None,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
     `NOETL_SECRETS_FILE`). `metrics` records its metrics (and the store's state gauges);
     `log_events` writes seed 000's log events (see noetl.observability); `tracing` writes
     spans, of the executions `sampler` traces. `options`: the engine's defaults (the
-    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own)."""
+    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own).
+    `roots`: where the file sink writes and the `playbook` tool reads (None: the working
+    directory; see noetl.paths)."""
     count = workers or os.cpu_count() or 2
     provider = default_provider(secrets_file)
     store = open_store(db)
@@ -70,7 +74,7 @@ def embedded_runtime(
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
             registry = default_registry(
-                pool, secrets=provider, launcher=launcher, observer=observer
+                pool, secrets=provider, launcher=launcher, observer=observer, roots=roots
             )
             runtime = EmbeddedRuntime(
                 store,
@@ -122,6 +126,7 @@ def local_cluster(
     workers: int | None = None,
     secrets_file: str | None = None,
     options: EngineOptions | None = None,
+    roots: Roots | None = None,
 ) -> Iterator[Orchestrator]:
     """An orchestrator and a worker as threads of this process over `store`, scoped to
     ONE execution and its child executions: what `noetl dlq replay --run-here` uses to
@@ -146,6 +151,7 @@ def local_cluster(
             pool,
             secrets=default_provider(secrets_file),
             launcher=StoreLauncher(decider, stopping=stop_worker.is_set),
+            roots=roots,
         )
         worker = Worker(
             store,
