@@ -403,7 +403,9 @@ class Worker:
             state, before=before, events=decision.events, commands=decision.commands, now=now
         )
         own = 0 if self.tools.waits(task.kind) else 1  # this task's slot is free again
-        free = 0 if self.draining else self.config.concurrency - self.busy() + own
+        # Stopping (drained, stopped, abandoned): the next tasks stay queued for others.
+        stopping = self.draining or self._should_stop() or self._abandoned.is_set()
+        free = 0 if stopping else self.config.concurrency - self.busy() + own
         lease_ids = [item.task.task_id for item in append.enqueue][: max(free, 0)]
         leases = self.store.complete_and_commit(
             task.task_id,
