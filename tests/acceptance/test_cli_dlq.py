@@ -4,6 +4,7 @@ patch, twice), discard; the real CLI in a subprocess."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -233,4 +234,68 @@ def test_a_replay_stopped_twice_gives_its_running_task_back_to_the_queue(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        store.close()
+
+
+PARENT = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: parent}
+workflow:
+  - step: divide
+    tool:
+      kind: python
+      code: "def main(context, args):\\n    return 10 / args['d']\\n"
+      args: {d: 0}
+    next: call
+  - step: call
+    tool: {kind: playbook, path: child.yaml}
+    result: {as: kid}
+"""
+CHILD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child}
+workflow:
+  - step: answer
+    tool: {kind: python, code: "def main(context, args):\\n    return 42\\n"}
+    result: {as: answer}
+"""
+
+
+def test_a_replay_here_runs_the_child_executions_it_starts(tmp_path: Path) -> None:
+    from noetl.store.sqlite import SqliteStore
+
+    (tmp_path / "parent.yaml").write_text(PARENT, encoding="utf-8")
+    (tmp_path / "child.yaml").write_text(CHILD, encoding="utf-8")  # under the root: cwd
+    db = tmp_path / "noetl.db"
+
+    def here(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "noetl", *args, "--db", str(db)],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
+
+    ran = here("run", "parent.yaml", "--json")
+    assert ran.returncode == 1, ran.stderr
+    execution_id = json.loads(ran.stdout)["execution_id"]
+
+    replayed = here("dlq", "replay", f"{execution_id}.divide", "--patch", "args.d=2", "--json")
+
+    assert replayed.returncode == 0, replayed.stderr
+    assert json.loads(replayed.stdout)["execution"]["status"] == "ok"
+    store = SqliteStore(db)
+    try:
+        family = store.execution_family(execution_id)
+        assert len(family) == 2  # the parent and the child its replay started
+        child = store.get_execution(family[1])
+        assert child is not None and child.status.value == "ok"
+        row = store.get_task(f"{child.execution_id}.answer")
+        assert row is not None and str(row["worker_id"]).startswith("local:")
+    finally:
         store.close()
