@@ -3,6 +3,7 @@ local cluster (an orchestrator and a worker in threads) over a store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from noetl.config.model import DEFAULT_DB
 from noetl.engine.options import EngineOptions
+from noetl.errors import NoetlError
 from noetl.observability import observer_for
 from noetl.paths import Roots
 from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
@@ -185,6 +187,10 @@ def local_cluster(
                 working.join(timeout=30)
             stop_orchestrator.set()
             deciding.join(timeout=30)
+            if not deciding.is_alive():
+                # What the last tasks reported is decided now, not left for a later reader.
+                with contextlib.suppress(NoetlError):
+                    orchestrator.run_once()
             registry.close()
 
 
