@@ -129,6 +129,7 @@ def run_cmd(
             options=settings.engine_options(),
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
+            roots=settings.roots(Path.cwd()),
         ) as runtime:
             try:
                 if metrics is not None and settings.metrics.port is not None:

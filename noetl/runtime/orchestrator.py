@@ -15,6 +15,10 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
   without the inputs another commit consumed already (they were decided there). So a step
   is never dispatched twice, an input is decided once, and a restarted server resumes
   from the inbox and the log.
+
+A scoped orchestrator (`scope`: the executions it decides for, asked at every turn) is
+what a command working for one execution on a shared database runs: it takes only their
+inputs and reaps only their leases, and leaves the queue's housekeeping to the servers.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
@@ -76,9 +80,11 @@ class Orchestrator:
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
+        self.scope = scope
         self.clock = clock
         self.pool = pool
         self.input_lease_s = input_lease_s
@@ -175,29 +181,35 @@ class Orchestrator:
         `maintain_interval_s`), then decide on a batch of inputs. Returns inputs handled."""
         holder = self._hold()
         now = time.monotonic()
+        executions = None if self.scope is None else self.scope()
         if now - self._last_reap >= self.reap_interval_s:
             self._last_reap = now
-            self.store.reap_expired()
+            self.store.reap_expired(executions=executions)
             freed = self.store.release_orphaned_inputs()
             if freed:
                 log.warning("freed %d inputs held by orchestrators that are gone", freed)
-        if now - self._last_maintain >= self.maintain_interval_s:
+        if executions is None and now - self._last_maintain >= self.maintain_interval_s:
             self._last_maintain = now
             self.store.maintain()
         try:
-            inputs = self.store.claim_inputs(holder.token, limit=limit, lease_s=self.input_lease_s)
+            inputs = self._claim(holder.token, limit, executions)
         except StoreUnavailableError:
             if holder.alive():
                 raise
             # The holder's session ended (PostgreSQL: a lost connection): hold anew.
             holder = self._hold()
-            inputs = self.store.claim_inputs(holder.token, limit=limit, lease_s=self.input_lease_s)
+            inputs = self._claim(holder.token, limit, executions)
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
             by_execution.setdefault(item.execution_id, []).append(item)
         if by_execution:
             self._decide_batch(by_execution)
         return len(inputs)
+
+    def _claim(self, token: str, limit: int, executions: Collection[str] | None) -> list[Input]:
+        return self.store.claim_inputs(
+            token, limit=limit, lease_s=self.input_lease_s, executions=executions
+        )
 
     def serve(self, should_stop: Callable[[], bool], *, idle_wait: float = 0.5) -> None:
         """Run until `should_stop()`: wake on new inputs (or poll), decide, repeat; then

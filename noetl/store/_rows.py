@@ -8,7 +8,7 @@ stored state through returned objects).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -485,3 +485,24 @@ def check_worker(record: WorkerRecord) -> None:
 def check_channel(channel: str) -> None:
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}; expected one of {', '.join(CHANNELS)}")
+
+
+def family(root: str, parents: Iterable[tuple[str, str | None]]) -> list[str]:
+    """`root` and its descendants, given every (execution id, parent id); [] when `root`
+    is not among them. Breadth first, `root` first."""
+    children: dict[str, list[str]] = {}
+    known: set[str] = set()
+    for execution_id, parent in parents:
+        known.add(execution_id)
+        if parent is not None:
+            children.setdefault(parent, []).append(execution_id)
+    if root not in known:
+        return []
+    out = [root]
+    seen = {root}
+    for current in out:  # grows while it is walked
+        for child in children.get(current, ()):
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+    return out

@@ -10,9 +10,10 @@ SQLite's `julianday('now')`, whose milliseconds tie too often to order a queue b
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from noetl.store._holders import LocalHolders, parse, process_gone
@@ -81,9 +82,22 @@ _INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
 
 _READY = """
 SELECT task_id, attempt, lease_token, payload, not_before, execution_id FROM task_queue
-WHERE pool = ? AND status = 'queued' AND not_before <= ?
+WHERE pool = ? AND status = 'queued' AND not_before <= ?{scope}
 ORDER BY priority DESC, not_before, rowid
 LIMIT ?
+"""
+# Only rows of the executions given as a JSON list (a scoped claim, reap or input claim).
+_SCOPE = " AND execution_id IN (SELECT value FROM json_each(?))"
+# The execution and its descendants, nearest first (a depth bound guards against a cycle
+# no code makes).
+FAMILY = """
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = ?
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 """
 _LEASE = """
 UPDATE task_queue SET
@@ -103,7 +117,7 @@ WHERE task_id = ?2 AND lease_token = ?3 AND status = 'leased'
 """
 _EXPIRED = """
 SELECT task_id, execution_id, attempt, worker_id FROM task_queue
-WHERE status = 'leased' AND lease_expires_at < ?
+WHERE status = 'leased' AND lease_expires_at < ?{scope}
 ORDER BY lease_expires_at, rowid
 LIMIT ?
 """
@@ -115,7 +129,7 @@ _INSERT_TIMER = (
 )
 _FREE_INPUTS = """
 SELECT id, execution_id, kind, payload, created_at FROM inbox
-WHERE claimed_until IS NULL OR claimed_until < ?
+WHERE (claimed_until IS NULL OR claimed_until < ?){scope}
 ORDER BY id
 LIMIT ?
 """
@@ -163,12 +177,26 @@ def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
 # --- the task queue -----------------------------------------------------------------------
 
 
+def _scoped(query: str, executions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
+    """The query with its scope filter (and the filter's parameter), or without."""
+    if executions is None:
+        return query.format(scope=""), ()
+    return query.format(scope=_SCOPE), (json.dumps(sorted(executions)),)
+
+
 def claim(
-    conn: sqlite3.Connection, worker_id: str, pool: str, limit: int, lease_s: float
+    conn: sqlite3.Connection,
+    worker_id: str,
+    pool: str,
+    limit: int,
+    lease_s: float,
+    *,
+    executions: Collection[str] | None = None,
 ) -> list[Lease]:
     now = db_now(conn)
     expires = now + lease_s
-    ready = conn.execute(_READY, (pool, now, limit)).fetchall()
+    query, scope = _scoped(_READY, executions)
+    ready = conn.execute(query, (pool, now, *scope, limit)).fetchall()
     leases = []
     for task_id, attempt, token, payload, not_before, execution_id in ready:
         conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
@@ -274,10 +302,15 @@ def lease_ids(
     return leases
 
 
-def reap_expired(conn: sqlite3.Connection, limit: int) -> int:
+def reap_expired(
+    conn: sqlite3.Connection, limit: int, executions: Collection[str] | None = None
+) -> int:
     now = db_now(conn)
     columns = ("task_id", "execution_id", "attempt", "worker_id")
-    rows = [dict(zip(columns, row, strict=True)) for row in conn.execute(_EXPIRED, (now, limit))]
+    query, scope = _scoped(_EXPIRED, executions)
+    rows = [
+        dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
+    ]
     conn.executemany(
         "UPDATE task_queue SET status = 'expired', updated_at = ? WHERE task_id = ?",
         [(now, row["task_id"]) for row in rows],
@@ -308,11 +341,18 @@ def post_input(conn: sqlite3.Connection, execution_id: str, kind: InputKind, pay
     return cursor.lastrowid
 
 
-def claim_inputs(conn: sqlite3.Connection, owner: str, limit: int, lease_s: float) -> list[Input]:
+def claim_inputs(
+    conn: sqlite3.Connection,
+    owner: str,
+    limit: int,
+    lease_s: float,
+    executions: Collection[str] | None = None,
+) -> list[Input]:
     now = db_now(conn)
     columns = ("id", "execution_id", "kind", "payload", "created_at")
+    query, scope = _scoped(_FREE_INPUTS, executions)
     rows = [
-        dict(zip(columns, row, strict=True)) for row in conn.execute(_FREE_INPUTS, (now, limit))
+        dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
     ]
     conn.executemany(
         "UPDATE inbox SET claimed_by = ?, claimed_until = ? WHERE id = ?",

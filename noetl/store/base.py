@@ -8,7 +8,7 @@ gapless), and the projections (execution row, step states) are updated together.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -361,6 +361,10 @@ class Store(Protocol):
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         """The execution row, or None."""
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        """The execution and its descendants (children started by its `playbook` steps,
+        their children, ...): the ids, the execution's first; [] when it does not exist."""
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -373,11 +377,19 @@ class Store(Protocol):
     # --- the task queue (distributed mode) ---------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
         """Lease up to `limit` queued tasks of `pool` whose not_before has passed, highest
         priority first, then oldest; the expiry is computed by the database clock. Safe
-        under concurrency: a task is leased by one worker at a time."""
+        under concurrency: a task is leased by one worker at a time. With `executions`,
+        only tasks of those executions (a command working for one execution on a shared
+        database never takes another's)."""
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease; a stale token (or a task no longer leased) changes nothing."""
@@ -423,9 +435,9 @@ class Store(Protocol):
         (PostgreSQL: vacuum the queue and the inbox, whose rows are rewritten at a high
         rate, so claims stay as fast as on a fresh table). A no-op where not needed."""
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Mark leased tasks whose lease ran out (database clock) as expired and add a
-        LEASE_EXPIRED input for each; returns how many."""
+        LEASE_EXPIRED input for each (with `executions`: only theirs); returns how many."""
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         """A task_queue row as a dict (status, attempt, lease_token, worker_id, ...)."""
@@ -435,9 +447,17 @@ class Store(Protocol):
     def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
         """Add an input for the orchestrator; returns its id."""
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Take up to `limit` inputs nobody holds (or whose hold expired), oldest first,
-        holding them for `lease_s`. Inputs are deleted by a commit's `inputs_done`.
+        holding them for `lease_s` (with `executions`: only theirs). Inputs are deleted by
+        a commit's `inputs_done`.
         `owner` is a holder's token (`open_holder`; PostgreSQL then claims on the holder's
         own session, so a holder whose session ended cannot claim), or any other name,
         whose holds only expire."""

@@ -11,7 +11,7 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
@@ -29,6 +29,7 @@ from noetl.store._rows import (
     dumps,
     event_from_row,
     expired_payload,
+    family,
     input_from_row,
     inputs_to_check,
     lease_from_row,
@@ -246,6 +247,11 @@ class MemoryStore:
             row = self._executions.get(execution_id)
             return None if row is None else record_from_row(row)
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        with self._lock:
+            parents = [(e, row["parent_execution_id"]) for e, row in self._executions.items()]
+        return family(execution_id, parents)
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -270,9 +276,16 @@ class MemoryStore:
     # --- the task queue ------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to `limit` ready tasks of `pool`: priority DESC, not_before, insertion."""
+        """Lease up to `limit` ready tasks of `pool` (of `executions`, when given):
+        priority DESC, not_before, insertion."""
         check_page(limit)
         with self._lock:
             now = time.time()
@@ -282,6 +295,7 @@ class MemoryStore:
                 if row["pool"] == pool
                 and row["status"] == TaskStatus.QUEUED
                 and row["not_before"] <= now
+                and (executions is None or row["execution_id"] in executions)
             ]
             ready.sort(key=lambda row: (-row["priority"], row["not_before"], row["order"]))
             leases = []
@@ -403,7 +417,7 @@ class MemoryStore:
             self._notify("tasks")
         return released
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
         with self._lock:
@@ -411,7 +425,9 @@ class MemoryStore:
             expired = [
                 row
                 for row in self._tasks.values()
-                if row["status"] == TaskStatus.LEASED and row["lease_expires_at"] < now
+                if row["status"] == TaskStatus.LEASED
+                and row["lease_expires_at"] < now
+                and (executions is None or row["execution_id"] in executions)
             ]
             expired.sort(key=lambda row: (row["lease_expires_at"], row["order"]))
             for row in expired[:limit]:
@@ -454,7 +470,14 @@ class MemoryStore:
         self._notify("inputs")
         return input_id
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Hold up to `limit` free (or no longer held) inputs for `lease_s`, oldest first."""
         check_page(limit)
         taken: list[Input] = []
@@ -463,6 +486,8 @@ class MemoryStore:
             for row in self._inbox.values():
                 if len(taken) >= limit:
                     break
+                if executions is not None and row["execution_id"] not in executions:
+                    continue
                 if row["claimed_until"] is None or row["claimed_until"] < now:
                     row.update(claimed_by=owner, claimed_until=now + lease_s)
                     taken.append(input_from_row(row))

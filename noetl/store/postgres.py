@@ -28,7 +28,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -628,6 +628,10 @@ class PostgresStore:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute(sql.FAMILY, (execution_id,)).fetchall()]
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -657,15 +661,30 @@ class PostgresStore:
     # --- the task queue ------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to `limit` due tasks of `pool`, best first, in one statement."""
+        """Lease up to `limit` due tasks of `pool` (of `executions`, when given), best
+        first, in one statement."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return []
-        params = {"pool": pool, "limit": limit, "worker_id": worker_id, "lease_s": float(lease_s)}
+        params: dict[str, Any] = {
+            "pool": pool,
+            "limit": limit,
+            "worker_id": worker_id,
+            "lease_s": float(lease_s),
+        }
+        statement = sql.CLAIM
+        if executions is not None:
+            statement, params["executions"] = sql.CLAIM_SCOPED, sorted(executions)
         with self._connection() as conn:
-            rows = conn.execute(sql.CLAIM, params).fetchall()
+            rows = conn.execute(statement, params).fetchall()
         # RETURNING does not keep the order of the inner SELECT.
         rows.sort(key=lambda row: (-row[5], row[6], row[7]))
         leases: list[Lease] = []
@@ -730,13 +749,17 @@ class PostgresStore:
         with self._connection() as conn:
             conn.execute(b"VACUUM (SKIP_LOCKED) task_queue, inbox")
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return 0
+        params: dict[str, Any] = {"limit": limit}
+        statement = sql.REAP
+        if executions is not None:
+            statement, params["executions"] = sql.REAP_SCOPED, sorted(executions)
         with self._connection() as conn:
-            reaped = len(conn.execute(sql.REAP, (limit,)).fetchall())
+            reaped = len(conn.execute(statement, params).fetchall())
             if reaped:
                 conn.execute(_NOTIFY_INPUTS)
             return reaped
@@ -801,16 +824,26 @@ class PostgresStore:
         with self._connection() as conn, conn.transaction():
             return dlq.discard(conn, message_id, reason)
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
-        """Hold up to `limit` free inputs for `lease_s`, oldest first; a holder's claims
-        run on its own session (`noetl.store._pg_holder`)."""
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
+        """Hold up to `limit` free inputs (of `executions`, when given) for `lease_s`,
+        oldest first; a holder's claims run on its own session (`noetl.store._pg_holder`)."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return []
-        params = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
+        params: dict[str, Any] = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
+        statement = sql.CLAIM_INPUTS
+        if executions is not None:
+            statement, params["executions"] = sql.CLAIM_INPUTS_SCOPED, sorted(executions)
         holder = self._holders.get(owner)
         with self._connection() if holder is None else holder.connection() as conn:
-            rows = conn.execute(sql.CLAIM_INPUTS, params).fetchall()
+            rows = conn.execute(statement, params).fetchall()
         rows.sort(key=lambda row: row[0])
         columns = ("id", "execution_id", "kind", "payload", "created_at")
         return [

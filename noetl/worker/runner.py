@@ -19,6 +19,10 @@ Reporting takes one of two paths:
   outcome takes the inbox path.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
+
+A scoped worker (`scope`: the executions it may take tasks of, asked before each claim)
+is what a command working for one execution on a shared database runs: it never takes
+another execution's task.
 A hard stop (`should_stop()`, a second SIGTERM): hand the tasks in flight back to the queue
 at once (`Store.release`: another worker can claim them right away), stop their tools
 (an inline python task's child is killed), and exit without waiting for them.
@@ -44,7 +48,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from noetl.engine.types import Outcome, Task
@@ -104,12 +108,15 @@ class Worker:
         *,
         decider: Decider | None = None,
         observer: Observer = NOOP,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
         self.config = config
         self.decider = decider
         self.observer = observer
+        # The executions this worker may take tasks of, asked before each claim (None: any).
+        self.scope = scope
         self.worker_id = config.worker_id or default_worker_id(config.pool)
         self.stats = WorkerStats()
         self._in_flight: dict[str, InFlight] = {}
@@ -227,6 +234,12 @@ class Worker:
             return False
         return True
 
+    def abandon(self) -> None:
+        """Stop at once from another thread (as `should_stop` would, without waiting for
+        the loop to notice): the tasks in flight go back to the queue, their tools are
+        told to stop, and their outcomes are dropped."""
+        self._abandon()
+
     def _abandon(self) -> None:
         """A hard stop: the tasks in flight go back to the queue now (their outcomes will
         not be reported), and their tools are told to stop."""
@@ -270,8 +283,13 @@ class Worker:
             time.sleep(0.005)
             return True
         try:
+            executions = None if self.scope is None else self.scope()
             leases = self.store.claim(
-                self.worker_id, pool=self.config.pool, limit=free, lease_s=self.config.lease_s
+                self.worker_id,
+                pool=self.config.pool,
+                limit=free,
+                lease_s=self.config.lease_s,
+                executions=executions,
             )
         except NoetlError as exc:  # the database is away: wait and try again
             log.warning("claim failed: %s", exc)

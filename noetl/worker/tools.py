@@ -15,7 +15,8 @@ from noetl.dsl.kinds import plugin_tools
 from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
-from noetl.sinks import run_sinks
+from noetl.paths import Roots
+from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
 
@@ -95,9 +96,12 @@ class ToolRegistry:
         *,
         secrets: SecretProvider | None = None,
         observer: Observer = NOOP,
+        sinks: SinkRegistry | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.secrets = secrets
+        # The sink writers of its tasks (None: the shared default registry).
+        self.sinks = sinks
         # Told when each task's tool starts and finishes, and about each sink it writes.
         self.observer = observer
         for tool in tools:
@@ -182,7 +186,8 @@ class ToolRegistry:
         try:
             outcome = tool.run(scope.resolve(task))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
-                outcome = run_sinks(task, outcome.this, observer=self.observer).apply(outcome)
+                report = run_sinks(task, outcome.this, registry=self.sinks, observer=self.observer)
+                outcome = report.apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
             outcome = _crashed(task, exc, started)
         finally:
@@ -216,12 +221,15 @@ def default_registry(
     secrets: SecretProvider | None = None,
     launcher: ChildLauncher | None = None,
     observer: Observer = NOOP,
+    roots: Roots | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
-    executions) is given."""
+    executions) is given. `roots`: where the file sink writes and the `playbook` tool
+    reads files (None: the working directory; see noetl.paths)."""
     # the tools' libraries load only where tasks run
+    from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
@@ -234,9 +242,12 @@ def default_registry(
         PostgresTool(),
         DuckdbTool(),
     ]
+    roots = roots or Roots.here()
     if launcher is not None:
-        builtins.append(PlaybookTool(launcher))
-    registry = ToolRegistry(builtins, secrets=secrets, observer=observer)
+        builtins.append(PlaybookTool(launcher, root=roots.playbooks))
+    # Its own file writer (with the root); every other kind from the shared registry.
+    sinks = SinkRegistry([FileWriter(roots.sinks)], builtins=False, parent=REGISTRY)
+    registry = ToolRegistry(builtins, secrets=secrets, observer=observer, sinks=sinks)
     for tool in plugin_tools().values():
         registry.register(tool)
     return registry

@@ -16,10 +16,10 @@ from tests.conftest import EXAMPLES, ROOT
 EXAMPLE = EXAMPLES / "case_routing.yaml"
 
 
-def noetl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def noetl(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -28,7 +28,8 @@ def noetl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def run_json(path: Path, db: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    proc = noetl("run", str(path), "--json", "--db", str(db), *extra)
+    # The file sink writes under the working directory: run where the test's files are.
+    proc = noetl("run", str(path), "--json", "--db", str(db), *extra, cwd=db.parent)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

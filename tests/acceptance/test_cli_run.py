@@ -315,7 +315,16 @@ workflow:
         encoding="utf-8",
     )
     proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--db", str(tmp_path / "d")],
+        [
+            sys.executable,
+            "-m",
+            "noetl",
+            "run",
+            str(playbook),
+            "--json",
+            "--db",
+            str(tmp_path / "d"),
+        ],
         capture_output=True,
         text=True,
         timeout=120,

@@ -152,6 +152,7 @@ def test_nul_characters_in_results_are_kept_and_the_worker_keeps_serving(
 ) -> None:
     answers.body = b'{"s": "x\\u0000y"}'
     sink = tmp_path / "checked.json"
+    any_cluster.env["NOETL_SINKS_FILE_ROOT"] = str(tmp_path)  # the worker writes the sink there
     any_cluster.start_server()
     worker = any_cluster.start_worker("w1", lease_s=10.0, concurrency=2)
     ran = tmp_path / "ran"

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from noetl.dsl.validate import load_playbook_text
 from noetl.observability.exporter import start_exporter
 from noetl.observability.metrics import ALL_METRIC_NAMES, Metrics
+from noetl.paths import Roots
 from noetl.runtime.local import embedded_runtime
 from tests.distributed.cluster import Cluster, free_port, wait_until
 
@@ -112,7 +113,9 @@ def test_the_embedded_runtime_serves_its_metrics(tmp_path: Path, canary: str) ->
     demo = load_playbook_text(DEMO.format(out=tmp_path / "out")).require()
     release = tmp_path / "release"
     slow = load_playbook_text(SLOW.format(release=release)).require()
-    with embedded_runtime(str(tmp_path / "db.sqlite"), workers=2, metrics=metrics) as runtime:
+    with embedded_runtime(
+        str(tmp_path / "db.sqlite"), workers=2, metrics=metrics, roots=Roots(tmp_path, tmp_path)
+    ) as runtime:
         exporter = start_exporter(metrics.registry, 0)
         try:
             result = runtime.run(demo)
@@ -191,6 +194,7 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
         "NOETL_LOG_LEVEL": "DEBUG",  # the old name still works
         "NOETL_SECRET_CANARY": canary,
         "NOETL_METRICS_PORT": str(worker_port),
+        "NOETL_SINKS_FILE_ROOT": str(tmp_path),  # the file sink writes there
     }
     cluster.start_worker("w1")
     worker_url = f"http://127.0.0.1:{worker_port}/metrics"
@@ -298,7 +302,9 @@ def test_scrapes_while_the_runtime_works_are_safe(tmp_path: Path, canary: str) -
     demo = load_playbook_text(DEMO.format(out=tmp_path / "out")).require()
     errors: list[BaseException] = []
     stop = threading.Event()
-    with embedded_runtime(str(tmp_path / "db.sqlite"), workers=2, metrics=metrics) as runtime:
+    with embedded_runtime(
+        str(tmp_path / "db.sqlite"), workers=2, metrics=metrics, roots=Roots(tmp_path, tmp_path)
+    ) as runtime:
         exporter = start_exporter(metrics.registry, 0)
 
         def scraper() -> None:
