@@ -11,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from inspect import getattr_static
 from typing import Any
 
-from jinja2 import TemplateSyntaxError, nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateSyntaxError, nodes, pass_environment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 HELPERS = ("done", "ok", "fail", "running", "loop_done", "all_done", "any_done")
 LIST_HELPERS = frozenset({"all_done", "any_done"})
@@ -32,6 +33,7 @@ class TemplateEnvironment(ImmutableSandboxedEnvironment):
 
     def __init__(self, **options: Any) -> None:
         super().__init__(autoescape=False, keep_trailing_newline=True, **options)
+        self.filters["attr"] = _attr
 
     def getattr(self, obj: Any, attribute: str) -> Any:
         if isinstance(obj, Mapping):
@@ -40,6 +42,19 @@ class TemplateEnvironment(ImmutableSandboxedEnvironment):
             except (LookupError, TypeError):
                 pass  # no such key: the attribute, or undefined
         return super().getattr(obj, attribute)
+
+
+@pass_environment
+def _attr(environment: SandboxedEnvironment, obj: Any, name: str) -> Any:
+    """`x | attr('items')`: the attribute, never a key (Jinja's own looks up a key first
+    here, since `getattr` does)."""
+    try:
+        getattr_static(obj, name)
+    except AttributeError:
+        if not hasattr(obj, name):
+            return environment.undefined(obj=obj, name=name)
+    # The sandbox's lookup (with its safety checks), which prefers the attribute.
+    return SandboxedEnvironment.getattr(environment, obj, name)
 
 
 def make_environment() -> TemplateEnvironment:

@@ -31,7 +31,15 @@ from jinja2.filters import make_attrgetter
 from jinja2.runtime import Context
 
 from noetl.engine import growth
-from noetl.engine.limits import MAX_RANGE, Budget, current, ticking, too_big
+from noetl.engine.limits import (
+    MAX_INT_DIGITS,
+    MAX_RANGE,
+    Budget,
+    current,
+    int_too_big,
+    ticking,
+    too_big,
+)
 from noetl.errors import TemplateError
 
 Estimate = Callable[[Budget, Mapping[str, Any]], int]
@@ -99,9 +107,11 @@ def _slice(budget: Budget, a: Mapping[str, Any]) -> int:
 
 
 def _urlize(budget: Budget, a: Mapping[str, Any]) -> int:
+    # A word that may be a link (it has a dot, an @ or a colon) becomes an <a> element.
     text = a["value"] if isinstance(a["value"], str) else ""
     extra = sum(len(str(a[k])) for k in ("target", "rel") if a[k] is not None)
-    return 2 * len(text) + (len(text.split()) + 1) * (extra + 64)
+    links = sum(1 for word in text.split() if "." in word or "@" in word or ":" in word)
+    return 2 * len(text) + links * (extra + 64)
 
 
 def _tojson(budget: Budget, a: Mapping[str, Any]) -> int:
@@ -128,6 +138,20 @@ def _sum(budget: Budget, a: Mapping[str, Any]) -> int:
     return 0
 
 
+def _striptags(budget: Budget, a: Mapping[str, Any]) -> int:
+    text = str(a["value"])
+    budget.tick(growth.striptags_steps(text))
+    return len(text)
+
+
+def _round(budget: Budget, a: Mapping[str, Any]) -> int:
+    # round(value, -n) and the ceil and floor methods compute 10 ** n.
+    precision = a["precision"]
+    if isinstance(precision, int) and abs(precision) > MAX_INT_DIGITS:
+        raise TemplateError(int_too_big())
+    return 0
+
+
 _ESTIMATES: dict[str, Estimate] = {
     "center": _center,
     "indent": _indent,
@@ -141,6 +165,8 @@ _ESTIMATES: dict[str, Estimate] = {
     "tojson": _tojson,
     "pprint": _pprint,
     "sum": _sum,
+    "round": _round,
+    "striptags": _striptags,
 }
 # Filters that turn their input into text.
 _TEXT = frozenset(
@@ -181,24 +207,30 @@ _READS = frozenset({"attr", "d", "default", "first", "last", "max", "min"})
 # Steps per character (or element) scanned, over the plain rate, for filters that loop in
 # Python over their input rather than in C.
 _WEIGHT: dict[str, int] = {
-    "wordwrap": 16,
-    "urlize": 16,
+    # text, per character (64 is a step per character)
+    "wordwrap": 128,
+    "urlize": 128,
+    "striptags": 32,
     "title": 16,
-    "striptags": 4,
-    "urlencode": 8,
-    "pprint": 32,
-    "xmlattr": 8,
+    "urlencode": 4,
+    "wordcount": 2,
     "indent": 2,
+    # collections, per element (8 is a step per element)
+    "pprint": 64,
+    "groupby": 16,
+    "tojson": 8,
+    "xmlattr": 8,
     "dictsort": 8,
-    "groupby": 8,
     "sort": 8,
     "unique": 8,
     "min": 8,
     "max": 8,
-    "join": 2,
     "batch": 4,
     "slice": 4,
+    "join": 2,
 }
+# What calling a filter or test costs, before what it scans.
+_CALL_STEPS = 3
 # Filters and globals left out: their output is random, so a template using them would
 # not decide the same way twice (and `lipsum` writes as much text as it is asked for).
 REMOVED_FILTERS = ("random",)
@@ -296,7 +328,10 @@ class _Limited:
         budget = current()
         if budget is None:
             return self._call(context, args, kwargs)
-        budget.charge(_scanned(args, kwargs) * self.weight)
+        # A call costs a few steps (Jinja's dispatch and this wrapper); the input is scanned
+        # at the filter's own rate, its other arguments at the plain one.
+        budget.tick(_CALL_STEPS - 1)
+        budget.charge(_scanned(args[:1], {}) * self.weight + _scanned(args[1:], kwargs))
         if self.text and args and not isinstance(args[0], str):
             budget.text_ok(args[0])
         if self.walk:

@@ -89,6 +89,7 @@ class Budget:
                 f"template output is over the limit of {self.max_output} characters"
             )
         self.charge(chars)
+        self.tick()  # a piece of output is converted, checked and yielded
 
     def value_ok(self, value: Any) -> Size:
         """Measure a value that an operation is about to walk (compare, sort, return):

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from jinja2 import StrictUndefined, Undefined, nodes, pass_context
-from jinja2.runtime import Context, LoopContext
+from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.visitor import NodeTransformer
 
 from noetl.dsl.templates import TemplateEnvironment
@@ -48,6 +48,8 @@ _OUT, _ITER, _CONCAT, _BUILT, _OPERAND = (
     "_noetl_operand",
 )
 _SEQUENCES = (str, bytes, list, tuple)
+# Calling a macro sets up a new scope and output buffer: about as much work as ten steps.
+_MACRO_STEPS = 10
 
 
 class LimitedEnvironment(TemplateEnvironment):
@@ -83,8 +85,11 @@ class LimitedEnvironment(TemplateEnvironment):
             return super().call(context, obj, *args, **kwargs)
         # A method scans its subject too (`text.count('x')` reads all of `text`).
         subject = getattr(obj, "__self__", None)
+        budget.tick()
         budget.charge(_scanned((subject, *args)) + _scanned(tuple(kwargs.values())))
-        if isinstance(obj, LoopContext) and args:
+        if isinstance(obj, Macro):
+            budget.tick(_MACRO_STEPS)
+        elif isinstance(obj, LoopContext) and args:
             args = (ticking(args[0]), *args[1:])  # `loop(children)` in a recursive loop
         args = _check_method(budget, obj, args, kwargs)
         result = super().call(context, obj, *args, **kwargs)
@@ -157,6 +162,8 @@ def _check_method(
     subject = getattr(obj, "__self__", None)
     name = getattr(obj, "__name__", "")
     if isinstance(subject, str | bytes | bytearray):
+        if name == "striptags" and isinstance(subject, str):  # a Markup's (`x|safe`)
+            budget.tick(growth.striptags_steps(subject))
         estimate = growth.METHODS.get(name)
     elif isinstance(subject, int) and not isinstance(subject, bool):
         estimate = growth.INT_METHODS.get(name)
@@ -281,6 +288,8 @@ def _operand(context: Context, value: Any) -> Any:
     if budget is not None:
         if isinstance(value, list | tuple | dict):
             budget.value_ok(value)
+        elif isinstance(value, str | bytes):
+            budget.charge(len(value))  # `in` and `==` read the text
         else:
             budget.tick()
     return value

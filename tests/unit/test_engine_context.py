@@ -353,8 +353,8 @@ def test_task_keys_without_a_loop_key() -> None:
         ),
         (
             "tool: {kind: noop, args: {x: \"{{ ''.__class__ }}\"}}",
-            "tool: args.x: not allowed in templates: access to attribute '__class__' of 'str' object "
-            "is unsafe.",
+            "tool: args.x: not allowed in templates: access to attribute '__class__' of 'str' "
+            "object is unsafe.",
         ),
         (
             'tool: {kind: noop, args: {x: "{{ workload.vals.append(1) }}"}}',
@@ -516,7 +516,10 @@ def test_native_values_become_data_that_events_can_carry() -> None:
         ("{{ [1, missing] }}", "tool: args.x: undefined value: 'missing' is undefined"),
         ("{{ {'a': {'b': missing}} }}", "tool: args.x: undefined value: 'missing' is undefined"),
         ("text {{ [1, missing] }}", "tool: args.x: undefined value: 'missing' is undefined"),
-        ("text {{ {'k': {'j': missing}} }}", "tool: args.x: undefined value: 'missing' is undefined"),
+        (
+            "text {{ {'k': {'j': missing}} }}",
+            "tool: args.x: undefined value: 'missing' is undefined",
+        ),
     ],
 )
 def test_a_native_value_that_is_not_data_fails_the_step(expr: str, error: str) -> None:
