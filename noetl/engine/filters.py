@@ -50,13 +50,13 @@ def _text_len(budget: Budget, value: Any) -> int:
 
 
 def _center(budget: Budget, a: Mapping[str, Any]) -> int:
-    return max(_text_len(budget, a["value"]), growth._as_int(a["width"]))
+    return max(_text_len(budget, a["value"]), growth.as_int(a["width"]))
 
 
 def _indent(budget: Budget, a: Mapping[str, Any]) -> int:
-    text = str(a["s"]) if isinstance(a["s"], str) else ""
+    text = a["s"] if isinstance(a["s"], str) else str(a["s"])
     width = a["width"]
-    step = len(width) if isinstance(width, str) else growth._as_int(width)
+    step = len(width) if isinstance(width, str) else growth.as_int(width)
     return len(text) + (text.count("\n") + 1) * step
 
 
@@ -64,7 +64,7 @@ def _replace(budget: Budget, a: Mapping[str, Any]) -> int:
     subject = a["s"] if isinstance(a["s"], str) else str(a["s"])
     count = a["count"]
     kwargs = {} if count is None else {"count": count}
-    return growth._replace(subject, [str(a["old"]), str(a["new"])], kwargs)
+    return growth.replace_size(subject, [str(a["old"]), str(a["new"])], kwargs)
 
 
 def _join(budget: Budget, a: Mapping[str, Any]) -> int:
@@ -83,14 +83,14 @@ def _wordwrap(budget: Budget, a: Mapping[str, Any]) -> int:
     text = a["s"] if isinstance(a["s"], str) else ""
     wrap = a["wrapstring"]
     wrap_len = len(wrap) if isinstance(wrap, str) else 1
-    width = max(growth._as_int(a["width"]), 1)
+    width = max(growth.as_int(a["width"]), 1)
     lines = len(text) // width + len(text.split()) + text.count("\n") + 1
     return len(text) + lines * wrap_len
 
 
 def _fill(budget: Budget, count: Any, fill: Any) -> int:
     """`batch` and `slice` make `count` lists, padded with `fill` when one is given."""
-    number = growth._as_int(count)
+    number = growth.as_int(count)
     if number > MAX_RANGE:
         raise TemplateError(f"template asks for {number} parts, over the limit of {MAX_RANGE}")
     if fill is None:
@@ -119,7 +119,7 @@ def _tojson(budget: Budget, a: Mapping[str, Any]) -> int:
     indent = a["indent"]
     if not indent:
         return size.chars
-    step = len(indent) if isinstance(indent, str) else growth._as_int(indent)
+    step = len(indent) if isinstance(indent, str) else growth.as_int(indent)
     return size.chars + size.nodes * (size.depth + 1) * step
 
 

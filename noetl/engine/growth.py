@@ -31,7 +31,7 @@ def _number(text: str) -> int:
     return _HUGE if len(text) > 18 else int(text)
 
 
-def _as_int(value: Any) -> int:
+def as_int(value: Any) -> int:
     """A value used as a width: an int, or the digits of a string (`'{:{}}'`)."""
     if isinstance(value, bool):
         return int(value)
@@ -52,16 +52,17 @@ def _text(budget: Budget, value: Any) -> int:
 def percent(budget: Budget, fmt: str, args: Any) -> int:
     """`fmt % args`: the format's own text plus, per conversion, its width, its precision
     and the text of the value it converts."""
+    matches = list(_PERCENT.finditer(fmt))
     if isinstance(args, tuple):
         values: Sequence[Any] = args
-    elif isinstance(args, Mapping):
-        values = list(args.values())
+    elif isinstance(args, Mapping) and all(m.group("key") is not None for m in matches):
+        values = list(args.values())  # `%(name)s`: one value each
     else:
-        values = [args]
+        values = [args]  # one value, which a conversion without a key prints whole
     widest = max((_text(budget, v) for v in values), default=0)
-    star = max((_as_int(v) for v in values), default=0)
+    star = max((as_int(v) for v in values), default=0)
     total = len(fmt)
-    for match in _PERCENT.finditer(fmt):
+    for match in matches:
         for group in ("width", "prec"):
             text = match.group(group)
             if text == "*":
@@ -78,7 +79,7 @@ def str_format(budget: Budget, fmt: str, args: Sequence[Any], kwargs: Mapping[st
     number in its format spec (a nested field counts as the biggest argument)."""
     values = [*args, *kwargs.values()]
     widest = max((_text(budget, v) for v in values), default=0)
-    biggest = max((_as_int(v) for v in values), default=0)
+    biggest = max((as_int(v) for v in values), default=0)
     return _format_size(fmt, widest, biggest, depth=0)
 
 
@@ -111,10 +112,10 @@ def striptags_steps(text: str) -> int:
 
 def _width(args: Sequence[Any], kwargs: Mapping[str, Any], name: str = "width") -> int:
     value = args[0] if args else kwargs.get(name, 0)
-    return _as_int(value) if isinstance(value, int) else 0
+    return as_int(value) if isinstance(value, int) else 0
 
 
-def _replace(subject: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
+def replace_size(subject: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> int:
     if len(args) < 2:
         return len(subject)
     old, new = args[0], args[1]
@@ -170,7 +171,7 @@ METHODS: dict[str, StrEstimate] = {
     "rjust": _padded,
     "zfill": _padded,
     "expandtabs": _expandtabs,
-    "replace": _replace,
+    "replace": replace_size,
     "join": _join,
     "translate": _translate,
 }

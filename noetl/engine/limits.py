@@ -45,6 +45,7 @@ CHARS_PER_STEP = 64
 # A string at least this long met twice in one value is a repeated reference (shorter ones
 # are often shared by Python itself: JSON keys, interned names), and so is any container.
 _SHARED_STR = 256
+_ENDLESS = 10**18
 
 
 class Budget:
@@ -85,11 +86,16 @@ class Budget:
         """`chars` characters of text output."""
         self.written += chars
         if self.written > self.max_output:
-            raise TemplateError(
-                f"template output is over the limit of {self.max_output} characters"
-            )
+            raise TemplateError(output_too_big(self.max_output))
         self.charge(chars)
         self.tick()  # a piece of output is converted, checked and yielded
+
+    def printable(self, value: Any) -> None:
+        """Measure a value about to be written as text: it must fit what output is left."""
+        size = measure(value)
+        self.tick(size.nodes)
+        if self.written + size.chars > self.max_output:
+            raise TemplateError(output_too_big(self.max_output))
 
     def value_ok(self, value: Any) -> Size:
         """Measure a value that an operation is about to walk (compare, sort, return):
@@ -116,6 +122,10 @@ class Budget:
 
 def too_big(limit: int) -> str:
     return f"template builds a value over the limit of {limit} characters"
+
+
+def output_too_big(limit: int) -> str:
+    return f"template output is over the limit of {limit} characters"
 
 
 def int_too_big() -> str:
@@ -184,7 +194,7 @@ class _Walk:
                 self._long_string(value)
             return len(value) + 2
         if kind is int:
-            return _digits(value)
+            return digits(value)
         if value is None or kind is bool or kind is float:
             return 5
         if kind is not list and kind is not dict and kind is not tuple:
@@ -196,6 +206,11 @@ class _Walk:
             return known
         self.keep.append(value)
         self.depth = max(self.depth, depth)
+        return self._walk(key, value, depth)
+
+    def _walk(self, key: int, value: Any, depth: int) -> int:
+        # A value that contains itself (`{% set ns.x = ns %}`) would be endless text.
+        self.memo[key] = _ENDLESS
         total = self._container(value, depth + 1)
         self.memo[key] = total
         return total
@@ -214,7 +229,7 @@ class _Walk:
                 self._long_string(value)
             return len(value) + 2
         if isinstance(value, int):
-            return _digits(value)
+            return digits(value)
         if isinstance(value, Undefined):
             return 0
         if isinstance(value, Namespace):
@@ -231,9 +246,7 @@ class _Walk:
             self.shared = True
             return known
         self.keep.append(value)
-        total = self._container(value, depth + 1)
-        self.memo[key] = total
-        return total
+        return self._walk(key, value, depth)
 
     def _container(self, value: Any, depth: int) -> int:
         total = 2
@@ -247,7 +260,7 @@ class _Walk:
         return total
 
 
-def _digits(value: int) -> int:
+def digits(value: int) -> int:
     """About how many characters an int prints as (without printing it)."""
     return (value.bit_length() * 1233 >> 12) + 2
 

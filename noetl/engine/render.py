@@ -34,6 +34,8 @@ from noetl.engine.limits import (
     activate,
     current,
     deactivate,
+    digits,
+    output_too_big,
     too_big,
 )
 from noetl.engine.sandbox import LimitedEnvironment
@@ -127,9 +129,7 @@ class Renderer:
         for chunk in template.generate(context):
             size += len(chunk)
             if size > self.max_output:  # also counted piece by piece (noetl.engine.sandbox)
-                raise TemplateError(
-                    f"template output is over the limit of {self.max_output} characters"
-                )
+                raise TemplateError(output_too_big(self.max_output))
             chunks.append(chunk)
         return "".join(chunks)
 
@@ -217,7 +217,7 @@ class _Data:
             self._count(5)
             return value
         if isinstance(value, int):
-            self._count((value.bit_length() * 1233 >> 12) + 2)
+            self._count(digits(value))
             return value
         if isinstance(value, str):
             if len(value) >= 256:
@@ -275,7 +275,7 @@ def _data_key(key: Any) -> str:
 
 def _check_size(value: Any, limit: int) -> Any:
     if isinstance(value, str) and len(value) > limit:
-        raise TemplateError(f"template output is over the limit of {limit} characters")
+        raise TemplateError(output_too_big(limit))
     return value
 
 

@@ -129,6 +129,7 @@ class LimitedEnvironment(TemplateEnvironment):
         def checked(*args: Any, **kwargs: Any) -> str:
             budget = current()
             if budget is not None:
+                budget.charge(len(fmt))  # the format is parsed whatever it builds
                 named = args[0] if is_map and args and isinstance(args[0], Mapping) else kwargs
                 positional = () if is_map else args
                 if growth.str_format(budget, fmt, positional, named) > budget.max_output:
@@ -210,12 +211,10 @@ def _check_binop(budget: Budget, name: str, left: Any, right: Any) -> None:
             budget.fits(len(left) + len(right))
         else:
             budget.fits(budget.value_ok(left).chars + budget.value_ok(right).chars)
-    elif (
-        name == "%"
-        and isinstance(left, str)
-        and growth.percent(budget, left, right) > (budget.max_output)
-    ):
-        raise TemplateError(too_big(budget.max_output))
+    elif name == "%" and isinstance(left, str):
+        budget.charge(len(left))  # the format is parsed whatever it builds
+        if growth.percent(budget, left, right) > budget.max_output:
+            raise TemplateError(too_big(budget.max_output))
 
 
 def _range(*args: Any) -> Iterator[int]:
@@ -239,7 +238,7 @@ def _out(context: Context, value: Any) -> str:
         if isinstance(value, Undefined):
             str(value)  # StrictUndefined: raises UndefinedError with the name
         if budget is not None:
-            budget.text_ok(value)
+            budget.printable(value)
         _no_nested_undefined(value)
         text = str(value)
     if budget is not None:

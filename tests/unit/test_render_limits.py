@@ -266,3 +266,18 @@ def test_templates_keep_working() -> None:
     }
     for template, expected in cases.items():
         assert _render(template, context) == expected, template
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "{{ ns }}",
+        "{{ ns.x | tojson }}",
+        "{{ ns.x == ns.x }}",
+        "{{ ns.x }}",
+    ],
+)
+def test_a_value_that_contains_itself_is_endless(template: str) -> None:
+    setup = "{% set ns = namespace(x=1) %}{% set ns.x = [ns, 1] %}"
+    with pytest.raises(TemplateError, match="over the limit of 1000000 characters"):
+        _render(setup + template)
