@@ -97,6 +97,9 @@ class Renderer:
     def _render_str(self, text: str, context: Mapping[str, Any]) -> Any:
         if "{{" not in text and "{%" not in text and "{#" not in text:
             return text
+        budget = current()
+        if budget is not None:
+            budget.written = 0  # each template text may write up to the limit; steps are shared
         try:
             expr = self._single_expression(text)
             if expr is not None:

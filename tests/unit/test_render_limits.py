@@ -281,3 +281,11 @@ def test_a_value_that_contains_itself_is_endless(template: str) -> None:
     setup = "{% set ns = namespace(x=1) %}{% set ns.x = [ns, 1] %}"
     with pytest.raises(TemplateError, match="over the limit of 1000000 characters"):
         _render(setup + template)
+
+
+def test_each_template_text_may_write_up_to_the_limit_and_steps_are_shared() -> None:
+    text = "{% for i in range(1000) %}" + "x" * 900 + "{% endfor %}"
+    rendered = Renderer().render({"a": text, "b": text}, {})
+    assert len(rendered["a"]) == len(rendered["b"]) == 900_000
+    with pytest.raises(TemplateError, match=r"^b: template went over the limit of 25000 steps"):
+        Renderer(max_steps=25_000).render({"a": text, "b": text}, {})
