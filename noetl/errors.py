@@ -164,6 +164,9 @@ FATAL_ERROR_TYPES = frozenset(
         "ConflictError",
         "ValidationError",
         "CancelError",
+        # A result the worker could not report (a value the store cannot hold): the same
+        # result would be refused again (noetl.worker.reporting).
+        "ReportError",
     }
 )
 # HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.

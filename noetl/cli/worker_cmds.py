@@ -79,8 +79,10 @@ def worker_group() -> None:
 @db_option
 @with_settings
 def worker_start(*, settings: Settings) -> None:
-    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first).
-    With --metrics-port, its metrics are served at http://HOST:PORT/metrics."""
+    """Run a worker until SIGTERM / Ctrl-C, which drain it: in-flight tasks finish first.
+    A second signal stops it at once: its running tasks are stopped and handed back to
+    the queue for another worker. With --metrics-port, its metrics are served at
+    http://HOST:PORT/metrics."""
     from noetl.observability import observer_for
     from noetl.observability.trace_context import sampler_of
 
@@ -140,10 +142,14 @@ def worker_start(*, settings: Settings) -> None:
                 observer=observer,
             )
 
+            signals: list[int] = []
+
             def _on_signal(signum: int, frame: FrameType | None) -> None:
-                if worker.draining:
-                    stop.set()  # a second signal: stop now
-                worker.drain()
+                signals.append(signum)
+                if len(signals) == 1:
+                    worker.drain()  # finish what is in flight, then exit
+                else:
+                    stop.set()  # stop now: the running tasks go back to the queue
 
             signal.signal(signal.SIGTERM, _on_signal)
             signal.signal(signal.SIGINT, _on_signal)
@@ -154,10 +160,13 @@ def worker_start(*, settings: Settings) -> None:
             click.echo(
                 f"worker {worker.worker_id} stopped: {stats.completed + stats.continued} "
                 f"completed ({stats.continued} decided here), "
-                f"{stats.rejected} refused, {stats.lost} lost",
+                f"{stats.rejected} refused, {stats.lost} lost, "
+                f"{stats.released} handed back",
                 err=True,
             )
             tools.close()
+            if stats.failure is not None:
+                raise click.ClickException(f"worker {worker.worker_id}: {stats.failure}")
     finally:
         if exporter is not None:
             exporter.close()

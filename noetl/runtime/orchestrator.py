@@ -4,13 +4,17 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
 
 * Inputs (worker outcomes, cancel requests, expired leases) wait in the store's inbox.
   An orchestrator holds a batch of them for a while (`claim_inputs`), so two servers do
-  not work on the same input at once.
+  not work on the same input at once. It holds them as an input holder
+  (`Store.open_holder`): when it dies, any orchestrator frees what it held at its next
+  reap (`release_orphaned_inputs`) instead of waiting for the hold to expire.
 * For each execution in the batch it brings its cached state up to date from the log
   (events after the cached sequence), lets the engine decide, and commits the new events,
   the new and canceled tasks, the projections and the consumed inputs in ONE transaction
   with the expected sequence number. If another server got there first the commit fails
-  with ConcurrencyError, nothing is written, and the batch is decided again on fresh state.
-  So a step is never dispatched twice, and a restarted server resumes from the log.
+  with ConcurrencyError, nothing is written, and the batch is decided again on fresh state,
+  without the inputs another commit consumed already (they were decided there). So a step
+  is never dispatched twice, an input is decided once, and a restarted server resumes
+  from the inbox and the log.
 """
 
 from __future__ import annotations
@@ -35,9 +39,11 @@ from noetl.store.base import (
     ConcurrencyError,
     ExecutionRecord,
     Input,
+    InputHolder,
     InputKind,
     NotFoundError,
     Store,
+    StoreUnavailableError,
 )
 
 log = logging.getLogger("noetl.orchestrator")
@@ -89,6 +95,7 @@ class Orchestrator:
             sampler=sampler,
         )
         self.dlq = DeadLetterQueue(store, self.engine_of)
+        self._holder: InputHolder | None = None
 
     def engine_of(self, record: ExecutionRecord) -> Engine:
         """The engine of an execution (built once per playbook text)."""
@@ -163,17 +170,28 @@ class Orchestrator:
     # --- the loop ------------------------------------------------------------------------
 
     def run_once(self, *, limit: int = 500) -> int:
-        """Reap expired leases (at most every `reap_interval_s`), keep the queue tables
-        tidy (`Store.maintain`, every `maintain_interval_s`), then decide on a batch of
-        inputs. Returns inputs handled."""
+        """Reap expired leases and free the inputs of holders that are gone (at most every
+        `reap_interval_s`), keep the queue tables tidy (`Store.maintain`, every
+        `maintain_interval_s`), then decide on a batch of inputs. Returns inputs handled."""
+        holder = self._hold()
         now = time.monotonic()
         if now - self._last_reap >= self.reap_interval_s:
             self._last_reap = now
             self.store.reap_expired()
+            freed = self.store.release_orphaned_inputs()
+            if freed:
+                log.warning("freed %d inputs held by orchestrators that are gone", freed)
         if now - self._last_maintain >= self.maintain_interval_s:
             self._last_maintain = now
             self.store.maintain()
-        inputs = self.store.claim_inputs(self.owner, limit=limit, lease_s=self.input_lease_s)
+        try:
+            inputs = self.store.claim_inputs(holder.token, limit=limit, lease_s=self.input_lease_s)
+        except StoreUnavailableError:
+            if holder.alive():
+                raise
+            # The holder's session ended (PostgreSQL: a lost connection): hold anew.
+            holder = self._hold()
+            inputs = self.store.claim_inputs(holder.token, limit=limit, lease_s=self.input_lease_s)
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
             by_execution.setdefault(item.execution_id, []).append(item)
@@ -182,16 +200,46 @@ class Orchestrator:
         return len(inputs)
 
     def serve(self, should_stop: Callable[[], bool], *, idle_wait: float = 0.5) -> None:
-        """Run until `should_stop()`: wake on new inputs (or poll), decide, repeat."""
-        while not should_stop():
-            try:
-                handled = self.run_once()
-            except Exception:  # keep serving: a database blip must not kill the server
-                log.exception("orchestrator turn failed; retrying")
-                time.sleep(idle_wait)
-                continue
-            if handled == 0:
-                self.store.wait_for("inputs", idle_wait)
+        """Run until `should_stop()`: wake on new inputs (or poll), decide, repeat; then
+        stop holding inputs (`close`)."""
+        try:
+            while not should_stop():
+                try:
+                    handled = self.run_once()
+                except Exception:  # keep serving: a database blip must not kill the server
+                    log.exception("orchestrator turn failed; retrying")
+                    time.sleep(idle_wait)
+                    continue
+                if handled == 0:
+                    self.store.wait_for("inputs", idle_wait)
+        finally:
+            self.close()
+
+    @property
+    def holder_token(self) -> str | None:
+        """The token this orchestrator claims inputs with (None before its first turn)."""
+        return None if self._holder is None else self._holder.token
+
+    def _hold(self) -> InputHolder:
+        """This orchestrator's input holder, opened on the first turn and again, with a
+        new token, once the last one is gone (its session ended while this process
+        lives): a gone token never claims again, since others free what it holds."""
+        holder = self._holder
+        if holder is not None and holder.alive():
+            return holder
+        if holder is not None:
+            log.warning("input holder %s lost its session; holding anew", holder.token)
+            holder.close()
+            self._holder = None
+        self._holder = self.store.open_holder(self.owner)
+        return self._holder
+
+    def close(self) -> None:
+        """Stop holding inputs: what this orchestrator still holds is freed at once by
+        the next reap of any orchestrator."""
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
 
     # --- deciding ------------------------------------------------------------------------
 
@@ -212,6 +260,7 @@ class Orchestrator:
             self._forget_all(appends)  # their states hold events that were not written
             raise
         again: list[str] = []
+        consumed: set[int] = set()
         for _ in range(3):
             if not appends:
                 break
@@ -222,6 +271,7 @@ class Orchestrator:
             except ConcurrencyError as exc:
                 stale = [e for e in exc.execution_ids if e in appends] or list(appends)
                 log.info("%d executions of the batch advanced elsewhere", len(stale))
+                consumed.update(exc.input_ids)
                 for execution_id in stale:
                     self.decider.forget(execution_id)
                     del appends[execution_id]
@@ -233,7 +283,9 @@ class Orchestrator:
             self._forget_all(appends)
             again.extend(appends)
         for execution_id in again:
-            self._decide_inputs(execution_id, groups[execution_id])
+            self._decide_inputs(
+                execution_id, [i for i in groups[execution_id] if i.id not in consumed]
+            )
 
     def _forget_all(self, execution_ids: Iterable[str]) -> None:
         for execution_id in list(execution_ids):
@@ -264,7 +316,11 @@ class Orchestrator:
         )
 
     def _decide_inputs(self, execution_id: str, items: Sequence[Input], attempts: int = 3) -> None:
+        """Decide one execution's inputs again on fresh state; inputs another commit
+        consumed meanwhile were decided there and are left out."""
         for _ in range(attempts):
+            if not items:
+                return
             append = self._decide(execution_id, items, self.clock())
             if append is None:
                 return
@@ -272,9 +328,10 @@ class Orchestrator:
                 self.store.commit([append])
                 self.decider.committed([append])
                 return
-            except ConcurrencyError:
+            except ConcurrencyError as exc:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)
                 self.decider.forget(execution_id)
+                items = [i for i in items if i.id not in exc.input_ids]
             except Exception:
                 # The cached state already holds the events that were not written.
                 self.decider.forget(execution_id)

@@ -77,6 +77,11 @@ ON CONFLICT (task_id) DO UPDATE SET
     not_before = excluded.not_before, payload = excluded.payload,
     updated_at = excluded.updated_at
 """
+# The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
+CONSUMED_INPUTS = """
+SELECT d.id, d.e FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e)
+"""
 DELETE_ALL_INPUTS = """
 DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE i.id = d.id AND i.execution_id = d.e
@@ -178,6 +183,17 @@ WITH reports AS (
     RETURNING id
 )
 SELECT task_id FROM done
+"""
+# Leased tasks handed back by their holder (a worker stopping at once): queued again in
+# their old place (not_before kept: they were due already), with lease_token kept (the next
+# claim raises it, fencing the old holder off).
+RELEASE = """
+UPDATE task_queue t SET
+    status = CASE WHEN t.cancel_requested THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+FROM unnest(%b::text[], %b::bigint[]) AS r(task_id, token)
+WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+RETURNING t.task_id
 """
 REAP = """
 WITH expired AS (
@@ -294,9 +310,9 @@ RETURNING 1
 """
 
 # The counts of `Store.stats` (read when the metrics are scraped).
-STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s

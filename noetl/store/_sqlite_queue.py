@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from noetl.store._holders import LocalHolders, parse, process_gone
 from noetl.store._rows import (
     TASK_COLUMNS,
     WORKER_COLUMNS,
@@ -92,6 +93,13 @@ WHERE task_id = ?
 _HELD = """
 SELECT execution_id, cancel_requested FROM task_queue
 WHERE task_id = ? AND lease_token = ? AND status = 'leased'
+"""
+# ?1 now ?2 task_id ?3 token: a leased task handed back by its holder.
+_RELEASE = """
+UPDATE task_queue SET
+    status = CASE cancel_requested WHEN 1 THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE task_id = ?2 AND lease_token = ?3 AND status = 'leased'
 """
 _EXPIRED = """
 SELECT task_id, execution_id, attempt, worker_id FROM task_queue
@@ -210,6 +218,17 @@ def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -
     return True
 
 
+def release(conn: sqlite3.Connection, held: Sequence[tuple[str, int]]) -> set[str]:
+    """Queue the held tasks again in their old place (canceled when their execution asked
+    them to stop); the ids released."""
+    now = db_now(conn)
+    released: set[str] = set()
+    for task_id, token in held:
+        if conn.execute(_RELEASE, (now, task_id, token)).rowcount:
+            released.add(task_id)
+    return released
+
+
 def mark_done(conn: sqlite3.Connection, task_id: str, token: int) -> bool:
     """The holder's task is done (no inbox input: its outcome was decided already)."""
     if conn.execute(_HELD, (task_id, token)).fetchone() is None:
@@ -302,6 +321,48 @@ def claim_inputs(conn: sqlite3.Connection, owner: str, limit: int, lease_s: floa
     return [input_from_row(row) for row in rows]
 
 
+# Inputs held (hold not expired) under a holder's token; timers are held by 'timer'.
+_HOLDERS = """
+SELECT DISTINCT claimed_by FROM inbox
+WHERE claimed_until > ? AND claimed_by IS NOT NULL AND claimed_by <> 'timer'
+"""
+
+
+def orphaned_holders(conn: sqlite3.Connection, local: LocalHolders) -> list[str]:
+    """Tokens of holders that hold inputs and are gone (closed, or their process ended)."""
+    tokens = [row[0] for row in conn.execute(_HOLDERS, (db_now(conn),))]
+    return [
+        token
+        for token in tokens
+        if (holder := parse(token)) is not None and process_gone(holder, local)
+    ]
+
+
+def release_inputs(conn: sqlite3.Connection, tokens: Sequence[str]) -> int:
+    """Free the inputs the (gone) holders `tokens` hold."""
+    marks = ", ".join("?" * len(tokens))
+    cursor = conn.execute(
+        "UPDATE inbox SET claimed_by = NULL, claimed_until = NULL "
+        f"WHERE claimed_until > ? AND claimed_by IN ({marks})",
+        (db_now(conn), *tokens),
+    )
+    return cursor.rowcount
+
+
+def consumed_inputs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The (input id, execution id) pairs that are no longer in the inbox."""
+    return [
+        (input_id, execution_id)
+        for input_id, execution_id in pairs
+        if conn.execute(
+            "SELECT 1 FROM inbox WHERE id = ? AND execution_id = ?", (input_id, execution_id)
+        ).fetchone()
+        is None
+    ]
+
+
 # --- playbooks and workers --------------------------------------------------------------------
 
 
@@ -368,9 +429,9 @@ def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
     return [worker_from_row(row) for row in rows]
 
 
-_STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+_STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 _STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s
@@ -392,11 +453,18 @@ _STATS_INPUTS = (
 def stats(conn: sqlite3.Connection) -> StoreStats:
     """The counts of `Store.stats`."""
     now = db_now(conn)
-    running = {name: (count, oldest) for name, count, oldest in conn.execute(_STATS_RUNNING)}
+    executions: dict[tuple[str, str], int] = {}
+    running: dict[str, tuple[int, float]] = {}
+    for name, status, count, oldest in conn.execute(_STATS_EXECUTIONS):
+        executions[(name, status)] = count
+        if status == "running":
+            running[name] = (count, oldest)
     parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
     tasks = {
         (pool, status): (count, oldest)
         for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
     }
     count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
-    return StoreStats(running=running, parked=parked, tasks=tasks, inputs=(count, oldest))
+    return StoreStats(
+        running=running, parked=parked, tasks=tasks, inputs=(count, oldest), executions=executions
+    )

@@ -22,6 +22,7 @@ from typing import Any
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
+from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
     PreparedAppend,
@@ -30,6 +31,7 @@ from noetl.store._rows import (
     check_worker,
     dumps,
     event_from_row,
+    inputs_to_check,
     loads,
     prepare,
     prepare_initial,
@@ -246,8 +248,9 @@ class SqliteStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = queue.consumed_inputs(conn, inputs_to_check(prepared))
+        if behind or consumed:
+            raise stale_all(behind, consumed)
 
     @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
@@ -383,6 +386,11 @@ class SqliteStore:
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
 
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        with self._transaction() as conn:
+            return queue.release(conn, held)
+
     def reap_expired(self, *, limit: int = 100) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
@@ -406,6 +414,20 @@ class SqliteStore:
         check_page(limit)
         with self._transaction() as conn:
             return queue.claim_inputs(conn, owner, limit, lease_s)
+
+    def open_holder(self, owner: str) -> LocalHolder:
+        """A holder of inputs, gone once closed or once this process ends."""
+        return LocalHolder(PROCESS_HOLDERS, owner)
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs of holders that are gone, judged by their process (a SQLite
+        file is shared by the processes of one machine only)."""
+        with self._use() as conn:
+            gone = queue.orphaned_holders(conn, PROCESS_HOLDERS)
+        if not gone:
+            return 0
+        with self._transaction() as conn:
+            return queue.release_inputs(conn, gone)
 
     # --- the dead-letter queue -----------------------------------------------------------
 
