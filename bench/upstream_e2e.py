@@ -3,7 +3,7 @@
     python bench/upstream_e2e.py --kit ../shared/upstream-e2e
     python bench/upstream_e2e.py --kit ../shared/upstream-e2e --distributed --json
     python bench/upstream_e2e.py --kit ../shared/upstream-e2e --only no-credentials
-    python bench/upstream_e2e.py --kit ../shared/upstream-e2e --only 'pagination/*'
+    python bench/upstream_e2e.py --kit ../shared/upstream-e2e --only '*/pagination/*'
 
 What it sets up, as upstream's suite does on its cluster, and tears down at the end:
 
