@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from noetl.cli.inputs import apply_sets, read_workload
+from noetl.cli.inputs import apply_sets, check_workload, read_workload
 from noetl.cli.live import LiveView, print_summary
 from noetl.cli.observe import (
     exporter_metrics,
@@ -87,7 +87,7 @@ def run_cmd(
     playbook = loaded.require()
     _warn_route_edge(playbook, settings, str(file))
     workload = read_workload(workload_file) if workload_file else {}
-    workload = apply_sets(workload, sets)
+    workload = check_workload(apply_sets(workload, sets))
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)
     exporter = None
@@ -100,6 +100,7 @@ def run_cmd(
             metrics=metrics,
             log_events=True,
             options=settings.engine_options(),
+            max_result_bytes=settings.worker.max_result_bytes,
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
         ) as runtime:

@@ -125,6 +125,7 @@ def worker_start(*, settings: Settings) -> None:
                 secrets=default_provider(settings.secrets.file),
                 launcher=launcher,
                 observer=observer,
+                max_result_bytes=settings.worker.max_result_bytes,
             )
             worker = Worker(
                 store,

@@ -22,7 +22,7 @@ from noetl.store.base import ExecutionRecord, NotFoundError, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.secrets import default_provider
-from noetl.worker.tools import default_registry
+from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry
 
 if TYPE_CHECKING:
     from noetl.observability.metrics import Metrics
@@ -45,13 +45,15 @@ def embedded_runtime(
     options: EngineOptions | None = None,
     tracing: Tracing | None = None,
     sampler: TraceSampler | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
     `NOETL_SECRETS_FILE`). `metrics` records its metrics (and the store's state gauges);
     `log_events` writes seed 000's log events (see noetl.observability); `tracing` writes
     spans, of the executions `sampler` traces. `options`: the engine's defaults (the
-    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own)."""
+    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own).
+    A task whose result is over `max_result_bytes` fails."""
     count = workers or os.cpu_count() or 2
     provider = default_provider(secrets_file)
     store = open_store(db)
@@ -70,7 +72,11 @@ def embedded_runtime(
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
             registry = default_registry(
-                pool, secrets=provider, launcher=launcher, observer=observer
+                pool,
+                secrets=provider,
+                launcher=launcher,
+                observer=observer,
+                max_result_bytes=max_result_bytes,
             )
             runtime = EmbeddedRuntime(
                 store,

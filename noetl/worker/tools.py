@@ -7,11 +7,13 @@ cannot take the worker loop down.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from noetl.dsl.kinds import plugin_tools
+from noetl.dsl.limits import check_data, strip_nul
 from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
@@ -30,6 +32,9 @@ __all__ = [
     "UnknownTool",
     "default_registry",
 ]
+
+# The largest result a task may return (its JSON), unless the registry is given another.
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 
 class Tool(Protocol):
@@ -95,9 +100,13 @@ class ToolRegistry:
         *,
         secrets: SecretProvider | None = None,
         observer: Observer = NOOP,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.secrets = secrets
+        # What a tool returns is refused past this size (or nested too deep, or holding a
+        # NUL character): see `bounded`.
+        self.max_result_bytes = max_result_bytes
         # Told when each task's tool starts and finishes, and about each sink it writes.
         self.observer = observer
         for tool in tools:
@@ -180,7 +189,7 @@ class ToolRegistry:
         scope = SecretScope(self.secrets)
         token = enter_scope(scope)
         try:
-            outcome = tool.run(scope.resolve(task))
+            outcome = self.bounded(tool.run(scope.resolve(task)))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
                 outcome = run_sinks(task, outcome.this, observer=self.observer).apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
@@ -189,13 +198,39 @@ class ToolRegistry:
             leave_scope(token)
         return scope.mask_outcome(outcome)
 
-    @staticmethod
-    def _run_plain(tool: Tool, task: Task) -> Outcome:
+    def _run_plain(self, tool: Tool, task: Task) -> Outcome:
         started = time.perf_counter()
         try:
-            return tool.run(task)
+            return self.bounded(tool.run(task))
         except Exception as exc:  # a tool bug must cost one task, not the worker
             return _crashed(task, exc, started)
+
+    def bounded(self, outcome: Outcome) -> Outcome:
+        """The outcome as it may be reported: a result nested deeper than a playbook may
+        be, holding a NUL character (PostgreSQL cannot store one) or over
+        `max_result_bytes` of JSON fails the task, fatally, saying which and where; NUL
+        characters in its error and output text become U+FFFD. Checked before any sink
+        writes the result, and before it reaches the store, the engine or the API, which
+        would otherwise fail on it far from its cause."""
+        problem = check_data(outcome.this, root="result", max_bytes=self.max_result_bytes)
+        error = None if outcome.error is None else strip_nul(outcome.error)
+        stdout = strip_nul(outcome.stdout)
+        if problem is None:
+            if error == outcome.error and stdout == outcome.stdout:
+                return outcome
+            return dataclasses.replace(outcome, error=error, stdout=stdout)
+        refused = f"the tool's result was refused: {problem}"
+        if not outcome.ok and error:
+            refused = f"{error} ({refused})"
+        return Outcome(
+            task_id=outcome.task_id,
+            ok=False,
+            error=refused,
+            error_type="ResultRefused",
+            retryable=False,
+            stdout=stdout,
+            duration_ms=outcome.duration_ms,
+        )
 
 
 def _crashed(task: Task, exc: Exception, started: float) -> Outcome:
@@ -216,11 +251,12 @@ def default_registry(
     secrets: SecretProvider | None = None,
     launcher: ChildLauncher | None = None,
     observer: Observer = NOOP,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
-    executions) is given."""
+    executions) is given. A result over `max_result_bytes` fails its task."""
     # the tools' libraries load only where tasks run
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
@@ -236,7 +272,9 @@ def default_registry(
     ]
     if launcher is not None:
         builtins.append(PlaybookTool(launcher))
-    registry = ToolRegistry(builtins, secrets=secrets, observer=observer)
+    registry = ToolRegistry(
+        builtins, secrets=secrets, observer=observer, max_result_bytes=max_result_bytes
+    )
     for tool in plugin_tools().values():
         registry.register(tool)
     return registry
