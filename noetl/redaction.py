@@ -81,13 +81,7 @@ def _redact(value: Any, keep: Collection[str], keys: Collection[str], depth: int
         return f"<nested deeper than {MAX_DEPTH} levels: not shown>"
     if isinstance(value, Mapping):
         return {
-            k: (
-                v
-                if k in keep
-                else MASK
-                if sensitive(k, keys)
-                else _redact(v, (), keys, depth + 1)
-            )
+            k: (v if k in keep else MASK if sensitive(k, keys) else _redact(v, (), keys, depth + 1))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):

@@ -58,7 +58,7 @@ def check_data(
             if NUL in item:
                 return DataProblem(_path(root, entry), _nul_message(item), "nul")
             size += len(item) + 2
-        elif isinstance(item, Mapping) or isinstance(item, list | tuple):
+        elif isinstance(item, Mapping | list | tuple):
             if depth >= max_depth:
                 message = f"nests more than {max_depth} levels deep (the limit)"
                 return DataProblem(_path(root, entry), message, "depth")

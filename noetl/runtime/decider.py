@@ -11,6 +11,7 @@ sequence number. A state that fell behind the log is caught by that commit
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
@@ -28,6 +29,8 @@ from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
 from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, NotFoundError, Store
+
+log = logging.getLogger("noetl.decider")
 
 
 @dataclass
@@ -181,7 +184,10 @@ class Decider:
             with self._lock:
                 cached = self._states.get(append.execution_id)
             if cached is not None and append.events:
-                self.observer.committed(cached.engine, cached.state, append.events)
+                try:
+                    self.observer.committed(cached.engine, cached.state, append.events)
+                except Exception:  # metrics and logs must not undo or repeat a commit
+                    log.exception("observing the commit of %s failed", append.execution_id)
 
     def forget(self, execution_id: str) -> None:
         with self._lock:

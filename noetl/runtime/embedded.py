@@ -16,6 +16,7 @@ children of the executions it waits for too, canceling those whose parent finish
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import secrets
 import threading
@@ -39,18 +40,44 @@ from noetl.engine import (
     Task,
 )
 from noetl.engine.options import EngineOptions
+from noetl.engine.recovery import abort
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
+from noetl.runtime.failures import internal_error, isolatable, refold
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
+log = logging.getLogger("noetl.runtime")
 Clock = Callable[[], float]
 # A turn with fewer outcomes than this, while more tasks are in flight, waits this long for
 # the others before it commits.
 LINGER_BELOW = 32
 LINGER_S = 0.0005
+
+
+class _TurnDecisions:
+    """The decisions of one turn; an execution whose decision raises is set apart (its
+    other decisions of the turn are dropped with it) to be failed on its own."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.decisions: list[tuple[_Execution, int, Decision]] = []
+        self.failed: dict[str, Exception] = {}
+
+    def decide(self, execution: _Execution, event: Event) -> None:
+        execution_id = execution.state.execution_id
+        if execution_id in self.failed:
+            return
+        before = execution.state.seq
+        try:
+            decision = execution.engine.decide(execution.state, event, self.now)
+        except Exception as exc:  # one execution's failure must not stop the others
+            self.failed[execution_id] = exc
+            return
+        if decision.events:
+            self.decisions.append((execution, before, decision))
 
 
 def new_execution_id(now: float) -> str:
@@ -286,7 +313,7 @@ class EmbeddedRuntime:
 
     def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
-        decisions: list[tuple[_Execution, int, Decision]] = []
+        turn = _TurnDecisions(now)
         while True:
             try:
                 execution_id = self._cancel_requests.get_nowait()
@@ -294,13 +321,10 @@ class EmbeddedRuntime:
                 break
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
-                before = execution.state.seq
                 event = Event(
                     0, EventType.CANCEL_REQUESTED, execution_id, now, None, {"by": "user"}
                 )
-                decisions.append(
-                    (execution, before, execution.engine.decide(execution.state, event, now))
-                )
+                turn.decide(execution, event)
         while True:
             try:
                 execution_id, payload = self._timers.get_nowait()
@@ -308,29 +332,81 @@ class EmbeddedRuntime:
                 break
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
-                before = execution.state.seq
-                event = Event(0, EventType.TIMER_FIRED, execution_id, now, None, payload)
-                decision = execution.engine.decide(execution.state, event, now)
-                if decision.events:
-                    decisions.append((execution, before, decision))
+                turn.decide(
+                    execution, Event(0, EventType.TIMER_FIRED, execution_id, now, None, payload)
+                )
         for task, outcome in batch:
             execution = self._executions.get(task.execution_id)
             if execution is None:
                 continue
-            before = execution.state.seq
             event = Event(
                 0, EventType.TOOL_PROCESSED, task.execution_id, now, task.step, outcome.to_payload()
             )
-            decision = execution.engine.decide(execution.state, event, now)
-            if decision.events:
-                decisions.append((execution, before, decision))
+            turn.decide(execution, event)
+        decisions = [d for d in turn.decisions if d[0].state.execution_id not in turn.failed]
+        for execution_id, exc in turn.failed.items():
+            decisions.extend(self._aborted(execution_id, exc, now))
         if decisions:
             self._commit(decisions, now)
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
-        self.store.commit(self._appends(decisions, now))
+        try:
+            self.store.commit(self._appends(decisions, now))
+        except Exception as exc:
+            if not isolatable(exc):
+                raise
+            # The store refused the batch for the data of some execution in it.
+            decisions = self._commit_each(decisions, now)
         self._observe(decisions)
         self._dispatch(decisions)
+
+    def _commit_each(
+        self, decisions: list[tuple[_Execution, int, Decision]], now: float
+    ) -> list[tuple[_Execution, int, Decision]]:
+        """Commit each execution's decisions on their own; one the store refuses ends
+        failed instead. The decisions written, to observe and dispatch."""
+        grouped: dict[str, list[tuple[_Execution, int, Decision]]] = {}
+        for entry in decisions:
+            grouped.setdefault(entry[0].state.execution_id, []).append(entry)
+        written: list[tuple[_Execution, int, Decision]] = []
+        for execution_id, group in grouped.items():
+            try:
+                self.store.commit(self._appends(group, now))
+                written.extend(group)
+                continue
+            except Exception as exc:
+                if not isolatable(exc):
+                    raise
+                aborted = self._aborted(execution_id, exc, now)
+            try:
+                self.store.commit(self._appends(aborted, now))
+                written.extend(aborted)
+            except Exception as again:
+                if not isolatable(again):
+                    raise
+                log.error(
+                    "execution %s: its failure could not be recorded: %s", execution_id, again
+                )
+        return written
+
+    def _aborted(
+        self, execution_id: str, exc: Exception, now: float
+    ) -> list[tuple[_Execution, int, Decision]]:
+        """The decision that ends an execution that could not be decided or written:
+        logged once with the traceback, its state folded afresh from the store (the one in
+        memory may hold events never written), failed with the error (noetl.runtime.failures)."""
+        log.error(
+            "execution %s failed: deciding or writing its decision raised %s",
+            execution_id,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        execution = self._executions[execution_id]
+        state = refold(execution.engine, execution_id, self.store.load_events(execution_id))
+        execution.state = state
+        before = state.seq
+        decision = abort(state, internal_error(exc), now)
+        return [(execution, before, decision)] if decision.events else []
 
     def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         if self.observer is not NOOP:

@@ -50,7 +50,9 @@ class EdgeLimits:
         where = _nul_in_url(scope)
         if where is not None:
             message = f"{where}: holds a NUL character (U+0000), which is not accepted"
-            await _answer(scope, receive, send, 422, "invalid_request", message)
+            await _answer(
+                scope, receive, send, status=422, error="invalid_request", message=message
+            )
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_body_bytes:
@@ -94,7 +96,9 @@ class EdgeLimits:
         )
         if more:  # once the body is over, receive() waits for the answer: drain no further
             await _drain(receive, limit * _DRAIN_FACTOR)
-        await _answer(scope, receive, send, 413, "too_large", message, limit=limit)
+        await _answer(
+            scope, receive, send, status=413, error="too_large", message=message, limit=limit
+        )
 
 
 class _Disconnected(Exception):
@@ -131,11 +135,20 @@ async def _drain(receive: Receive, budget: int) -> None:
 
 
 async def _answer(
-    scope: Scope, receive: Receive, send: Send, status: int, error: str, message: str, **extra: int
+    scope: Scope,
+    receive: Receive,
+    send: Send,
+    *,
+    status: int,
+    error: str,
+    message: str,
+    limit: int | None = None,
 ) -> None:
-    response = error_response(status, error, message, **extra)
-    if status == 413:
-        response.headers["Connection"] = "close"
+    if limit is None:
+        response = error_response(status, error, message)
+    else:
+        # Connection: close, since the rest of an oversized body may still be on its way.
+        response = error_response(status, error, message, {"Connection": "close"}, limit=limit)
     await response(scope, receive, send)
 
 

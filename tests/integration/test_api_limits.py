@@ -60,7 +60,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 @pytest.fixture
 def app(store: Store) -> FastAPI:
-    return create_app(store, Orchestrator(store, owner="test"), version=__version__, max_body_bytes=LIMIT)
+    return create_app(
+        store, Orchestrator(store, owner="test"), version=__version__, max_body_bytes=LIMIT
+    )
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Response
-from fastapi.exceptions import RequestValidationError
 from fastapi import status as http
+from fastapi.exceptions import RequestValidationError
 
 from noetl.auth import Role
 from noetl.engine.types import ExecutionStatus
