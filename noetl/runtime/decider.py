@@ -113,7 +113,6 @@ class Decider:
             execution_id,
             text=text,
             path=path,
-            workload=merged,
             now=now,
             parent_execution_id=parent_execution_id,
         )

@@ -46,6 +46,7 @@ from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
 from noetl.runtime.failures import internal_error, isolatable, refold
+from noetl.runtime.workloads import with_workload
 from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -200,7 +201,6 @@ class EmbeddedRuntime:
                 execution_id,
                 text=source_text,
                 path=path,
-                workload=merged,
                 now=now,
                 parent_execution_id=parent_execution_id,
             )
@@ -548,6 +548,8 @@ class EmbeddedRuntime:
                 task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
             )
         else:
+            # Tasks do not carry the workload (noetl.runtime.workloads): it is the state's.
+            task = with_workload(task, self._executions[task.execution_id].state.workload)
             outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
         self._outcomes.put((task, outcome))
 
@@ -574,17 +576,16 @@ def new_record(
     *,
     text: str,
     path: str | None,
-    workload: dict[str, Any],
     now: float,
     parent_execution_id: str | None,
 ) -> ExecutionRecord:
-    """The `execution` row of a new execution of `playbook`."""
+    """The `execution` row of a new execution of `playbook` (its workload is recorded by
+    its first event, `workflow.started`, and nowhere else)."""
     return ExecutionRecord(
         execution_id=execution_id,
         playbook_name=playbook.metadata.name,
         playbook_path=path or playbook.metadata.path,
         playbook_text=text,
-        workload=workload,
         created_at=now,
         updated_at=now,
         parent_execution_id=parent_execution_id,

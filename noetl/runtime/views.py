@@ -93,7 +93,7 @@ class ExecutionView:
         out.update(
             playbook_name=record.playbook_name,
             playbook_path=record.playbook_path,
-            workload=dict(record.workload),
+            workload=dict(state.workload),
             created_at=record.created_at,
             updated_at=record.updated_at,
             finished_at=record.finished_at,

@@ -45,6 +45,7 @@ from noetl.engine.types import Outcome
 from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer
 from noetl.runtime.decider import Decider
+from noetl.runtime.workloads import Workloads, stored_workload
 from noetl.store.base import ConcurrencyError, Lease, Store, WorkerRecord
 from noetl.worker.tools import ToolRegistry
 
@@ -113,6 +114,7 @@ class Worker:
         self.decider = decider
         self.observer = observer
         self.worker_id = config.worker_id or default_worker_id(config.pool)
+        self.workloads = Workloads(lambda execution_id: stored_workload(store, execution_id))
         self.stats = WorkerStats()
         self._in_flight: dict[str, _InFlight] = {}
         self._lock = threading.Lock()
@@ -272,9 +274,16 @@ class Worker:
     def _run(self, lease: Lease) -> list[Lease]:
         task = lease.task
         try:
-            outcome = self.tools.run(task)
+            # Tasks do not carry the workload: it is read once per execution from its log.
+            outcome = self.tools.run(self.workloads.attach(task))
         except Exception as exc:  # the registry already guards; this is the last line
-            outcome = Outcome(task.task_id, ok=False, error=str(exc), error_type=type(exc).__name__)
+            outcome = Outcome(
+                task.task_id,
+                ok=False,
+                error=str(exc),
+                error_type=type(exc).__name__,
+                retryable=getattr(exc, "retryable", False) is True,
+            )
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True

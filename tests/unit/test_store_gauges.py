@@ -25,7 +25,7 @@ def scrape(collector: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 def test_gauges_from_the_store() -> None:
     store = MemoryStore()
-    record = ExecutionRecord("e1", "orders", None, "", {}, created_at=100.0, updated_at=100.0)
+    record = ExecutionRecord("e1", "orders", None, "", created_at=100.0, updated_at=100.0)
     task = Task("e1.a", "e1", "a", "noop", {}, {}, {}, "e1:a")
     started = Event(1, "workflow.started", "e1", 100.0, payload={"workload": {}})
     store.create_execution(record, Append("e1", 0, [started], enqueue=[Enqueue(task)], now=100.0))
