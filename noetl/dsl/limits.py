@@ -12,13 +12,13 @@ problem. Pure functions: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from noetl.dsl.source import MAX_DEPTH
 
-__all__ = ["MAX_DEPTH", "DataProblem", "check_data", "clip_depth", "strip_nul"]
+__all__ = ["MAX_DEPTH", "DataProblem", "check_data", "strip_nul"]
 
 NUL = "\x00"
 # A path longer than this is shown with its middle elided (a deep path has 64 parts).
@@ -48,32 +48,96 @@ def check_data(
     """The first problem of `value`, or None: nesting deeper than `max_depth` levels (a
     scalar is 0 levels, a map or list one more than its deepest member), a NUL character
     in a string or a key, or (with `max_bytes`) about that many bytes of JSON or more."""
+    if _clean(value, max_depth, max_bytes):
+        return None
+    return _first_problem(value, root, max_depth, max_bytes)
+
+
+def _clean(value: Any, max_depth: int, max_bytes: int | None) -> bool:
+    """True when `value` has none of the problems (the fast path, level by level, where
+    most of the work is done by C code); False when it may have one."""
     size = 0
-    # (value, depth of its container, parent entry, key): parents make the path on demand.
-    stack: list[tuple[Any, int, Any, Any]] = [(value, 0, None, None)]
+    level: list[Any] = [value]
+    depth = 0
+    while level:
+        found = _level(level, depth < max_depth)
+        if found is None:
+            return False
+        below, texts, size_here = found
+        try:
+            joined = "".join(texts)
+        except TypeError:  # a key that is not a string
+            return False
+        if NUL in joined:
+            return False
+        size += size_here + len(joined) + 2 * len(texts)
+        if max_bytes is not None and size > max_bytes:
+            return False
+        level = below
+        depth += 1
+    return True
+
+
+def _level(level: list[Any], nest: bool) -> tuple[list[Any], list[Any], int] | None:
+    """The members one level below, the strings of this level (values and keys) and
+    the size of the rest; None on a container where none may be (`nest` false) or a
+    type the careful walk must look at."""
+    below: list[Any] = []
+    texts: list[Any] = []
+    size = 0
+    for item in level:
+        kind = type(item)
+        if kind is str:
+            texts.append(item)
+        elif kind is dict or kind is list:
+            if not nest:
+                return None
+            if kind is dict:
+                texts.extend(item)
+                below.extend(item.values())
+            else:
+                below.extend(item)
+            size += 4 * len(item) + 2
+        elif isinstance(item, Mapping | list | tuple | str):
+            return None
+        else:
+            size += _SCALAR_BYTES
+    return below, texts, size
+
+
+def _first_problem(
+    value: Any, root: str, max_depth: int, max_bytes: int | None
+) -> DataProblem | None:
+    """The careful walk, depth first with one iterator per open container: the first
+    problem and where it is."""
+    size = 0
+    keys: list[Any] = []  # the keys leading to the container being walked
+    stack: list[Iterator[tuple[Any, Any]]] = [iter([(None, value)])]
     while stack:
-        entry = stack.pop()
-        item, depth = entry[0], entry[1]
+        try:
+            key, item = next(stack[-1])
+        except StopIteration:
+            stack.pop()
+            if keys:
+                keys.pop()
+            continue
+        if isinstance(key, str):
+            size += len(key) + 4
+            if NUL in key:
+                message = "a key holds a NUL character (U+0000)"
+                return DataProblem(_path(root, [*keys, key]), message, "nul")
         if isinstance(item, str):
             if NUL in item:
-                return DataProblem(_path(root, entry), _nul_message(item), "nul")
+                return DataProblem(_path(root, [*keys, key]), _nul_message(item), "nul")
             size += len(item) + 2
         elif isinstance(item, Mapping | list | tuple):
-            if depth >= max_depth:
+            if len(stack) - 1 >= max_depth:
                 message = f"nests more than {max_depth} levels deep (the limit)"
-                return DataProblem(_path(root, entry), message, "depth")
+                return DataProblem(_path(root, [*keys, key]), message, "depth")
             size += 2
-            if isinstance(item, Mapping):
-                for key, member in item.items():
-                    if isinstance(key, str):
-                        if NUL in key:
-                            where = _path(root, (None, 0, entry, key))
-                            return DataProblem(where, "a key holds a NUL character (U+0000)", "nul")
-                        size += len(key) + 4
-                    stack.append((member, depth + 1, entry, key))
-            else:
-                size += len(item)
-                stack.extend((member, depth + 1, entry, index) for index, member in enumerate(item))
+            members = item.items() if isinstance(item, Mapping) else enumerate(item)
+            stack.append(iter(members))
+            keys.append(key)
         else:
             size += _SCALAR_BYTES
         if max_bytes is not None and size > max_bytes:
@@ -82,56 +146,22 @@ def check_data(
     return None
 
 
-def clip_depth(value: Any, max_depth: int = MAX_DEPTH) -> Any:
-    """A copy of `value` with every map or list deeper than `max_depth` levels replaced by
-    a short text saying so (iterative), so it can be shown and serialized safely; `value`
-    itself when nothing is that deep."""
-    if check_data(value, max_depth=max_depth) is None or not _container(value):
-        return value
-    marker = f"<nested deeper than {max_depth} levels: not shown>"
-    top: Any = {} if isinstance(value, Mapping) else []
-    # (source container, copy to fill, depth of the source)
-    stack: list[tuple[Any, Any, int]] = [(value, top, 0)]
-    while stack:
-        source, copy, depth = stack.pop()
-        members = source.items() if isinstance(source, Mapping) else enumerate(source)
-        for key, member in members:
-            if not _container(member):
-                child: Any = member
-            elif depth + 1 >= max_depth:
-                child = marker
-            else:
-                child = {} if isinstance(member, Mapping) else []
-                stack.append((member, child, depth + 1))
-            if isinstance(copy, dict):
-                copy[key] = child
-            else:
-                copy.append(child)
-    return top
-
-
 def strip_nul(text: str) -> str:
     """`text` with every NUL character replaced by U+FFFD (for messages and logs, which
     are diagnostics rather than data)."""
     return text.replace(NUL, "\ufffd") if NUL in text else text
 
 
-def _container(value: Any) -> bool:
-    return isinstance(value, Mapping | list | tuple)
-
-
 def _nul_message(text: str) -> str:
     return f"holds a NUL character (U+0000) at offset {text.index(NUL)}"
 
 
-def _path(root: str, entry: tuple[Any, int, Any, Any]) -> str:
-    keys: list[Any] = []
-    node: Any = entry
-    while node is not None and node[2] is not None:
-        keys.append(node[3])
-        node = node[2]
+def _path(root: str, keys: list[Any]) -> str:
+    """`root.users[3].name` for the keys [None, "users", 3, "name"] (None: the root)."""
     parts = [root]
-    for key in reversed(keys):
+    for key in keys:
+        if key is None:
+            continue
         if isinstance(key, int):
             parts.append(f"[{key}]")
         elif isinstance(key, str) and key.isidentifier():

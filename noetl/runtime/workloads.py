@@ -16,6 +16,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from noetl.dsl.limits import check_data
 from noetl.engine.types import EventType, Task
 from noetl.store.base import NotFoundError, Store
 
@@ -46,9 +47,15 @@ def stored_workload(store: Store, execution_id: str) -> dict[str, Any]:
     return dict(workload) if isinstance(workload, Mapping) else {}
 
 
+# A workload bigger than this (as JSON) is not kept for the next task: it is read again.
+KEEP_BYTES = 1024 * 1024
+
+
 class Workloads:
     """Workloads by execution id, each loaded once (`load`) and kept for the next tasks of
-    the execution (LRU of `size`): a workload never changes. Thread-safe."""
+    the execution (LRU of `size`): a workload never changes. One over `KEEP_BYTES` is
+    loaded for each task instead, so a worker's memory does not hold many of them.
+    Thread-safe."""
 
     def __init__(self, load: Callable[[str], dict[str, Any]], *, size: int = 64) -> None:
         self._load = load
@@ -63,6 +70,9 @@ class Workloads:
                 self._known.move_to_end(execution_id)
                 return found
         workload = self._load(execution_id)
+        problem = check_data(workload, max_bytes=KEEP_BYTES)
+        if problem is not None and problem.kind == "size":
+            return workload
         with self._lock:
             self._known[execution_id] = workload
             while len(self._known) > self._size:
