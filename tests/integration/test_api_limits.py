@@ -13,10 +13,11 @@ import pytest
 from fastapi import FastAPI
 
 from noetl import __version__
+from noetl.engine import Event
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore, open_store
-from noetl.store.base import Store
+from noetl.store.base import Append, Store
 from tests.helpers.auth import auth_headers
 
 with warnings.catch_warnings():
@@ -193,3 +194,32 @@ def test_a_parent_that_does_not_exist_is_refused(client: TestClient) -> None:
     assert response.status_code == 201, response.text
     child = client.get(f"/api/executions/{response.json()['execution_id']}").json()
     assert child["parent_execution_id"] == parent
+
+
+def test_an_execution_holding_data_too_deep_is_still_shown(
+    client: TestClient, store: Store
+) -> None:
+    """Data stored before these limits (or by a tool of an older worker) is shown with
+    its deepest part replaced by a marker, never a 500."""
+    execution_id = client.post("/api/executions", json={"playbook": PLAYBOOK}).json()[
+        "execution_id"
+    ]
+    last = store.load_events(execution_id)[-1]
+    deep = nested(900)
+    event = Event(
+        last.seq + 1,
+        "step.finished",
+        execution_id,
+        last.ts,
+        "start",
+        {"status": "ok", "result": deep},
+    )
+    store.commit([Append(execution_id, last.seq, [event])])
+    detail = client.get(f"/api/executions/{execution_id}")
+    assert detail.status_code == 200, detail.text
+    events = client.get(f"/api/executions/{execution_id}/events")
+    assert events.status_code == 200, events.text
+    assert "nested deeper than 64 levels: not shown" in events.text
+    step = client.get(f"/api/executions/{execution_id}/steps/start")
+    assert step.status_code == 200, step.text
+    assert step.json()["status"] == "ok"
