@@ -27,8 +27,9 @@ from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
 from noetl.errors import PlaybookError
 from noetl.observability.trace_context import sampler_of
-from noetl.runtime.embedded import EmbeddedRuntime, RunResult
+from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
+from noetl.runtime.records import RunResult
 from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]

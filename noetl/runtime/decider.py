@@ -28,7 +28,7 @@ from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
-from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
+from noetl.runtime.records import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, NotFoundError, Store
 
 log = logging.getLogger("noetl.decider")

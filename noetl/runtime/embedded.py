@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -35,7 +34,6 @@ from noetl.engine import (
     Event,
     EventType,
     ExecutionState,
-    ExecutionStatus,
     Outcome,
     Task,
 )
@@ -45,9 +43,10 @@ from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
-from noetl.runtime.failures import internal_error, isolatable, refold
+from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
+from noetl.runtime.records import RunResult, merge_workload, new_execution_id, new_record
 from noetl.runtime.workloads import with_workload
-from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
+from noetl.store.base import Append, ConcurrencyError, Store
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.runtime")
@@ -56,63 +55,6 @@ Clock = Callable[[], float]
 # the others before it commits.
 LINGER_BELOW = 32
 LINGER_S = 0.0005
-
-
-class _TurnDecisions:
-    """The decisions of one turn; an execution whose decision raises is set apart (its
-    other decisions of the turn are dropped with it) to be failed on its own."""
-
-    def __init__(self, now: float) -> None:
-        self.now = now
-        self.decisions: list[tuple[_Execution, int, Decision]] = []
-        self.failed: dict[str, Exception] = {}
-
-    def decide(self, execution: _Execution, event: Event) -> None:
-        execution_id = execution.state.execution_id
-        if execution_id in self.failed:
-            return
-        before = execution.state.seq
-        try:
-            decision = execution.engine.decide(execution.state, event, self.now)
-        except Exception as exc:  # one execution's failure must not stop the others
-            self.failed[execution_id] = exc
-            return
-        if decision.events:
-            self.decisions.append((execution, before, decision))
-
-
-def new_execution_id(now: float) -> str:
-    """A time-ordered numeric id (milliseconds, then 6 random digits)."""
-    return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
-
-
-@dataclass
-class RunResult:
-    """The outcome of an execution, as `noetl run --json` prints it."""
-
-    execution_id: str
-    status: ExecutionStatus
-    steps: dict[str, dict[str, Any]]
-    context: dict[str, Any]
-    started_at: float
-    finished_at: float
-    error: str | None = None
-
-    @property
-    def duration_s(self) -> float:
-        return self.finished_at - self.started_at
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "execution_id": self.execution_id,
-            "status": self.status.value,
-            "steps": self.steps,
-            "context": self.context,
-            "duration_s": round(self.duration_s, 6),
-        }
-        if self.error:
-            out["error"] = self.error
-        return out
 
 
 @dataclass
@@ -313,7 +255,7 @@ class EmbeddedRuntime:
 
     def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
-        turn = _TurnDecisions(now)
+        turn: TurnDecisions[_Execution] = TurnDecisions(now)
         while True:
             try:
                 execution_id = self._cancel_requests.get_nowait()
@@ -343,7 +285,7 @@ class EmbeddedRuntime:
                 0, EventType.TOOL_PROCESSED, task.execution_id, now, task.step, outcome.to_payload()
             )
             turn.decide(execution, event)
-        decisions = [d for d in turn.decisions if d[0].state.execution_id not in turn.failed]
+        decisions = turn.kept()
         for execution_id, exc in turn.failed.items():
             decisions.extend(self._aborted(execution_id, exc, now))
         if decisions:
@@ -568,37 +510,3 @@ class EmbeddedRuntime:
             graph = build_graph(playbook)
             self._graphs[id(playbook)] = graph
         return graph
-
-
-def new_record(
-    playbook: Playbook,
-    execution_id: str,
-    *,
-    text: str,
-    path: str | None,
-    now: float,
-    parent_execution_id: str | None,
-) -> ExecutionRecord:
-    """The `execution` row of a new execution of `playbook` (its workload is recorded by
-    its first event, `workflow.started`, and nowhere else)."""
-    return ExecutionRecord(
-        execution_id=execution_id,
-        playbook_name=playbook.metadata.name,
-        playbook_path=path or playbook.metadata.path,
-        playbook_text=text,
-        created_at=now,
-        updated_at=now,
-        parent_execution_id=parent_execution_id,
-    )
-
-
-def merge_workload(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The playbook's workload with the request's values merged over it (deep for maps)."""
-    merged = dict(defaults)
-    for key, value in overrides.items():
-        base = merged.get(key)
-        if isinstance(base, dict) and isinstance(value, dict):
-            merged[key] = merge_workload(base, value)
-        else:
-            merged[key] = value
-    return merged

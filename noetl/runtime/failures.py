@@ -14,12 +14,13 @@ whole batch is tried again later.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar
 
 from noetl.dsl.limits import strip_nul
-from noetl.engine import Engine, Event, ExecutionState, StepRun, fold
+from noetl.engine import Decision, Engine, Event, ExecutionState, StepRun, fold
 from noetl.store.base import ConcurrencyError, StoreUnavailableError
 
-__all__ = ["internal_error", "isolatable", "refold"]
+__all__ = ["TurnDecisions", "internal_error", "isolatable", "refold"]
 
 _MESSAGE = 240  # characters of the exception's message kept in the event
 
@@ -57,3 +58,41 @@ def refold(engine: Engine | None, execution_id: str, events: Sequence[Event]) ->
         for name in dict.fromkeys(e.step for e in events if e.step is not None):
             state.steps.setdefault(name, StepRun())
     return fold(state, events)
+
+
+class Deciding(Protocol):
+    """An execution a runtime decides for: its engine and its state."""
+
+    engine: Engine
+    state: ExecutionState
+
+
+E = TypeVar("E", bound=Deciding)
+
+
+class TurnDecisions(Generic[E]):
+    """The decisions of one turn, as (execution, sequence before, decision); an execution
+    whose decision raises is set apart in `failed` (its other decisions of the turn are
+    left out with it), to be failed on its own."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+        self.decisions: list[tuple[E, int, Decision]] = []
+        self.failed: dict[str, Exception] = {}
+
+    def decide(self, execution: E, event: Event) -> None:
+        execution_id = execution.state.execution_id
+        if execution_id in self.failed:
+            return
+        before = execution.state.seq
+        try:
+            decision = execution.engine.decide(execution.state, event, self.now)
+        except Exception as exc:  # one execution's failure must not stop the others
+            self.failed[execution_id] = exc
+            return
+        if decision.events:
+            self.decisions.append((execution, before, decision))
+
+    def kept(self) -> list[tuple[E, int, Decision]]:
+        """The decisions of the executions that did not fail."""
+        return [d for d in self.decisions if d[0].state.execution_id not in self.failed]
