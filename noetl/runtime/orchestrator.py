@@ -208,20 +208,7 @@ class Orchestrator:
         committed again without them, and those are decided again on fresh state. An
         execution whose decision raises, or that the store refuses to write, fails on its
         own (`_fail`): the others are decided and committed without it."""
-        appends: dict[str, Append] = {}
-        now = self.clock()
-        for execution_id, items in groups.items():
-            try:
-                append = self._decide(execution_id, items, now)
-            except Exception as exc:
-                self.decider.forget(execution_id)  # its state holds a half-made decision
-                if not isolatable(exc):
-                    self._forget_all(appends)  # their states hold events not written
-                    raise
-                self._fail(execution_id, items, exc)
-                continue
-            if append is not None:
-                appends[execution_id] = append
+        appends = self._decide_each(groups)
         again: list[str] = []
         for _ in range(3):
             if not appends:
@@ -250,6 +237,27 @@ class Orchestrator:
             again.extend(appends)
         for execution_id in again:
             self._decide_inputs(execution_id, groups[execution_id])
+
+    def _decide_each(self, groups: dict[str, list[Input]]) -> dict[str, Append]:
+        """The append of each execution's decision; one whose decision raises fails on its
+        own (`_fail`) and has none."""
+        appends: dict[str, Append] = {}
+        now = self.clock()
+        for execution_id, items in groups.items():
+            try:
+                append = self._decide(execution_id, items, now)
+                if append is not None:
+                    appends[execution_id] = append
+            except Exception as exc:
+                self.decider.forget(execution_id)  # its state holds a half-made decision
+                try:
+                    if not isolatable(exc):
+                        raise
+                    self._fail(execution_id, items, exc)
+                except BaseException:
+                    self._forget_all(appends)  # their states hold events not written
+                    raise
+        return appends
 
     def _commit_each(self, appends: dict[str, Append], groups: dict[str, list[Input]]) -> list[str]:
         """Commit each append in a transaction of its own; the executions that advanced
