@@ -164,7 +164,7 @@ def test_bad_requests_are_refused_at_the_api_and_the_cli(cluster: Cluster, tmp_p
 def test_a_body_over_the_limit_is_413_without_the_server_keeping_it(cluster: Cluster) -> None:
     cluster.env["NOETL_SERVER_MAX_BODY_BYTES"] = str(4 * 1024 * 1024)
     server = cluster.start_server()
-    big = json.dumps({"playbook": LOOP, "workload": {"blob": "x" * (40 << 20)}}).encode()
+    big = json.dumps({"playbook": LOOP, "workload": {"blob": "x" * (24 << 20)}}).encode()
 
     def chunks() -> Iterator[bytes]:
         for start in range(0, len(big), 1 << 20):
