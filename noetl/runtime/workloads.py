@@ -20,21 +20,25 @@ from noetl.dsl.limits import check_data
 from noetl.engine.types import EventType, Task
 from noetl.store.base import NotFoundError, Store
 
-__all__ = ["Workloads", "stored_workload", "with_workload"]
+__all__ = ["Workloads", "context_with_workload", "stored_workload", "with_workload"]
 
 
 def with_workload(task: Task, workload: Mapping[str, Any]) -> Task:
-    """`task` with `workload` in its context (after `step`, where tasks used to carry it),
-    unless its context has one already."""
+    """`task` with `workload` in its context, unless its context has one already."""
     if "workload" in task.context:
         return task
-    context: dict[str, Any] = {}
-    for key, value in task.context.items():
-        context[key] = value
+    return dataclasses.replace(task, context=context_with_workload(task.context, workload))
+
+
+def context_with_workload(context: Mapping[str, Any], workload: Any) -> dict[str, Any]:
+    """`context` with `workload` after `step`, where a task's context used to hold it."""
+    out: dict[str, Any] = {}
+    for key, value in context.items():
+        out[key] = value
         if key == "step":
-            context["workload"] = workload
-    context.setdefault("workload", workload)
-    return dataclasses.replace(task, context=context)
+            out["workload"] = workload
+    out.setdefault("workload", workload)
+    return out
 
 
 def stored_workload(store: Store, execution_id: str) -> dict[str, Any]:
