@@ -4,7 +4,8 @@ A playbook may nest at most `MAX_DEPTH` levels (`noetl.dsl.source`); data that f
 an execution is held to the same limit, since everything downstream (templates, the JSON
 of events, the API's answers) walks it recursively and Python's recursion limit is near.
 PostgreSQL cannot store a NUL character (U+0000) in JSON or text, so data holding one is
-refused where it enters, naming where it is, rather than failing later in a commit.
+refused where it enters, naming where it is, rather than failing later in a commit; so is
+a number JSON cannot hold (NaN, an infinity: Python's json writes them, PostgreSQL not).
 
 The walk is iterative (it must not itself hit the recursion limit) and stops at the first
 problem. Pure functions: no I/O.
@@ -12,6 +13,7 @@ problem. Pure functions: no I/O.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +34,7 @@ class DataProblem:
 
     path: str
     message: str
-    kind: str  # "depth", "nul" or "size"
+    kind: str  # "depth", "nul", "number" or "size"
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
@@ -47,7 +49,8 @@ def check_data(
 ) -> DataProblem | None:
     """The first problem of `value`, or None: nesting deeper than `max_depth` levels (a
     scalar is 0 levels, a map or list one more than its deepest member), a NUL character
-    in a string or a key, or (with `max_bytes`) about that many bytes of JSON or more."""
+    in a string or a key, a number JSON cannot hold (NaN, an infinity), or (with
+    `max_bytes`) about that many bytes of JSON or more."""
     if _clean(value, max_depth, max_bytes):
         return None
     return _first_problem(value, root, max_depth, max_bytes)
@@ -98,8 +101,8 @@ def _level(level: list[Any], nest: bool) -> tuple[list[Any], list[Any], int] | N
             else:
                 below.extend(item)
             size += 4 * len(item) + 2
-        elif isinstance(item, Mapping | list | tuple | str):
-            return None
+        elif isinstance(item, Mapping | list | tuple | str) or _odd_float(kind, item):
+            return None  # an unusual type, NaN or an infinity: the careful walk decides
         else:
             size += _SCALAR_BYTES
     return below, texts, size
@@ -138,6 +141,9 @@ def _first_problem(
             members = item.items() if isinstance(item, Mapping) else enumerate(item)
             stack.append(iter(members))
             keys.append(key)
+        elif isinstance(item, float) and not math.isfinite(item):
+            message = f"is {item!r}, which JSON (and PostgreSQL) cannot hold"
+            return DataProblem(_path(root, [*keys, key]), message, "number")
         else:
             size += _SCALAR_BYTES
         if max_bytes is not None and size > max_bytes:
@@ -150,6 +156,11 @@ def strip_nul(text: str) -> str:
     """`text` with every NUL character replaced by U+FFFD (for messages and logs, which
     are diagnostics rather than data)."""
     return text.replace(NUL, "\ufffd") if NUL in text else text
+
+
+def _odd_float(kind: type, item: Any) -> bool:
+    """NaN or an infinity (the only floats whose difference with themselves is not 0)."""
+    return kind is float and item - item != 0.0
 
 
 def _nul_message(text: str) -> str:

@@ -207,7 +207,8 @@ class ToolRegistry:
 
     def bounded(self, outcome: Outcome) -> Outcome:
         """The outcome as it may be reported: a result nested deeper than a playbook may
-        be, holding a NUL character (PostgreSQL cannot store one) or over
+        be, holding a NUL character or a NaN or infinity (PostgreSQL cannot store them) or
+        over
         `max_result_bytes` of JSON fails the task, fatally, saying which and where; NUL
         characters in its error and output text become U+FFFD. Checked before any sink
         writes the result, and before it reaches the store, the engine or the API, which

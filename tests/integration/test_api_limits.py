@@ -136,6 +136,16 @@ def test_a_nul_character_in_any_string_is_a_422_naming_the_field(
     assert executions(client) == []
 
 
+def test_a_number_json_cannot_hold_is_a_422(client: TestClient) -> None:
+    raw = '{"playbook": "x", "workload": {"ratio": NaN}}'
+    response = client.post(
+        "/api/executions", content=raw.encode(), headers={"content-type": "application/json"}
+    )
+    found = error(response, 422, "invalid_request")
+    assert "body.workload" in found["message"] and "workload.ratio" in found["message"]
+    assert executions(client) == []
+
+
 def test_a_nul_character_in_other_routes_is_a_422(client: TestClient) -> None:
     found = error(
         client.post("/api/playbooks", json={"content": "x", "path": "a\u0000"}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -77,3 +78,11 @@ def test_redaction_shows_data_past_the_limit_as_a_marker() -> None:
     assert shown["password"] == "***"
     json.dumps(shown)  # serializable: never too deep
     assert "nested deeper than 64 levels" in json.dumps(shown)
+
+
+@pytest.mark.parametrize("number", [math.nan, math.inf, -math.inf])
+def test_a_number_json_cannot_hold_is_named(number: float) -> None:
+    problem = check_data({"rows": [{"v": 1.5}, {"v": number}]}, root="result")
+    assert problem is not None and problem.kind == "number"
+    assert problem.path == "result.rows[1].v"
+    assert check_data({"v": 1.5, "n": 10**30}) is None
