@@ -14,7 +14,8 @@
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget
     ├── FatalError             permanent: retrying cannot help
     │   ├── TemplateError      a template failed to render
-    │   └── SinkError          a sink write failed for good
+    │   ├── SinkError          a sink write failed for good
+    │   └── PathRefusedError   a file path resolves outside its configured root
     └── CancelError            the execution was canceled
 
 Each error knows whether it may be retried (`retryable`). The CLI maps errors to exit codes
@@ -46,6 +47,7 @@ __all__ = [
     "ErrorClass",
     "FatalError",
     "NoetlError",
+    "PathRefusedError",
     "PermissionDeniedError",
     "PlaybookError",
     "RetryableError",
@@ -112,6 +114,37 @@ class SinkError(FatalError):
     """A sink write failed after its own retries."""
 
 
+class PathRefusedError(FatalError):
+    """A path a step names (a file sink's `path`, the `playbook` tool's `path`) resolves
+    outside the root its setting confines it to: `..`, an absolute path elsewhere, or a
+    symlink that leads out. `str()` names the field, the path, the root and the setting,
+    and the step once `at(step)` is given."""
+
+    def __init__(self, *, field: str, path: str, root: str, setting: str) -> None:
+        self.field = field
+        self.path = path
+        self.root = root
+        self.setting = setting
+        self.step: str | None = None
+        super().__init__(self._message())
+
+    def at(self, step: str) -> PathRefusedError:
+        """The same error, naming the step it happened in."""
+        self.step = step
+        self.args = (self._message(),)
+        return self
+
+    def _message(self) -> str:
+        where = f"step '{self.step}': " if self.step else ""
+        return (
+            f"{where}{self.field} {self.path!r} resolves outside the root {self.root} "
+            f"({self.setting}); use a path inside it, or configure another root"
+        )
+
+    def __str__(self) -> str:
+        return self._message()
+
+
 class CancelError(NoetlError):
     """The execution was canceled by a user or an operator."""
 
@@ -158,12 +191,16 @@ FATAL_ERROR_TYPES = frozenset(
         "FatalError",
         "TemplateError",
         "SinkError",
+        "PathRefusedError",
         "SecretError",
         "PlaybookError",
         "ConfigError",
         "ConflictError",
         "ValidationError",
         "CancelError",
+        # A result the worker could not report (a value the store cannot hold): the same
+        # result would be refused again (noetl.worker.reporting).
+        "ReportError",
     }
 )
 # HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.

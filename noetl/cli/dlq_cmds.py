@@ -1,15 +1,23 @@
 """`noetl dlq`: list, show, replay and discard dead-letter entries.
 
 On a server (`--server` / NOETL_SERVER_URL, the default) through its API; or directly on a
-database with `--db` / NOETL_DB (the SQLite file `noetl run` writes, or PostgreSQL), where
-`replay` also carries the reopened execution on to its end in this process.
+database with `--db` / NOETL_DB (the SQLite file `noetl run` writes, or PostgreSQL).
+
+A replay on a database never makes this process a worker of the whole database: it
+reopens the one execution (decides the replay it posted, and nothing of any other
+execution) and either returns, the workers continuing it, or with `--run-here` runs that
+execution's tasks (and its child executions') here until it ends. `--run-here` is the
+default on a SQLite file, where no worker may be running; on PostgreSQL the default is
+to reopen and return. See docs/operations.md, "Commands on a shared database".
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import quote
 
@@ -17,6 +25,7 @@ import click
 
 from noetl.cli.client import DEFAULT_SERVER, Client, Server, token_option
 from noetl.cli.inputs import parse_value
+from noetl.errors import ConflictError
 from noetl.runtime.dlq import check_patch_key
 
 STATUSES = ("pending", "replayed", "discarded", "all")
@@ -78,16 +87,25 @@ class ApiBackend:
 
 
 class LocalBackend:
-    """Straight on a database; a replay runs the reopened execution here."""
+    """Straight on a database. A replay reopens its execution here (deciding only that
+    execution's inputs); `run_here` carries it on in this process, scoped to it."""
 
     def __init__(self, db: str, stack: ExitStack, *, secrets_file: str | None) -> None:
+        from noetl.config import load_settings
         from noetl.runtime.orchestrator import Orchestrator
-        from noetl.store import open_store
+        from noetl.store import open_store, sqlite_file
 
+        # The engine decides here as the servers and `noetl run` do: with the configured
+        # defaults (built once, here at the edge).
+        self.settings = load_settings(None, os.environ)
         self.store = open_store(db)
         stack.callback(self.store.close)
-        self.orchestrator = Orchestrator(self.store, owner="cli")
-        self.secrets_file = secrets_file
+        self.orchestrator = Orchestrator(
+            self.store, owner=f"cli:{os.getpid()}", options=self.settings.engine_options()
+        )
+        self.secrets_file = secrets_file or self.settings.secrets.file
+        # A SQLite file is usually the one `noetl run` wrote, with no worker over it.
+        self.shared = sqlite_file(db) is None
 
     def list(self, status: str | None, execution_id: str | None, limit: int) -> dict[str, Any]:
         from noetl.store.base import DeadLetterStatus
@@ -123,24 +141,97 @@ class LocalBackend:
         record = self.store.get_execution(execution_id)
         return 0 if record is None else record.last_seq
 
-    def finish(self, execution_id: str, after_seq: int) -> dict[str, Any]:
-        import os
+    def reopen(
+        self, execution_id: str, message_id: str, after_seq: int, *, timeout_s: float = 10.0
+    ) -> str | None:
+        """Decide the posted replay (and whatever else waits for this execution alone),
+        unless a server does first: "" once the task is queued again, the reason when the
+        engine refused it, None when it was not decided within `timeout_s` (a server holds
+        the input: it will)."""
+        import time
 
-        from noetl.config import load_settings
+        from noetl.runtime.orchestrator import Orchestrator
+
+        only = frozenset({execution_id})
+        deciding = Orchestrator(
+            self.store,
+            owner=f"cli:{os.getpid()}",
+            options=self.settings.engine_options(),
+            scope=lambda: only,
+        )
+        deadline = time.monotonic() + timeout_s
+        while True:
+            deciding.run_once()
+            verdict = _replay_verdict(self.store, execution_id, message_id, after_seq)
+            if verdict is not None or time.monotonic() > deadline:
+                return verdict
+            self.store.wait_for("inputs", 0.05)
+
+    def finish(self, execution_id: str, after_seq: int) -> dict[str, Any]:
+        """Wait for the workers to end the execution."""
+        from noetl.runtime.local import wait_finished
+
+        record = wait_finished(self.store, execution_id, after_seq=after_seq, poll_s=0.2)
+        return self._result(execution_id, record.status.value)
+
+    def run_here(self, execution_id: str, after_seq: int) -> dict[str, Any]:
+        """Run the execution's tasks (and its children's) here until it ends. SIGTERM
+        stops it as Ctrl-C does: what runs finishes, the rest goes back to the queue."""
+        import signal
+
+        def _interrupt(signum: int, frame: Any) -> None:
+            raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            return self._run_here(execution_id, after_seq)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    def _run_here(self, execution_id: str, after_seq: int) -> dict[str, Any]:
         from noetl.runtime.local import local_cluster, wait_finished
 
-        # The engine decides here as `noetl run` would: with the configured defaults.
-        settings = load_settings(None, os.environ)
-        secrets_file = self.secrets_file or settings.secrets.file
         with local_cluster(
-            self.store, secrets_file=secrets_file, options=settings.engine_options()
+            self.store,
+            execution_id,
+            secrets_file=self.secrets_file,
+            options=self.settings.engine_options(),
+            # Run here as `noetl run` ran it: paths from the working directory.
+            roots=self.settings.roots(Path.cwd()),
         ):
-            record = wait_finished(self.store, execution_id, after_seq=after_seq)
+            try:
+                record = wait_finished(self.store, execution_id, after_seq=after_seq)
+            except KeyboardInterrupt:
+                click.echo(
+                    "interrupted: finishing the tasks running here, giving the others back "
+                    "to the queue (Ctrl-C again: give the running ones back too)",
+                    err=True,
+                )
+                raise
+        return self._result(execution_id, record.status.value)
+
+    def _result(self, execution_id: str, status: str) -> dict[str, Any]:
         return {
             "execution_id": execution_id,
-            "status": record.status.value,
+            "status": status,
             "steps": self.store.get_steps(execution_id),
         }
+
+
+def _replay_verdict(store: Any, execution_id: str, message_id: str, after_seq: int) -> str | None:
+    """What the log says of the replay of `message_id` after `after_seq`: "" replayed,
+    the reason when refused, None when it was not decided yet."""
+    from noetl.engine import EventType
+
+    for event in store.load_events(execution_id, after_seq=after_seq):
+        if event.type == EventType.TASK_REPLAYED and event.payload.get("task_id") == message_id:
+            return ""
+        if (
+            event.type == EventType.OPERATOR_REFUSED
+            and event.payload.get("message_id") == message_id
+        ):
+            return str(event.payload.get("reason") or "refused")
+    return None
 
 
 def backend_options(func: Any) -> Any:
@@ -150,7 +241,7 @@ def backend_options(func: Any) -> Any:
         "--secrets-file",
         type=click.Path(dir_okay=False),
         envvar="NOETL_SECRETS_FILE",
-        help="With --db: secrets for the tasks a replay runs here.",
+        help="With --db: secrets for the tasks a replay runs here (--run-here).",
     )(func)
     func = click.option(
         "--db",
@@ -269,39 +360,84 @@ def show_cmd(message_id: str, as_json: bool, **where: Any) -> None:
     "(values are YAML scalars: 3, true, text).",
 )
 @click.option(
+    "--run-here/--no-run-here",
+    "run_here",
+    default=None,
+    help="With --db: run the reopened execution's tasks (and its child executions') in "
+    "this process until it ends; never a task of another execution. Without it, the "
+    "execution is reopened and the command returns: the workers continue it. Default: "
+    "yes on a SQLite file (where no worker may run), no on PostgreSQL.",
+)
+@click.option(
     "--wait/--no-wait",
     default=None,
-    help="Wait for the execution to end (default: yes with --db, where it runs here).",
+    help="Wait for the execution to end (default: only with --run-here, which runs it "
+    "here; --no-wait on a SQLite file means --no-run-here).",
 )
 @json_option
 @backend_options
 def replay_cmd(
     message_id: str,
     patches: tuple[str, ...],
+    run_here: bool | None,
     wait: bool | None,
     as_json: bool,
     **where: Any,
 ) -> None:
     """Replay an entry with its original message id; its execution continues from there.
-    Replaying twice replays once."""
+    Replaying twice replays once.
+
+    On a database (--db), this command reopens only that execution; it runs tasks only
+    with --run-here (the default on a SQLite file), and then only that execution's."""
     patch = _patch(patches)
+    if run_here and not where.get("db"):
+        raise click.BadParameter("--run-here needs --db (a server's workers run it)")
+    if run_here and wait is False:
+        raise click.BadParameter("--run-here runs the execution to its end: drop --no-wait")
     with ExitStack() as stack:
         backend = _backend(stack, **where)
-        before = backend.last_seq(backend.show(message_id)["execution_id"])
+        execution_id = backend.show(message_id)["execution_id"]
+        before = backend.last_seq(execution_id)
         answer = backend.replay(message_id, patch)
-        if wait is None:
-            wait = isinstance(backend, LocalBackend)
-        if not as_json:
-            if answer["replayed"]:
-                click.echo(f"replayed {message_id}: execution {answer['execution_id']} continues")
+        if not answer["replayed"]:
+            if as_json:
+                _echo_json(answer)
             else:
                 click.echo(f"{message_id} was replayed already; nothing to do")
+            return
+        if isinstance(backend, LocalBackend):
+            if run_here is None:
+                run_here = not backend.shared and wait is not False
+            if run_here:
+                _say(as_json, f"replayed {message_id}: execution {execution_id} continues here")
+                finished = backend.run_here(execution_id, before)
+                _finished(answer, finished, as_json)
+            refusal = backend.reopen(execution_id, message_id, before)
+            if refusal:
+                raise ConflictError(f"cannot replay {message_id}: {refusal}")
+            how = "reopened" if refusal == "" else "posted; a server will reopen it"
+            _say(
+                as_json,
+                f"replayed {message_id}: execution {execution_id} continues on the workers ({how})",
+            )
+        else:
+            _say(as_json, f"replayed {message_id}: execution {execution_id} continues")
         if not wait:
             if as_json:
                 _echo_json(answer)
             return
-        # The orchestrator takes the replay up after this call: wait for the log to move.
-        finished = backend.finish(answer["execution_id"], before)
+        # The workers take the replay up after this call: wait for the log to move.
+        finished = backend.finish(execution_id, before)
+    _finished(answer, finished, as_json)
+
+
+def _say(as_json: bool, text: str) -> None:
+    if not as_json:
+        click.echo(text)
+
+
+def _finished(answer: dict[str, Any], finished: dict[str, Any], as_json: bool) -> None:
+    """Print how the execution ended and exit 0 when ok, 1 otherwise."""
     if as_json:
         _echo_json({**answer, "execution": finished})
     else:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +27,7 @@ from noetl.config import Settings
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
-from noetl.errors import PlaybookError
+from noetl.errors import NoetlError, PlaybookError
 from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
@@ -33,6 +35,30 @@ from noetl.runtime.records import RunResult
 from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]
+
+
+def json_errors(func: Callable[..., None]) -> Callable[..., None]:
+    """With `--json`, a run that cannot start still prints one JSON object on stdout:
+    `{"status": "invalid", "diagnostics": [...]}` for an invalid playbook, `{"status":
+    "error", "error": ...}` for anything else; the message on stderr and the exit code stay
+    as without `--json` (scripts read stdout, people read stderr)."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        try:
+            func(*args, **kwargs)
+        except PlaybookError as exc:
+            if kwargs.get("as_json"):
+                diagnostics = [d.to_dict() for d in exc.diagnostics]
+                click.echo(json.dumps({"status": "invalid", "diagnostics": diagnostics}))
+            raise
+        except (NoetlError, click.ClickException) as exc:
+            if kwargs.get("as_json"):
+                message = exc.format_message() if isinstance(exc, click.ClickException) else exc
+                click.echo(json.dumps({"status": "error", "error": str(message)}))
+            raise
+
+    return wrapper
 
 
 @click.command("run")
@@ -68,6 +94,7 @@ __all__ = ["db_option", "run_cmd"]
 @log_options("WARNING")
 @metrics_options(port=True)
 @db_option
+@json_errors
 @with_settings
 def run_cmd(
     *,
@@ -104,6 +131,7 @@ def run_cmd(
             max_result_bytes=settings.worker.max_result_bytes,
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
+            roots=settings.roots(Path.cwd()),
         ) as runtime:
             try:
                 if metrics is not None and settings.metrics.port is not None:

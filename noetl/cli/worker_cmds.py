@@ -19,6 +19,7 @@ from noetl.cli.observe import (
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.paths import data_dir
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.store import open_store
@@ -79,8 +80,15 @@ def worker_group() -> None:
 @db_option
 @with_settings
 def worker_start(*, settings: Settings) -> None:
-    """Run a worker until SIGTERM / Ctrl-C (which drain it: in-flight tasks finish first).
-    With --metrics-port, its metrics are served at http://HOST:PORT/metrics."""
+    """Run a worker until SIGTERM / Ctrl-C, which drain it: in-flight tasks finish first.
+    A second signal stops it at once: its running tasks are stopped and handed back to
+    the queue for another worker. With --metrics-port, its metrics are served at
+    http://HOST:PORT/metrics.
+
+    The file sink writes, and the playbook tool reads child playbooks that are not in the
+    catalog, under the data directory ($XDG_DATA_HOME/noetl, else ~/.local/share/noetl)
+    unless sinks.file.root / playbooks.root (NOETL_SINKS_FILE_ROOT, NOETL_PLAYBOOKS_ROOT)
+    name another root; paths outside it are refused."""
     from noetl.observability import observer_for
     from noetl.observability.trace_context import sampler_of
 
@@ -90,6 +98,7 @@ def worker_start(*, settings: Settings) -> None:
     count = config.concurrency or os.cpu_count() or 2
     processes = min(config.python_processes or count, count)
     worker_id = default_worker_id(pool)
+    roots = settings.roots(data_dir(os.environ))
     # Metrics are recorded only where they can be scraped.
     metrics = exporter_metrics(settings)
     exporter = None
@@ -125,6 +134,7 @@ def worker_start(*, settings: Settings) -> None:
                 secrets=default_provider(settings.secrets.file),
                 launcher=launcher,
                 observer=observer,
+                roots=roots,
                 max_result_bytes=settings.worker.max_result_bytes,
             )
             worker = Worker(
@@ -141,24 +151,33 @@ def worker_start(*, settings: Settings) -> None:
                 observer=observer,
             )
 
+            signals: list[int] = []
+
             def _on_signal(signum: int, frame: FrameType | None) -> None:
-                if worker.draining:
-                    stop.set()  # a second signal: stop now
-                worker.drain()
+                signals.append(signum)
+                if len(signals) == 1:
+                    worker.drain()  # finish what is in flight, then exit
+                else:
+                    stop.set()  # stop now: the running tasks go back to the queue
 
             signal.signal(signal.SIGTERM, _on_signal)
             signal.signal(signal.SIGINT, _on_signal)
             click.echo(
-                f"worker {worker.worker_id} started (pool {pool}, concurrency {count})", err=True
+                f"worker {worker.worker_id} started (pool {pool}, concurrency {count}; "
+                f"file sink root {roots.sinks}, playbooks root {roots.playbooks})",
+                err=True,
             )
             stats = worker.run(stop.is_set)
             click.echo(
                 f"worker {worker.worker_id} stopped: {stats.completed + stats.continued} "
                 f"completed ({stats.continued} decided here), "
-                f"{stats.rejected} refused, {stats.lost} lost",
+                f"{stats.rejected} refused, {stats.lost} lost, "
+                f"{stats.released} handed back",
                 err=True,
             )
             tools.close()
+            if stats.failure is not None:
+                raise click.ClickException(f"worker {worker.worker_id}: {stats.failure}")
     finally:
         if exporter is not None:
             exporter.close()

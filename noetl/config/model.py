@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -18,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN
 from noetl.engine.options import EngineOptions
 from noetl.engine.retry import RetryDefaults
+from noetl.paths import Roots
 from noetl.redaction import REDACT_KEYS
 
 __all__ = ["DEFAULT_DB", "Settings"]
@@ -283,6 +285,26 @@ class SecretsSettings(Section):
     file: str | None = None
 
 
+class FileSinkSettings(Section):
+    """Where the file sink writes: every `path` resolves under `root` (`..`, absolute
+    paths elsewhere and symlinks out of it are refused). null: the working directory of
+    `noetl run` and `noetl dlq replay --run-here`, the data directory of a worker
+    (`$XDG_DATA_HOME/noetl`, else `~/.local/share/noetl`)."""
+
+    root: Annotated[str, Field(min_length=1)] | None = None
+
+
+class SinksSettings(Section):
+    file: FileSinkSettings = FileSinkSettings()
+
+
+class PlaybooksSettings(Section):
+    """Where the `playbook` tool reads a child playbook that is not in the catalog: its
+    `path` resolves under `root`, as the file sink's does (null: the same defaults)."""
+
+    root: Annotated[str, Field(min_length=1)] | None = None
+
+
 class Settings(Section):
     """The whole configuration; each attribute is a section of the YAML file."""
 
@@ -303,6 +325,13 @@ class Settings(Section):
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
     secrets: SecretsSettings = SecretsSettings()
+    sinks: SinksSettings = SinksSettings()
+    playbooks: PlaybooksSettings = PlaybooksSettings()
+
+    def roots(self, default: Path) -> Roots:
+        """The roots of the file sink and the `playbook` tool; `default` where unset
+        (the command's: the working directory, or a worker's data directory)."""
+        return Roots.of(self.sinks.file.root, self.playbooks.root, default)
 
     @property
     def server_pool(self) -> str:

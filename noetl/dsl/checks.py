@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -10,26 +9,19 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from noetl.dsl.case_checks import RESERVED_NAMES, check_case
-from noetl.dsl.diagnostics import Diagnostic, Path, Severity, has_errors
+from noetl.dsl.code_checks import python_syntax, python_template, sql_template
+from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path, has_errors
 from noetl.dsl.graph import build_graph
-from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS
+from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS
+from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
 from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
+from noetl.dsl.routing import BackEdge, Join, analyze
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
 
-# A line that opens a block scalar: `key: |`, `key: >-`, or a list item `- |`.
-_BLOCK_SCALAR = re.compile(r"(:|^\s*-)\s*[|>][-+0-9]*\s*(#.*)?$")
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
-
-
-def _first_content_line(source: Source, key_line: int) -> int:
-    """The line a scalar's text starts on: the key's line, or the next for `|` / `>`."""
-    lines = source.lines
-    if 0 < key_line <= len(lines) and _BLOCK_SCALAR.search(lines[key_line - 1]):
-        return key_line + 1
-    return key_line
 
 
 def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
@@ -54,15 +46,27 @@ def _step_of(tree: YMap, path: Path) -> str | None:
     return step_name(tree, path)
 
 
+def _literal(tree: YMap, path: Path) -> bool:
+    """Whether the string at `path` is a tool spec field taken literally (code, SQL)."""
+    if len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
+        return False
+    node: Any = tree
+    for part in path[:-2]:
+        node = node[part]
+    kind = node.get("kind") if isinstance(node, dict) else None
+    return isinstance(kind, str) and path[-1] in LITERAL_SPEC_FIELDS.get(kind, ())
+
+
 def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
-    """Syntax of every template, and steps named by helpers and `step.<name>`."""
+    """Syntax of every template, and steps named by helpers and `step.<name>`. Code and SQL
+    are not templates (they are taken literally), so they are left out."""
     diags: list[Diagnostic] = []
     names = set(_step_names(tree))
     for section in ("workflow", "workbook"):
         for path, text in _strings(tree.get(section), (section,)):
-            if not is_template(text):
+            if not is_template(text) or _literal(tree, path):
                 continue
-            start = _first_content_line(source, line_at(tree, path) or 1)
+            key_line = line_at(tree, path) or 1
             problem = check_syntax(text)
             if problem is not None:
                 diags.append(
@@ -70,9 +74,9 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                         code="E310",
                         message=f"template syntax error: {problem.message}",
                         file=source.name,
-                        line=start + problem.lineno - 1,
+                        line=value_line(source.lines, key_line, text, problem.lineno),
                         step=_step_of(tree, path),
-                        path=path,
+                        path=source_path(tree, path),
                     )
                 )
                 continue
@@ -86,9 +90,9 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                             message=f"{ref.via} names step '{ref.name}', which does not "
                             f"exist{suggest(ref.name, names)}",
                             file=source.name,
-                            line=start + ref.lineno - 1,
+                            line=value_line(source.lines, key_line, text, ref.lineno),
                             step=_step_of(tree, path),
-                            path=path,
+                            path=source_path(tree, path),
                         )
                     )
     return diags
@@ -120,16 +124,31 @@ class _Checker:
         self.names = [name for _, name in parts.step_names]
         self.known = frozenset(self.names)  # membership without a scan per reference
         self.tasks = [name for _, name in parts.task_names]
+        self.saved = _saved_names(parts)
 
-    def add(self, code: str, message: str, path: Path, *, warning: bool = False) -> None:
+    def add(
+        self,
+        code: str,
+        message: str,
+        path: Path,
+        *,
+        warning: bool = False,
+        lineno: int | None = None,
+    ) -> None:
+        line = line_at(self.tree, path)
+        if lineno is not None and line is not None:
+            text = self.tree_at(path)
+            line = value_line(
+                self.source.lines, line, text if isinstance(text, str) else "", lineno
+            )
         self.diags.append(
             Diagnostic(
                 code=code,
                 message=message,
                 file=self.source.name,
-                line=line_at(self.tree, path),
+                line=line,
                 step=_step_of(self.tree, path),
-                path=path,
+                path=source_path(self.tree, path),
                 severity=Severity.WARNING if warning else Severity.ERROR,
             )
         )
@@ -209,7 +228,7 @@ class _Checker:
                 self.result(branch.then.result, (*then, "result"))
             if branch.then.sink:
                 self.sinks(branch.then.sink, (*then, "sink"))
-        check_case(self, step, base)
+        check_case(self, step, base, self.saved)
 
     def tool(self, tool: Tool, path: Path) -> None:
         model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds
@@ -235,23 +254,45 @@ class _Checker:
                 (*path, "spec", "name"),
             )
         code = getattr(spec, "code", None)
-        if tool.kind == "python" and isinstance(code, str) and not is_template(code):
-            self.python_syntax(code, (*path, "spec", "code"))
-
-    def python_syntax(self, code: str, path: Path) -> None:
-        try:
-            compile(code, "<inline>", "exec")
-        except SyntaxError as exc:
-            start = _first_content_line(self.source, line_at(self.tree, path) or 1)
-            self.diags.append(
-                Diagnostic(
-                    code="E312",
-                    message=f"python syntax error in spec.code: {exc.msg} (code line {exc.lineno})",
-                    file=self.source.name,
-                    line=start + (exc.lineno or 1) - 1,
-                    step=_step_of(self.tree, path),
-                    path=path,
+        if tool.kind == "python" and isinstance(code, str):
+            self.python_code(code, (*path, "spec", "code"))
+        query = getattr(spec, "query", None)
+        if tool.kind in ("postgres", "duckdb") and isinstance(query, str):
+            line = sql_template(query)
+            if line is not None:
+                field = self.field(path, "query")
+                self.add(
+                    "W412",
+                    f"{field} holds a template, but SQL is taken literally, never rendered; pass "
+                    f"values as query parameters from tool.args",
+                    (*path, "spec", "query"),
+                    warning=True,
+                    lineno=line,
                 )
+
+    def field(self, tool_path: Path, key: str) -> str:
+        """How a message names a tool's spec field: the path the file has below the step
+        (`tool.spec.code`, `tool.code`, `case[0].then.tool.spec.code`)."""
+        return format_path(source_path(self.tree, (*tool_path, "spec", key))[2:])
+
+    def python_code(self, code: str, path: Path) -> None:
+        """E312 for a syntax error in inline code, at the line of the offending code line;
+        W412 for a template written into it (code is never rendered)."""
+        field = self.field(path[:-2], "code")
+        problem = python_syntax(code)
+        if problem is not None:
+            message = f"python syntax error in {field}: {problem.message}"
+            self.add("E312", message, path, lineno=problem.lineno)
+            return
+        line = python_template(code)
+        if line is not None:
+            self.add(
+                "W412",
+                f"{field} holds '{{{{', but code is taken literally, never rendered as a "
+                f"template; pass values in tool.args and read them from args",
+                path,
+                warning=True,
+                lineno=line,
             )
 
     def result(self, result: Result, path: Path) -> None:
@@ -320,8 +361,20 @@ class _Checker:
     def tree_at(self, path: Path) -> Any:
         node: Any = self.tree
         for part in path:
-            node = node[part]
+            try:
+                node = node[part]
+            except (KeyError, IndexError, TypeError):
+                return None
         return node
+
+    def routing_warnings(self, playbook: Playbook) -> None:
+        """W410 for an edge that closes a cycle (ignored at run time until cycles get their
+        meaning), W411 for a step that several steps call without a gate."""
+        found = analyze(playbook)
+        for back in found.back_edges:
+            self.add("W410", _back_edge_message(back), back.arc.path, warning=True)
+        for join in found.joins:
+            self.add("W411", _join_message(join), ("workflow", join.position, "step"), warning=True)
 
     def graph_warnings(self, playbook: Playbook) -> None:
         graph = build_graph(playbook)
@@ -334,6 +387,7 @@ class _Checker:
                     ("workflow", index, "step"),
                     warning=True,
                 )
+        self.routing_warnings(playbook)
         for index, step in enumerate(playbook.workflow):
             if step.next is None or step.next.mode != "exclusive":
                 continue
@@ -347,6 +401,46 @@ class _Checker:
                         warning=True,
                     )
                     break
+
+
+def _back_edge_message(back: BackEdge) -> str:
+    arc = back.arc
+    what = "next" if arc.branch is None else "case next"
+    if arc.source == arc.target:
+        where = f"calls '{arc.target}' itself"
+    else:
+        where = f"goes back to '{arc.target}', closing the cycle {' -> '.join(back.cycle)}"
+    return (
+        f"{what} {where}: a step runs at most once, so when this edge fires '{arc.target}' "
+        f"has already run and the call is ignored at run time"
+    )
+
+
+def _join_message(join: Join) -> str:
+    names = [f"'{name}'" for name in join.callers]
+    callers = ", ".join(names[:-1]) + f" and {names[-1]}"
+    both = "which can both run" if len(names) == 2 else "several of which can run together"
+    return (
+        f"called by {callers}, {both}, and without a when gate: the step runs "
+        f"on the first call and the later ones are ignored; to wait for its callers, add "
+        f'when: "{join.gate}"'
+    )
+
+
+def _saved_names(parts: _Parts) -> frozenset[str]:
+    """The names steps, tasks and case branches save into the context (`result.as`,
+    `collect.into`, `set`)."""
+    names: set[str] = set()
+    results: list[Result | None] = [task.result for _, task in parts.tasks]
+    for _, step in parts.steps:
+        results.append(step.result)
+        for branch in step.case or ():
+            names.update(branch.then.set or {})
+            results.append(branch.then.result)
+    for result in results:
+        if result is not None:
+            names.update(n for n in (result.as_, result.collect and result.collect.into) if n)
+    return frozenset(names)
 
 
 def semantic_checks(

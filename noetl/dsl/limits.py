@@ -46,17 +46,19 @@ def check_data(
     root: str = "value",
     max_depth: int = MAX_DEPTH,
     max_bytes: int | None = None,
+    nul: bool = True,
 ) -> DataProblem | None:
     """The first problem of `value`, or None: nesting deeper than `max_depth` levels (a
     scalar is 0 levels, a map or list one more than its deepest member), a NUL character
     in a string or a key, a number JSON cannot hold (NaN, an infinity), or (with
-    `max_bytes`) about that many bytes of JSON or more."""
-    if _clean(value, max_depth, max_bytes):
+    `max_bytes`) about that many bytes of JSON or more. `nul=False`: NUL characters are
+    not a problem (where the store keeps them)."""
+    if _clean(value, max_depth, max_bytes, nul):
         return None
-    return _first_problem(value, root, max_depth, max_bytes)
+    return _first_problem(value, root, max_depth, max_bytes, nul)
 
 
-def _clean(value: Any, max_depth: int, max_bytes: int | None) -> bool:
+def _clean(value: Any, max_depth: int, max_bytes: int | None, nul: bool) -> bool:
     """True when `value` has none of the problems (the fast path, level by level, where
     most of the work is done by C code); False when it may have one."""
     size = 0
@@ -71,7 +73,7 @@ def _clean(value: Any, max_depth: int, max_bytes: int | None) -> bool:
             joined = "".join(texts)
         except TypeError:  # a key that is not a string
             return False
-        if NUL in joined:
+        if nul and NUL in joined:
             return False
         size += size_here + len(joined) + 2 * len(texts)
         if max_bytes is not None and size > max_bytes:
@@ -109,7 +111,7 @@ def _level(level: list[Any], nest: bool) -> tuple[list[Any], list[Any], int] | N
 
 
 def _first_problem(
-    value: Any, root: str, max_depth: int, max_bytes: int | None
+    value: Any, root: str, max_depth: int, max_bytes: int | None, nul: bool
 ) -> DataProblem | None:
     """The careful walk, depth first with one iterator per open container: the first
     problem and where it is."""
@@ -126,11 +128,11 @@ def _first_problem(
             continue
         if isinstance(key, str):
             size += len(key) + 4
-            if NUL in key:
+            if nul and NUL in key:
                 message = "a key holds a NUL character (U+0000)"
                 return DataProblem(_path(root, [*keys, key]), message, "nul")
         if isinstance(item, str):
-            if NUL in item:
+            if nul and NUL in item:
                 return DataProblem(_path(root, [*keys, key]), _nul_message(item), "nul")
             size += len(item) + 2
         elif isinstance(item, Mapping | list | tuple):

@@ -13,8 +13,9 @@ from pydantic_core import ErrorDetails
 
 from noetl.dsl.diagnostics import Diagnostic, Path
 from noetl.dsl.kinds import TOOL_SPECS, spec_fields
+from noetl.dsl.locate import source_path, yaml_scalar, yaml_type
 from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, Playbook
-from noetl.dsl.source import YMap, YSeq, line_at
+from noetl.dsl.source import line_at
 
 _CONTEXT_NAMES = {
     "tool": "tool",
@@ -135,26 +136,24 @@ def _descend(tp: Any, part: str | int) -> Any:
 
 
 def _short(value: Any) -> str:
-    text = repr(value)
+    text = yaml_scalar(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
 def type_name(value: Any) -> str:
-    """How a value from the document is described in a message: `a list`, `int 5`, ..."""
-    if isinstance(value, YMap | dict):
-        return "a mapping"
-    if isinstance(value, YSeq | list):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    return f"{type(value).__name__} {_short(value)}"
+    """How a value from the document is described in a message, in YAML's words: `a list`,
+    `a map`, `null`, `a number 5`, `a string 'x'`, `a boolean true`."""
+    kind = yaml_type(value)
+    if value is None or isinstance(value, dict | list | tuple):
+        return kind
+    return f"{kind} {_short(value)}"
 
 
 # What pydantic's type errors expect, said the way a playbook author thinks of it.
 _EXPECTED = {
-    "model_type": "a mapping",
-    "model_attributes_type": "a mapping",
-    "dict_type": "a mapping",
+    "model_type": "a map",
+    "model_attributes_type": "a map",
+    "dict_type": "a map",
     "list_type": "a list",
     "string_type": "a string",
     "bool_type": "a boolean",
@@ -202,19 +201,23 @@ def _extra_keys(tree: Any, path: Path) -> set[str]:
     return spec_fields(model) if model is not None else set()
 
 
-def _message(
+def _message(  # noqa: PLR0917 - the parts of one error, from one caller
     err: ErrorDetails,
     path: Path,
     model: type[BaseModel],
     context: str | None,
     extra_keys: set[str],
+    shown_key: str | None = None,
 ) -> tuple[str, str]:
+    """The code and message of one error at `path` (of the normalized tree); `shown_key` is
+    the key the file has there, when normalization renamed it (`retry` for
+    `retry.max_attempts` when the file says `retry: 0`)."""
     kind = err["type"]
     key = str(path[-1]) if path and isinstance(path[-1], str) else None
     where = describe(path[:-1]) if key else describe(path)
     if context and (len(path) <= 1):
         where = context
-    subject = f"'{key}'" if key else where
+    subject = f"'{shown_key or key}'" if key else where
     if kind == "extra_forbidden" and key:
         hint = suggest(key, allowed_keys(model, path[:-1]) | extra_keys)
         return "E100", f"unknown {where} key '{key}'{hint}"
@@ -266,11 +269,13 @@ def translate_errors(
     out = []
     for path, errs in grouped.items():
         rel = path[len(base) :]
+        shown = source_path(tree, path)
+        shown_key = shown[-1] if shown and isinstance(shown[-1], str) else None
         if len(errs) > 1 and all(e["type"] not in ("extra_forbidden", "missing") for e in errs):
-            code, message = _union_message(errs, path)
+            code, message = _union_message(errs, path, shown_key)
         else:
             extra = _extra_keys(tree, path[:-1]) if errs[0]["type"] == "extra_forbidden" else set()
-            code, message = _message(errs[0], rel, root_model, context, extra)
+            code, message = _message(errs[0], rel, root_model, context, extra, shown_key)
         out.append(
             Diagnostic(
                 code=code,
@@ -278,14 +283,15 @@ def translate_errors(
                 file=file,
                 line=line_at(tree, path),
                 step=step_name(tree, path),
-                path=path,
+                path=shown,
             )
         )
     return out
 
 
-def _union_message(errs: list[ErrorDetails], path: Path) -> tuple[str, str]:
-    key = f"'{path[-1]}'" if path and isinstance(path[-1], str) else describe(path)
+def _union_message(errs: list[ErrorDetails], path: Path, shown_key: str | None) -> tuple[str, str]:
+    named = (shown_key or path[-1]) if path and isinstance(path[-1], str) else None
+    key = f"'{named}'" if named else describe(path)
     expected: list[str] = []
     for err in errs:
         text = _expected(err).removeprefix("must be ")

@@ -165,11 +165,19 @@ class CaseBranch(Model):
     priority: int | None = None
 
 
+EvalMode = Literal["on_entry", "on_event"]
+
+
 class StepSpec(Model):
     """Step-level options for `case` evaluation (seed 004)."""
 
     case_mode: Literal["exclusive", "inclusive"] = "exclusive"
-    eval_mode: Literal["on_entry", "on_event"] = "on_entry"
+    # Not set: after the tool for a step with one, on entry otherwise (`Step.case_eval_mode`).
+    eval_mode: EvalMode | None = Field(
+        default=None,
+        description="on_event (after the step's tool; the default for a step with a tool) "
+        "or on_entry (at dispatch, before the tool; the default for a step without one)",
+    )
     next_policy: Literal["end_step", "break_chain", "defer"] = "end_step"
     branch_order: Literal["source", "priority"] = "source"
 
@@ -196,6 +204,16 @@ class Step(Model):
     @property
     def edges(self) -> list[NextEdge]:
         return list(self.next.to) if self.next else []
+
+    @property
+    def case_eval_mode(self) -> EvalMode:
+        """When the step's `case` is evaluated: `spec.eval_mode` when given; else after the
+        tool (`on_event`) for a step with a tool, as seed 004's flow goes (tool, then case,
+        then routing), and on entry for a step without one (there is no outcome to wait
+        for)."""
+        if self.spec is not None and self.spec.eval_mode is not None:
+            return self.spec.eval_mode
+        return "on_event" if self.tool is not None else "on_entry"
 
 
 class WorkbookTask(Model):

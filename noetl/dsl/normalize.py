@@ -10,7 +10,9 @@ Two kinds of rewriting happen here:
 
 The `desugar_*` functions are also the models' before-validators, so a playbook built from
 JSON (the API) accepts the same shorthand. They keep line numbers: a new map made from a
-node carries that node's line, so errors found later still point at the right place.
+node carries that node's line, so errors found later still point at the right place. And
+they keep origins: a value moved or renamed records where it came from (`set_origin`), so a
+diagnostic names the key the file has (`next.arcs[0]`, not `next.to[0]`).
 """
 
 from __future__ import annotations
@@ -21,56 +23,23 @@ from typing import Any
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity
 from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS, spec_fields
+from noetl.dsl.locate import UP, set_origin, yaml_scalar, yaml_type
+from noetl.dsl.rewrite import (
+    ShapeError,
+    itself,
+    line_of,
+    new_map,
+    new_seq,
+    origin_of,
+    rename,
+    within,
+)
 from noetl.dsl.source import YMap, YSeq, line_at
 
 LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
 TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})
 SINK_COMMON_KEYS = frozenset({"id", "async", "timeout_ms", "retry", "args"})
 _LOOP_SPEC_KEYS = ("mode", "max_in_flight", "max_concurrency")
-
-
-class ShapeError(ValueError):
-    """A value has a shape no form of the language accepts."""
-
-    def __init__(self, message: str, path: Path = (), code: str = "E200") -> None:
-        super().__init__(message)
-        self.message = message
-        self.path = path
-        self.code = code
-
-
-def _line(node: Any) -> int:
-    return int(getattr(node, "line", 0))
-
-
-def _new_map(like: Any, items: dict[str, Any] | None = None) -> YMap:
-    """A YMap positioned where `like` is; key lines copied when `like` has them."""
-    out = YMap(line=_line(like))
-    for key, value in (items or {}).items():
-        out[key] = value
-        if isinstance(like, YMap) and key in like.key_lines:
-            out.key_lines[key] = like.key_lines[key]
-    return out
-
-
-def _new_seq(like: Any, items: list[Any], lines: list[int] | None = None) -> YSeq:
-    out = YSeq(items, line=_line(like))
-    if lines is not None:
-        out.item_lines = lines
-    elif isinstance(like, YSeq):
-        out.item_lines = list(like.item_lines)
-    return out
-
-
-def _rename(node: dict[str, Any], old: str, new: str) -> YMap:
-    """Copy of a map with one key renamed, keeping order and line numbers."""
-    out = _new_map(node)
-    for key, value in node.items():
-        target = new if key == old else key
-        out[target] = value
-        if isinstance(node, YMap):
-            out.key_lines[target] = node.key_line(key)
-    return out
 
 
 # --- next --------------------------------------------------------------------------------
@@ -81,20 +50,23 @@ def _edge(value: Any, index: int, line: int) -> Any:
         edge = YMap(line=line)
         edge["step"] = value
         edge.key_lines["step"] = line
-        return edge
+        return itself(edge, "step")
     if isinstance(value, dict):
         return value
     raise ShapeError(
-        f"next[{index}] must be a step name or a {{step, when}} map, got {type(value).__name__}",
+        f"an edge must be a step name or a {{step, when}} map, got {yaml_type(value)}",
         (index,),
     )
 
 
 def _edges(value: Any, base: Path) -> YSeq:
     if isinstance(value, str | dict):
-        value = _new_seq(value, [value], [_line(value)])
+        value = itself(new_seq(value, [value], [line_of(value)]), 0)
     if not isinstance(value, list):
-        raise ShapeError("next edges must be a list of steps or {step, when} maps", base)
+        raise ShapeError(
+            f"next edges must be a list of steps or {{step, when}} maps, got {yaml_type(value)}",
+            base,
+        )
     seq = value if isinstance(value, YSeq) else YSeq(value)
     items = []
     for index, item in enumerate(seq):
@@ -102,23 +74,23 @@ def _edges(value: Any, base: Path) -> YSeq:
             items.append(_edge(item, index, seq.item_line(index)))
         except ShapeError as exc:
             raise ShapeError(exc.message, base + exc.path) from None
-    return _new_seq(seq, items)
+    return new_seq(seq, items)
 
 
 def desugar_next(value: Any) -> Any:
     """`next` in any form -> `{mode, to: [{step, when}, ...]}`."""
     if value is None or (isinstance(value, dict) and "to" in value and "arcs" not in value):
         if value is not None:
-            out = _new_map(value, dict(value))
+            out = new_map(value, dict(value))
             out["to"] = _edges(value["to"], ("to",))
             out.setdefault("mode", "inclusive")
             return out
         return None
     if isinstance(value, str | list):
-        out = _new_map(value)
+        out = new_map(value)
         out["mode"] = "inclusive"
         out["to"] = _edges(value, ())
-        return out
+        return itself(out, "to")
     if isinstance(value, dict):
         if "arcs" in value:
             if "to" in value:
@@ -133,19 +105,20 @@ def desugar_next(value: Any) -> Any:
                         ("spec", key),
                     )
             rest = {k: v for k, v in value.items() if k not in ("spec", "arcs")}
-            out = _new_map(value, rest)
+            out = new_map(value, rest)
             out["mode"] = spec.get("mode", "inclusive")
             out["to"] = _edges(value["arcs"], ("arcs",))
+            set_origin(out, "mode", ("spec", "mode"))
+            set_origin(out, "to", ("arcs",))
             return out
         if "step" in value:
-            out = _new_map(value)
+            out = new_map(value)
             out["mode"] = "inclusive"
-            out["to"] = _edges([value], ())
-            return out
+            out["to"] = _edges(value, ())
+            return itself(out, "to")
         raise ShapeError("a next block needs 'to' (a list of edges) or 'arcs'")
     raise ShapeError(
-        f"next must be a step name, a list of edges or a {{mode, to}} block, "
-        f"got {type(value).__name__}"
+        f"next must be a step name, a list of edges or a {{mode, to}} block, got {yaml_type(value)}"
     )
 
 
@@ -158,11 +131,12 @@ def desugar_retry(value: Any) -> Any:
         return value
     if value is True:
         return YMap()
-    if value is False:
-        return {"max_attempts": 1}
-    if isinstance(value, int):
-        return {"max_attempts": value}
-    raise ShapeError(f"retry must be true, false, a number of attempts or a block, got {value!r}")
+    if isinstance(value, int):  # False included: one attempt
+        return itself(YMap({"max_attempts": 1 if value is False else value}), "max_attempts")
+    raise ShapeError(
+        f"retry must be true, false, a number of attempts or a block, "
+        f"got {yaml_type(value)} {yaml_scalar(value)}"
+    )
 
 
 # --- loop --------------------------------------------------------------------------------
@@ -174,17 +148,17 @@ def desugar_loop(value: Any) -> Any:
         if value is None:
             return None
         raise ShapeError(
-            f"loop must be a block like {{collection, element}}, got {type(value).__name__}"
+            f"loop must be a block like {{collection, element}}, got {yaml_type(value)}"
         )
     out: dict[str, Any] = value
     for alias, canonical in (("in", "collection"), ("iterator", "element")):
         if alias in out:
             if canonical in out:
                 raise ShapeError(f"loop has both '{alias}' and '{canonical}'", (alias,))
-            out = _rename(out, alias, canonical)
-    spec = out.get("spec")
-    if spec is None:
+            out = rename(out, alias, canonical)
+    if "spec" not in out:
         return out
+    spec = out["spec"]
     if not isinstance(spec, dict):
         raise ShapeError(
             "loop.spec must be a map like {mode: parallel, max_in_flight: 4}", ("spec",)
@@ -197,7 +171,7 @@ def _merge_loop_spec(loop: dict[str, Any], spec: dict[str, Any]) -> YMap:
         if key not in _LOOP_SPEC_KEYS:
             hint = _did_you_mean(key, _LOOP_SPEC_KEYS)
             raise ShapeError(f"unknown loop.spec key '{key}'{hint}", ("spec", key))
-    merged = _new_map(loop, {k: v for k, v in loop.items() if k != "spec"})
+    merged = new_map(loop, {k: v for k, v in loop.items() if k != "spec"})
     for key, target in (
         ("mode", "mode"),
         ("max_in_flight", "max_concurrency"),
@@ -207,6 +181,7 @@ def _merge_loop_spec(loop: dict[str, Any], spec: dict[str, Any]) -> YMap:
             if target in merged:
                 raise ShapeError(f"loop has both '{target}' and 'spec.{key}'", ("spec", key))
             merged[target] = spec[key]
+            set_origin(merged, target, ("spec", key))
             if isinstance(spec, YMap):
                 merged.key_lines[target] = spec.key_line(key)
     return merged
@@ -220,9 +195,9 @@ def desugar_tool(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, str):
-        value = YMap({"kind": value})
+        value = itself(YMap({"kind": value}), "kind")
     if not isinstance(value, dict):
-        raise ShapeError(f"tool must be a block with a 'kind', got {type(value).__name__}")
+        raise ShapeError(f"tool must be a block with a 'kind', got {yaml_type(value)}")
     kind = value.get("kind")
     if not isinstance(kind, str):
         return value  # the model reports the missing or mistyped kind
@@ -236,19 +211,26 @@ def desugar_tool(value: Any) -> Any:
 
 def _move_into_spec(value: dict[str, Any], shorthand: list[str]) -> Any:
     spec = value.get("spec")
+    made = spec is None
     if spec is None:
-        spec = YMap(line=_line(value))
+        spec = YMap(line=line_of(value))
     if not isinstance(spec, dict):
         return value  # the model reports the wrong type of spec
-    new_spec = _new_map(spec, dict(spec))
-    out = _new_map(value, {k: v for k, v in value.items() if k not in shorthand})
+    new_spec = new_map(spec, dict(spec))
+    out = new_map(value, {k: v for k, v in value.items() if k not in shorthand})
     for key in shorthand:
         if key in new_spec:
             raise ShapeError(f"'{key}' is given both under tool and under tool.spec", (key,))
         new_spec[key] = value[key]
+        if not made:  # a key moved from the tool into the spec the file has
+            set_origin(new_spec, key, (UP, *origin_of(value, key)))
+        elif origin_of(value, key) != (key,):
+            set_origin(new_spec, key, origin_of(value, key))
         if isinstance(value, YMap):
             new_spec.key_lines[key] = value.key_line(key)
     out["spec"] = new_spec  # a spec made here has no line: errors about it point at the tool
+    if made:  # the configuration written under the tool: the spec is the tool's own map
+        itself(out, "spec")
     return out
 
 
@@ -282,19 +264,23 @@ def _sink(value: Any, index: int) -> Any:
     if kind not in SINK_SPECS:
         raise ShapeError(_unknown("sink", kind, SINK_SPECS), (index, kind), "E305")
     if config is None:
-        config = YMap(line=_line(value))
+        config = YMap(line=line_of(value))
     if not isinstance(config, dict):
         raise ShapeError(f"sink '{kind}' configuration must be a map", (index, kind))
-    out = _new_map(config)
+    out = new_map(config)
     out["kind"] = kind
-    out.key_lines["kind"] = value.key_line(kind) if isinstance(value, YMap) else _line(value)
+    out.key_lines["kind"] = value.key_line(kind) if isinstance(value, YMap) else line_of(value)
     out.key_lines["spec"] = out.key_lines["kind"]  # errors about the whole spec: `- postgres:`
-    spec = _new_map(config)
+    set_origin(out, "kind", (kind,))  # the file's `- postgres: {...}`
+    set_origin(out, "spec", (kind,))
+    spec = new_map(config)
     for key, item in config.items():
         target = out if key in SINK_COMMON_KEYS else spec
         target[key] = item
         if isinstance(config, YMap):
             target.key_lines[key] = config.key_line(key)
+        if target is out:
+            set_origin(out, key, (kind, key))
     out["spec"] = spec
     return out
 
@@ -304,10 +290,16 @@ def desugar_sinks(value: Any) -> Any:
     if value is None:
         return None
     if isinstance(value, dict):
-        value = _new_seq(value, [value], [_line(value)])
+        try:
+            sink = _sink(value, 0)
+        except ShapeError as exc:  # about the one sink itself, not an item of a list
+            raise ShapeError(
+                exc.message.replace("sink[0]", "sink"), exc.path[1:], exc.code
+            ) from None
+        return itself(new_seq(value, [sink], [line_of(value)]), 0)
     if not isinstance(value, list):
-        raise ShapeError(f"sink must be a list of sinks, got {type(value).__name__}")
-    return _new_seq(value, [_sink(item, i) for i, item in enumerate(value)])
+        raise ShapeError(f"sink must be a list of sinks, got {yaml_type(value)}")
+    return new_seq(value, [_sink(item, i) for i, item in enumerate(value)])
 
 
 def lift_tool_result(step: Any) -> Any:
@@ -319,10 +311,11 @@ def lift_tool_result(step: Any) -> Any:
         return step
     if "result" in step:
         raise ShapeError("result is given both on the step and inside tool; keep one", ("result",))
-    new_tool = _new_map(tool, {k: v for k, v in tool.items() if k != "result"})
-    out = _new_map(step, dict(step))
+    new_tool = new_map(tool, {k: v for k, v in tool.items() if k != "result"})
+    out = new_map(step, dict(step))
     out["tool"] = new_tool
     out["result"] = tool["result"]
+    set_origin(out, "result", (*origin_of(step, "tool"), *origin_of(tool, "result")))
     if isinstance(tool, YMap):
         out.key_lines["result"] = tool.key_line("result")
     return out
@@ -364,7 +357,7 @@ def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnost
                     path=(*path, key),
                 )
             )
-            step = _new_map(step, {k: v for k, v in step.items() if k != key})
+            step = new_map(step, {k: v for k, v in step.items() if k != key})
             continue
         diags.append(_legacy_warning(file, step, key, target=target, path=(*path, key), name=name))
         if key == "save":
@@ -374,8 +367,8 @@ def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnost
         else:
             value = step[key]
             if isinstance(value, str | list):
-                value = _new_map(step, {"collection": value})
-            step = _rename(step, key, "loop")
+                value = itself(new_map(step, {"collection": value}), "collection")
+            step = rename(step, key, "loop")
             step["loop"] = value
     return step
 
@@ -383,17 +376,33 @@ def _legacy(step: YMap, file: str, path: Path, allow: bool, diags: list[Diagnost
 def _legacy_save(step: YMap) -> YMap:
     saved = step["save"]
     result = step.get("result")
+    made = result is None
     if result is None:
         result = YMap(line=step.key_line("save"))
     if not isinstance(result, dict):
         return step
-    result = _new_map(result, dict(result))
+    result = new_map(result, dict(result))
     existing = result.get("sink")
-    sinks = desugar_sinks(existing) if existing is not None else YSeq(line=_line(saved))
-    added = desugar_sinks(saved)
-    result["sink"] = _new_seq(sinks, [*sinks, *added], [*sinks.item_lines, *added.item_lines])
-    out = _new_map(step, {k: v for k, v in step.items() if k != "save"})
+    sinks = (
+        within(("result", "sink"), desugar_sinks, existing)
+        if existing is not None
+        else YSeq(line=line_of(saved))
+    )
+    added = within(("save",), desugar_sinks, saved) if saved is not None else YSeq()
+    merged = new_seq(sinks, [*sinks, *added], [*sinks.item_lines, *added.item_lines])
+    # Where each sink came from: the result's own `sink` list, or the step's `save`.
+    for index in range(len(sinks)):
+        set_origin(merged, index, origin_of(sinks, index))
+    for index in range(len(added)):
+        up = () if existing is None else (UP, UP, "save")
+        set_origin(merged, len(sinks) + index, (*up, *origin_of(added, index)))
+    result["sink"] = merged
+    if existing is None:
+        set_origin(result, "sink", ("save",) if made else (UP, "save"))
+    out = new_map(step, {k: v for k, v in step.items() if k != "save"})
     out["result"] = result
+    if made:
+        set_origin(out, "result", ())
     out.key_lines.setdefault("result", step.key_line("save"))
     return out
 
@@ -414,14 +423,6 @@ _THEN_DESUGAR: tuple[tuple[str, StepFn], ...] = (
 )
 
 
-def _at(path: Path, fn: StepFn, value: Any) -> Any:
-    """`fn(value)`, with the path of a ShapeError made relative to the enclosing node."""
-    try:
-        return fn(value)
-    except ShapeError as exc:
-        raise ShapeError(exc.message, (*path, *exc.path), exc.code) from None
-
-
 def desugar_step(step: Any) -> Any:
     """All shorthand of one step (or workbook task) rewritten; legacy forms untouched."""
     if not isinstance(step, dict):
@@ -437,27 +438,29 @@ def desugar_step(step: Any) -> Any:
     out = _desugar_actions(step, _FIELD_DESUGAR)
     case = out.get("case")
     if isinstance(case, list):
-        branches = [_at(("case", i), _desugar_branch, b) for i, b in enumerate(case)]
-        out["case"] = _new_seq(case, branches)
+        branches = [within(("case", i), _desugar_branch, b) for i, b in enumerate(case)]
+        out["case"] = new_seq(case, branches)
     return out
 
 
 def _desugar_actions(node: dict[str, Any], fields: tuple[tuple[str, StepFn], ...]) -> YMap:
-    out = _new_map(node, dict(node))
+    out = new_map(node, dict(node))
     for key, fn in fields:
         if key in out:
-            out[key] = _at((key,), fn, out[key])
+            out[key] = within((key,), fn, out[key])
     lifted: YMap = lift_tool_result(out)  # a YMap in, a YMap out
     out = lifted
     tool = out.get("tool")
     if isinstance(tool, dict) and "retry" in tool:
-        new_tool = _new_map(tool, dict(tool))
-        new_tool["retry"] = _at(("tool", "retry"), desugar_retry, tool["retry"])
+        new_tool = new_map(tool, dict(tool))
+        new_tool["retry"] = within(("tool", "retry"), desugar_retry, tool["retry"])
         out["tool"] = new_tool
     result = out.get("result")
     if isinstance(result, dict) and "sink" in result:
-        new_result = _new_map(result, dict(result))
-        new_result["sink"] = _at(("result", "sink"), desugar_sinks, result["sink"])
+        new_result = new_map(result, dict(result))
+        new_result["sink"] = within(
+            (*origin_of(out, "result"), "sink"), desugar_sinks, result["sink"]
+        )
         out["result"] = new_result
     return out
 
@@ -465,8 +468,8 @@ def _desugar_actions(node: dict[str, Any], fields: tuple[tuple[str, StepFn], ...
 def _desugar_branch(branch: Any) -> Any:
     if not isinstance(branch, dict) or not isinstance(branch.get("then"), dict):
         return branch  # the model reports the wrong shape
-    out = _new_map(branch, dict(branch))
-    out["then"] = _at(("then",), lambda then: _desugar_actions(then, _THEN_DESUGAR), out["then"])
+    out = new_map(branch, dict(branch))
+    out["then"] = within(("then",), lambda then: _desugar_actions(then, _THEN_DESUGAR), out["then"])
     return out
 
 
@@ -477,7 +480,7 @@ def normalize_document(
     diags: list[Diagnostic] = []
     if not isinstance(tree, YMap):
         return tree, diags
-    out = _new_map(tree, dict(tree))
+    out = new_map(tree, dict(tree))
     for section, with_legacy in (("workflow", True), ("workbook", False)):
         items = tree.get(section)
         if not isinstance(items, YSeq):
@@ -494,7 +497,7 @@ def normalize_document(
             )
             for index, item in enumerate(items)
         ]
-        out[section] = _new_seq(items, new_items)
+        out[section] = new_seq(items, new_items)
     return out, diags
 
 
@@ -529,7 +532,7 @@ def _normalize_item(
             )
             if not (exc.path and isinstance(item, dict) and exc.path[0] in item):
                 return item
-            item = _new_map(item, {k: v for k, v in item.items() if k != exc.path[0]})
+            item = new_map(item, {k: v for k, v in item.items() if k != exc.path[0]})
     return item
 
 

@@ -48,6 +48,7 @@ from yaml.events import (
 )
 
 from noetl.dsl.diagnostics import Diagnostic, Path
+from noetl.dsl.locate import yaml_scalar, yaml_type
 
 MAX_PLAYBOOK_BYTES = 4 * 1024 * 1024
 MAX_NODES = 200_000
@@ -56,7 +57,14 @@ _STR_TAG = "tag:yaml.org,2002:str"
 
 
 class YMap(dict[str, Any]):
-    """A mapping from the document, with the line of the map and of each key (1-based)."""
+    """A mapping from the document, with the line of the map and of each key (1-based).
+
+    `origins` is set on maps that normalization made or rewrote: for a key whose value came
+    from elsewhere in the file, the path to it from the map's own place in the file (`()`:
+    the map's own node; `noetl.dsl.locate.UP` climbs to its parent). Diagnostics name the
+    key the file has through it (`noetl.dsl.locate.source_path`)."""
+
+    origins: dict[str | int, Path] | None = None
 
     def __init__(self, *args: Any, line: int = 0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -68,7 +76,10 @@ class YMap(dict[str, Any]):
 
 
 class YSeq(list[Any]):
-    """A sequence from the document, with the line of the list and of each item (1-based)."""
+    """A sequence from the document, with the line of the list and of each item (1-based),
+    and the `origins` of items that came from elsewhere (as YMap's)."""
+
+    origins: dict[str | int, Path] | None = None
 
     def __init__(self, items: Iterable[Any] = (), *, line: int = 0) -> None:
         super().__init__(items)
@@ -278,7 +289,7 @@ def _convert(node: Any, name: str, counter: list[int], line: int, depth: int = 0
                 raise _fail(
                     name,
                     "E009",
-                    f"mapping keys must be strings, got {_key_kind(key)}",
+                    f"map keys must be strings, got {_key_kind(key)}",
                     _key_line(node, key, out.line),
                 )
             key_line = _key_line(node, key, out.line)
@@ -318,13 +329,10 @@ def _explicit_tag(node: Any) -> str | None:
 
 
 def _key_kind(key: Any) -> str:
-    if key is None:
-        return "null"
-    if isinstance(key, list | tuple):
-        return "a list"
-    if isinstance(key, dict):
-        return "a mapping"
-    return f"{type(key).__name__} {key!r}"
+    kind = yaml_type(key)
+    if key is None or isinstance(key, dict | list | tuple):
+        return kind
+    return f"{kind} {yaml_scalar(key)}"
 
 
 def _key_line(node: CommentedMap, key: Any, default: int) -> int:

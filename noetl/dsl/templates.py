@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from jinja2 import TemplateSyntaxError, nodes
+from jinja2 import TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 HELPERS = ("done", "ok", "fail", "running", "loop_done", "all_done", "any_done")
@@ -65,6 +65,43 @@ def step_references(text: str) -> list[StepReference]:
     """The step names a (syntactically valid) template refers to by constant."""
     tree = _parse(text)
     return [] if isinstance(tree, TemplateProblem) else list(_walk(tree))
+
+
+def free_names(text: str) -> list[tuple[str, int]]:
+    """The names a (syntactically valid) template reads from its context, each once with
+    the line (inside the template) of its first read; names it sets itself are left out."""
+    tree = _parse(text)
+    if isinstance(tree, TemplateProblem):
+        return []
+    undeclared = meta.find_undeclared_variables(tree)
+    seen: dict[str, int] = {}
+    for name in tree.find_all(nodes.Name):
+        if name.ctx == "load" and name.name in undeclared:
+            seen.setdefault(name.name, name.lineno)
+    return list(seen.items())
+
+
+def helper_call(text: str) -> tuple[str, str] | None:
+    """`(helper, name)` when the template is exactly one helper called with one step name,
+    such as `{{ fail('charge') }}`; None otherwise."""
+    tree = _parse(text.strip())
+    if isinstance(tree, TemplateProblem) or len(tree.body) != 1:
+        return None
+    output = tree.body[0]
+    if not isinstance(output, nodes.Output) or len(output.nodes) != 1:
+        return None
+    call = output.nodes[0]
+    if (
+        isinstance(call, nodes.Call)
+        and isinstance(call.node, nodes.Name)
+        and call.node.name in HELPERS
+        and len(call.args) == 1
+        and not call.kwargs
+        and isinstance(call.args[0], nodes.Const)
+        and isinstance(call.args[0].value, str)
+    ):
+        return call.node.name, call.args[0].value
+    return None
 
 
 def _walk(tree: nodes.Node) -> Iterator[StepReference]:

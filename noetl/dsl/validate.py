@@ -97,7 +97,7 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
         got = "nothing" if source.tree is None else type_name(source.tree)
         diag = Diagnostic(
             code="E011",
-            message=f"a playbook must be a mapping with metadata and workflow; got {got}",
+            message=f"a playbook must be a map with metadata and workflow; got {got}",
             file=file,
             line=getattr(source.tree, "line", 0) or _first_content_line(source.text),
         )

@@ -97,12 +97,13 @@ class CasePlan:
 
     step: str
     spec: StepSpec
+    eval_mode: str  # `spec.eval_mode`, or the step's default (`Step.case_eval_mode`)
     branches: tuple[BranchPlan, ...]
     order: tuple[int, ...]
 
     @property
     def on_entry(self) -> bool:
-        return self.spec.eval_mode == "on_entry"
+        return self.eval_mode == "on_entry"
 
     @classmethod
     def of(cls, step: Step, playbook: Playbook, defaults: RetryDefaults) -> CasePlan:
@@ -114,13 +115,19 @@ class CasePlan:
         if spec.branch_order == "priority":
             # Lowest priority first; branches without one after; ties in written order.
             order.sort(key=lambda i: (branches[i].priority is None, branches[i].priority or 0))
-        return cls(step=step.step, spec=spec, branches=branches, order=tuple(order))
+        return cls(
+            step=step.step,
+            spec=spec,
+            eval_mode=step.case_eval_mode,
+            branches=branches,
+            order=tuple(order),
+        )
 
     def header(self) -> dict[str, Any]:
         """The options every `case.started` records."""
         spec = self.spec
         return {
-            "eval_mode": spec.eval_mode,
+            "eval_mode": self.eval_mode,
             "case_mode": spec.case_mode,
             "next_policy": spec.next_policy,
             "branch_order": spec.branch_order,

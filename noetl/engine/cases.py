@@ -2,16 +2,17 @@
 the engine. Pure functions over an `Engine`, an `ExecutionState` and the current turn; the
 engine calls the four hooks below only for a step that has a `case`.
 
-When (`spec.eval_mode`):
+When (`spec.eval_mode`; when not given, `on_event` for a step with a tool and `on_entry`
+for one without, as `Step.case_eval_mode` says):
 
-* `on_entry` (the default): when the step is dispatched, against its context (after `bind`).
-  The branches act first; the step's own tool (or loop) runs once their tasks are done, so
-  it sees what they saved. A `fail`, a `skip` or a failed branch task ends the step before
-  its tool runs.
 * `on_event`: when the step's own tool has finished (after its own retry policy; a loop:
   when its items are done), with the outcome visible as `this` / `result`, `status_code`,
   `success`, `error`, ... (the names `retry_when` sees). A `retry` branch runs the tool
   again, and the case is evaluated again (a new round) on the outcome of that attempt.
+* `on_entry`: when the step is dispatched, against its context (after `bind`). The
+  branches act first; the step's own tool (or loop) runs once their tasks are done, so it
+  sees what they saved. A `fail`, a `skip` or a failed branch task ends the step before
+  its tool runs.
 
 Which branches act: conditions are evaluated in `spec.branch_order` (written order, or by
 `priority`, lowest first); `exclusive` (the default) acts on the first match only,

@@ -82,14 +82,6 @@ class Metrics:
             return Family(Histogram(name, doc, labels, buckets=buckets, registry=r))
 
         # --- decisions (server, embedded runtime, a worker's continuation) --------------
-        self.executions_started = counter(
-            "noetl_executions_started_total", "Executions started", ["workflow"]
-        )
-        self.executions_completed = counter(
-            "noetl_executions_completed_total",
-            "Executions finished, by status (ok|fail|canceled)",
-            ["workflow", "status"],
-        )
         self.execution_duration = histogram(
             "noetl_execution_duration_seconds",
             "Execution wall-clock time, start to finish",
@@ -218,8 +210,11 @@ class Metrics:
         return self._heartbeat
 
 
-# Names of the state gauges read from the store when scraped (store_gauges).
+# Names of the metrics read from the store when scraped (store_gauges): state gauges, and
+# the execution counters, which only the database knows whole.
 STORE_GAUGE_NAMES = (
+    "noetl_executions_started_total",
+    "noetl_executions_completed_total",
     "noetl_task_queue_inflight",
     "noetl_task_queue_tasks",
     "noetl_task_queue_oldest_seconds",
@@ -235,8 +230,6 @@ STORE_GAUGE_NAMES = (
 # Every metric family NoETL exports (without the _bucket/_sum/_count suffixes).
 ALL_METRIC_NAMES = frozenset(
     {
-        "noetl_executions_started_total",
-        "noetl_executions_completed_total",
         "noetl_execution_duration_seconds",
         "noetl_step_calls_total",
         "noetl_step_runs_total",

@@ -2,7 +2,9 @@
 
 Server metrics are derived from committed events (each event is committed once, by one
 process: a server, a worker's continuation or the embedded runtime; Prometheus sums the
-processes). Per event: one dict lookup for its handler, then a cached child's increment.
+processes). The executions started and finished are counted from the database instead
+(`store_gauges`), so a server's scrape has them whole. Per event: one dict lookup for
+its handler, then a cached child's increment.
 """
 
 from __future__ import annotations
@@ -31,7 +33,6 @@ class MetricsObserver:
         self.pool = pool
         self._failed_once = False
         self._handlers: dict[str, _Handler] = {
-            EventType.WORKFLOW_STARTED: self._workflow_started,
             EventType.WORKFLOW_FINISHED: self._workflow_finished,
             EventType.STEP_CALLED: self._step_called,
             EventType.STEP_PARKED: self._step_parked,
@@ -60,17 +61,11 @@ class MetricsObserver:
                 self._failed_once = True
                 log.exception("recording metrics of committed events failed")
 
-    def _workflow_started(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
-    ) -> None:
-        self.metrics.executions_started.child(facts.workflow).inc()
-
     def _workflow_finished(
         self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         status = str(event.payload.get("status"))
-        self.metrics.executions_completed.child(facts.workflow, status).inc()
         if state.started_at is not None:
             self.metrics.execution_duration.child(facts.workflow, status).observe(
                 max(event.ts - state.started_at, 0.0)

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from noetl.store.base import Store
 
 log = logging.getLogger("noetl.observability")
+
+# Pools whose queue gauges are exported even when empty (a gauge that vanishes when it
+# reaches zero reads as "no data" on a dashboard, and an alert on it cannot resolve).
+DEFAULT_POOLS = ("default",)
 
 # A worker whose last heartbeat is older than this is not exported any more (it was
 # killed without being marked stopped; its stall alert has fired for this long).
@@ -63,7 +67,8 @@ class StoreGauges(Collector):
             "How long the oldest due task of the pool has waited for a worker",
             labels=["pool"],
         )
-        per_pool: dict[str, int] = {}
+        per_pool: dict[str, int] = dict.fromkeys(DEFAULT_POOLS, 0)
+        per_pool.update((worker.pool, 0) for worker in workers if worker.status != "stopped")
         for (pool, status), (count, due) in sorted(stats.tasks.items()):
             tasks.add_metric([pool, status], count)
             per_pool[pool] = per_pool.get(pool, 0) + count
@@ -74,6 +79,8 @@ class StoreGauges(Collector):
         yield inflight
         yield tasks
         yield oldest
+
+        yield from _execution_counters(stats.executions)
 
         running = GaugeMetricFamily(
             "noetl_executions_running", "Executions running", labels=["workflow"]
@@ -117,3 +124,26 @@ class StoreGauges(Collector):
             if worker.status != "stopped" and now - worker.heartbeat_at < self.worker_window_s:
                 beats.add_metric([worker.worker_id, worker.pool], worker.heartbeat_at)
         yield beats
+
+
+def _execution_counters(executions: Mapping[tuple[str, str], int]) -> Iterator[Metric]:
+    """Executions started and finished, counted from the execution table: an execution
+    may be started by a worker (a child playbook) and finished by a worker's continuation,
+    which no server sees, so the counts a server exports come from the database."""
+    started = CounterMetricFamily(
+        "noetl_executions_started", "Executions started", labels=["workflow"]
+    )
+    completed = CounterMetricFamily(
+        "noetl_executions_completed",
+        "Executions finished, by status (ok|fail|canceled)",
+        labels=["workflow", "status"],
+    )
+    per_workflow: dict[str, int] = {}
+    for (workflow, status), count in sorted(executions.items()):
+        per_workflow[workflow] = per_workflow.get(workflow, 0) + count
+        if status != "running":
+            completed.add_metric([workflow, status], count)
+    for workflow, count in per_workflow.items():
+        started.add_metric([workflow], count)
+    yield started
+    yield completed

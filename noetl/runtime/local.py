@@ -3,6 +3,7 @@ local cluster (an orchestrator and a worker in threads) over a store."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -12,7 +13,9 @@ from typing import TYPE_CHECKING
 
 from noetl.config.model import DEFAULT_DB
 from noetl.engine.options import EngineOptions
+from noetl.errors import NoetlError
 from noetl.observability import observer_for
+from noetl.paths import Roots
 from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
@@ -29,7 +32,7 @@ if TYPE_CHECKING:
     from noetl.observability.trace_context import TraceSampler
     from noetl.observability.tracing import Tracing
 
-__all__ = ["DEFAULT_DB", "embedded_runtime", "local_cluster", "wait_finished"]
+__all__ = ["DEFAULT_DB", "Family", "embedded_runtime", "local_cluster", "wait_finished"]
 # The `pool` label of the embedded runtime's worker metrics.
 LOCAL_POOL = "local"
 
@@ -45,6 +48,7 @@ def embedded_runtime(
     options: EngineOptions | None = None,
     tracing: Tracing | None = None,
     sampler: TraceSampler | None = None,
+    roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
@@ -53,7 +57,8 @@ def embedded_runtime(
     `log_events` writes seed 000's log events (see noetl.observability); `tracing` writes
     spans, of the executions `sampler` traces. `options`: the engine's defaults (the
     configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own).
-    A task whose result is over `max_result_bytes` fails."""
+    `roots`: where the file sink writes and the `playbook` tool reads (None: the working
+    directory; see noetl.paths). A task whose result is over `max_result_bytes` fails."""
     count = workers or os.cpu_count() or 2
     provider = default_provider(secrets_file)
     store = open_store(db)
@@ -76,6 +81,7 @@ def embedded_runtime(
                 secrets=provider,
                 launcher=launcher,
                 observer=observer,
+                roots=roots,
                 max_result_bytes=max_result_bytes,
             )
             runtime = EmbeddedRuntime(
@@ -96,53 +102,102 @@ def embedded_runtime(
         store.close()
 
 
+class Family:
+    """The executions a command works for: one execution and its descendants (children
+    its `playbook` steps start), read from the store at most every `refresh_s` seconds.
+    A scoped worker and orchestrator ask it before each claim."""
+
+    def __init__(self, store: Store, execution_id: str, *, refresh_s: float = 0.5) -> None:
+        self.store = store
+        self.execution_id = execution_id
+        self.refresh_s = refresh_s
+        self._lock = threading.Lock()
+        self._ids: frozenset[str] = frozenset({execution_id})
+        self._read_at = float("-inf")
+
+    def __call__(self) -> frozenset[str]:
+        with self._lock:
+            now = time.monotonic()
+            if now - self._read_at >= self.refresh_s:
+                self._read_at = now
+                # The root stays in scope even if it cannot be read: never widen to "any".
+                found = self.store.execution_family(self.execution_id)
+                self._ids = frozenset({self.execution_id, *found})
+            return self._ids
+
+
 @contextmanager
 def local_cluster(
     store: Store,
+    execution_id: str,
     *,
     workers: int | None = None,
     secrets_file: str | None = None,
     options: EngineOptions | None = None,
+    roots: Roots | None = None,
 ) -> Iterator[Orchestrator]:
-    """An orchestrator and a worker as threads of this process over `store`: what
-    `noetl dlq replay --db` and `noetl exec force-complete --db` use to carry an execution
-    on where no server runs (an execution of `noetl run`, reopened). Stopped on exit."""
+    """An orchestrator and a worker as threads of this process over `store`, scoped to
+    ONE execution and its child executions: what `noetl dlq replay --run-here` uses to
+    carry an execution on in the operator's process. On a shared database they never
+    take another execution's task or input.
+
+    On exit the worker stops claiming, the tasks it is running finish and report, and
+    tasks it claimed but did not start go back to the queue; then the orchestrator
+    decides what they reported. A KeyboardInterrupt while waiting for running tasks
+    (a second Ctrl-C) gives them back to the queue too, their outcomes dropped, before
+    the python pool is closed: nothing it held is left half-run or reported failed
+    because this process stopped."""
     count = workers or os.cpu_count() or 2
-    stop = threading.Event()
+    family = Family(store, execution_id)
+    stop_worker = threading.Event()
+    stop_orchestrator = threading.Event()
+    owner = f"local:{os.getpid()}"
     with PythonPool(processes=count) as pool:
-        orchestrator = Orchestrator(store, owner=f"local:{os.getpid()}", options=options)
+        orchestrator = Orchestrator(store, owner=owner, options=options, scope=family)
         decider = Decider(store, options=options)
         registry = default_registry(
             pool,
             secrets=default_provider(secrets_file),
-            launcher=StoreLauncher(decider, stopping=stop.is_set),
+            launcher=StoreLauncher(decider, stopping=stop_worker.is_set),
+            roots=roots,
         )
         worker = Worker(
             store,
             registry,
-            WorkerConfig(concurrency=count, poll_s=0.05, worker_id=f"local:{os.getpid()}"),
+            WorkerConfig(concurrency=count, poll_s=0.05, worker_id=owner),
             decider=decider,
+            scope=family,
         )
-        threads = [
-            threading.Thread(
-                target=orchestrator.serve,
-                args=(stop.is_set,),
-                kwargs={"idle_wait": 0.05},
-                name="noetl-local-orchestrator",
-                daemon=True,
-            ),
-            threading.Thread(
-                target=worker.run, args=(stop.is_set,), name="noetl-local-worker", daemon=True
-            ),
-        ]
-        for thread in threads:
-            thread.start()
+        deciding = threading.Thread(
+            target=orchestrator.serve,
+            args=(stop_orchestrator.is_set,),
+            kwargs={"idle_wait": 0.05},
+            name="noetl-local-orchestrator",
+            daemon=True,
+        )
+        working = threading.Thread(
+            target=worker.run, args=(stop_worker.is_set,), name="noetl-local-worker", daemon=True
+        )
+        deciding.start()
+        working.start()
         try:
             yield orchestrator
         finally:
-            stop.set()
-            for thread in threads:
-                thread.join(timeout=30)
+            worker.drain()  # running tasks finish and report; nothing new is claimed
+            try:
+                while working.is_alive():
+                    working.join(0.1)
+            except KeyboardInterrupt:
+                stop_worker.set()
+                worker.abandon()  # first: the failures closing the pool causes are dropped
+                pool.close()
+                working.join(timeout=30)
+            stop_orchestrator.set()
+            deciding.join(timeout=30)
+            if not deciding.is_alive():
+                # What the last tasks reported is decided now, not left for a later reader.
+                with contextlib.suppress(NoetlError):
+                    orchestrator.run_once()
             registry.close()
 
 

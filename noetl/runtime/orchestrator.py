@@ -4,16 +4,24 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
 
 * Inputs (worker outcomes, cancel requests, expired leases) wait in the store's inbox.
   An orchestrator holds a batch of them for a while (`claim_inputs`), so two servers do
-  not work on the same input at once.
+  not work on the same input at once. It holds them as an input holder
+  (`Store.open_holder`): when it dies, any orchestrator frees what it held at its next
+  reap (`release_orphaned_inputs`) instead of waiting for the hold to expire.
 * For each execution in the batch it brings its cached state up to date from the log
   (events after the cached sequence), lets the engine decide, and commits the new events,
   the new and canceled tasks, the projections and the consumed inputs in ONE transaction
   with the expected sequence number. If another server got there first the commit fails
-  with ConcurrencyError, nothing is written, and the batch is decided again on fresh state.
-  So a step is never dispatched twice, and a restarted server resumes from the log.
+  with ConcurrencyError, nothing is written, and the batch is decided again on fresh state,
+  without the inputs another commit consumed already (they were decided there). So a step
+  is never dispatched twice, an input is decided once, and a restarted server resumes
+  from the inbox and the log.
 * One execution's failure stays its own: if its decision raises, or the store refuses its
   events, the others of the batch are committed without it and it ends `fail`, recorded
   once (noetl.runtime.failures); only an unavailable store makes the whole turn wait.
+
+A scoped orchestrator (`scope`: the executions it decides for, asked at every turn) is
+what a command working for one execution on a shared database runs: it takes only their
+inputs and reaps only their leases, and leaves the queue's housekeeping to the servers.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
@@ -40,9 +48,11 @@ from noetl.store.base import (
     ConcurrencyError,
     ExecutionRecord,
     Input,
+    InputHolder,
     InputKind,
     NotFoundError,
     Store,
+    StoreUnavailableError,
 )
 
 log = logging.getLogger("noetl.orchestrator")
@@ -75,9 +85,11 @@ class Orchestrator:
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
+        self.scope = scope
         self.clock = clock
         self.pool = pool
         self.input_lease_s = input_lease_s
@@ -94,6 +106,7 @@ class Orchestrator:
             sampler=sampler,
         )
         self.dlq = DeadLetterQueue(store, self.engine_of)
+        self._holder: InputHolder | None = None
 
     def engine_of(self, record: ExecutionRecord) -> Engine:
         """The engine of an execution (built once per playbook text)."""
@@ -168,17 +181,29 @@ class Orchestrator:
     # --- the loop ------------------------------------------------------------------------
 
     def run_once(self, *, limit: int = 500) -> int:
-        """Reap expired leases (at most every `reap_interval_s`), keep the queue tables
-        tidy (`Store.maintain`, every `maintain_interval_s`), then decide on a batch of
-        inputs. Returns inputs handled."""
+        """Reap expired leases and free the inputs of holders that are gone (at most every
+        `reap_interval_s`), keep the queue tables tidy (`Store.maintain`, every
+        `maintain_interval_s`), then decide on a batch of inputs. Returns inputs handled."""
+        holder = self._hold()
         now = time.monotonic()
+        executions = None if self.scope is None else self.scope()
         if now - self._last_reap >= self.reap_interval_s:
             self._last_reap = now
-            self.store.reap_expired()
-        if now - self._last_maintain >= self.maintain_interval_s:
+            self.store.reap_expired(executions=executions)
+            freed = self.store.release_orphaned_inputs()
+            if freed:
+                log.warning("freed %d inputs held by orchestrators that are gone", freed)
+        if executions is None and now - self._last_maintain >= self.maintain_interval_s:
             self._last_maintain = now
             self.store.maintain()
-        inputs = self.store.claim_inputs(self.owner, limit=limit, lease_s=self.input_lease_s)
+        try:
+            inputs = self._claim(holder.token, limit, executions)
+        except StoreUnavailableError:
+            if holder.alive():
+                raise
+            # The holder's session ended (PostgreSQL: a lost connection): hold anew.
+            holder = self._hold()
+            inputs = self._claim(holder.token, limit, executions)
         by_execution: OrderedDict[str, list[Input]] = OrderedDict()
         for item in inputs:
             by_execution.setdefault(item.execution_id, []).append(item)
@@ -186,17 +211,52 @@ class Orchestrator:
             self._decide_batch(by_execution)
         return len(inputs)
 
+    def _claim(self, token: str, limit: int, executions: Collection[str] | None) -> list[Input]:
+        return self.store.claim_inputs(
+            token, limit=limit, lease_s=self.input_lease_s, executions=executions
+        )
+
     def serve(self, should_stop: Callable[[], bool], *, idle_wait: float = 0.5) -> None:
-        """Run until `should_stop()`: wake on new inputs (or poll), decide, repeat."""
-        while not should_stop():
-            try:
-                handled = self.run_once()
-            except Exception:  # keep serving: a database blip must not kill the server
-                log.exception("orchestrator turn failed; retrying")
-                time.sleep(idle_wait)
-                continue
-            if handled == 0:
-                self.store.wait_for("inputs", idle_wait)
+        """Run until `should_stop()`: wake on new inputs (or poll), decide, repeat; then
+        stop holding inputs (`close`)."""
+        try:
+            while not should_stop():
+                try:
+                    handled = self.run_once()
+                except Exception:  # keep serving: a database blip must not kill the server
+                    log.exception("orchestrator turn failed; retrying")
+                    time.sleep(idle_wait)
+                    continue
+                if handled == 0:
+                    self.store.wait_for("inputs", idle_wait)
+        finally:
+            self.close()
+
+    @property
+    def holder_token(self) -> str | None:
+        """The token this orchestrator claims inputs with (None before its first turn)."""
+        return None if self._holder is None else self._holder.token
+
+    def _hold(self) -> InputHolder:
+        """This orchestrator's input holder, opened on the first turn and again, with a
+        new token, once the last one is gone (its session ended while this process
+        lives): a gone token never claims again, since others free what it holds."""
+        holder = self._holder
+        if holder is not None and holder.alive():
+            return holder
+        if holder is not None:
+            log.warning("input holder %s lost its session; holding anew", holder.token)
+            holder.close()
+            self._holder = None
+        self._holder = self.store.open_holder(self.owner)
+        return self._holder
+
+    def close(self) -> None:
+        """Stop holding inputs: what this orchestrator still holds is freed at once by
+        the next reap of any orchestrator."""
+        holder, self._holder = self._holder, None
+        if holder is not None:
+            holder.close()
 
     # --- deciding ------------------------------------------------------------------------
 
@@ -210,6 +270,7 @@ class Orchestrator:
         own (`_fail`): the others are decided and committed without it."""
         appends = self._decide_each(groups)
         again: list[str] = []
+        consumed: set[int] = set()
         for _ in range(3):
             if not appends:
                 break
@@ -220,6 +281,7 @@ class Orchestrator:
             except ConcurrencyError as exc:
                 stale = [e for e in exc.execution_ids if e in appends] or list(appends)
                 log.info("%d executions of the batch advanced elsewhere", len(stale))
+                consumed.update(exc.input_ids)
                 for execution_id in stale:
                     self.decider.forget(execution_id)
                     del appends[execution_id]
@@ -230,13 +292,15 @@ class Orchestrator:
                     raise
                 # The store refused the batch for the data of some execution in it: each
                 # is committed on its own, so only the ones it refuses fail.
-                again.extend(self._commit_each(appends, groups))
+                again.extend(self._commit_each(appends, groups, consumed))
                 appends = {}
         else:
             self._forget_all(appends)
             again.extend(appends)
         for execution_id in again:
-            self._decide_inputs(execution_id, groups[execution_id])
+            self._decide_inputs(
+                execution_id, [i for i in groups[execution_id] if i.id not in consumed]
+            )
 
     def _decide_each(self, groups: dict[str, list[Input]]) -> dict[str, Append]:
         """The append of each execution's decision; one whose decision raises fails on its
@@ -259,17 +323,21 @@ class Orchestrator:
                     raise
         return appends
 
-    def _commit_each(self, appends: dict[str, Append], groups: dict[str, list[Input]]) -> list[str]:
+    def _commit_each(
+        self, appends: dict[str, Append], groups: dict[str, list[Input]], consumed: set[int]
+    ) -> list[str]:
         """Commit each append in a transaction of its own; the executions that advanced
-        elsewhere (to decide again) are returned, the ones the store refuses fail."""
+        elsewhere (to decide again, without the inputs another commit consumed: added to
+        `consumed`) are returned, the ones the store refuses fail."""
         stale: list[str] = []
         pending = list(appends.items())
         for index, (execution_id, append) in enumerate(pending):
             try:
                 self.store.commit([append])
                 self.decider.committed([append])
-            except ConcurrencyError:
+            except ConcurrencyError as exc:
                 self.decider.forget(execution_id)
+                consumed.update(exc.input_ids)
                 stale.append(execution_id)
             except Exception as exc:
                 self.decider.forget(execution_id)
@@ -308,7 +376,11 @@ class Orchestrator:
         )
 
     def _decide_inputs(self, execution_id: str, items: Sequence[Input], attempts: int = 3) -> None:
+        """Decide one execution's inputs again on fresh state; inputs another commit
+        consumed meanwhile were decided there and are left out."""
         for _ in range(attempts):
+            if not items:
+                return
             try:
                 append = self._decide(execution_id, items, self.clock())
                 if append is None:
@@ -316,9 +388,10 @@ class Orchestrator:
                 self.store.commit([append])
                 self.decider.committed([append])
                 return
-            except ConcurrencyError:
+            except ConcurrencyError as exc:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)
                 self.decider.forget(execution_id)
+                items = [i for i in items if i.id not in exc.input_ids]
             except Exception as exc:
                 # The cached state already holds the events that were not written.
                 self.decider.forget(execution_id)
@@ -350,8 +423,9 @@ class Orchestrator:
                     self.decider.committed([append])
                     self.decider.forget(execution_id)  # finished: nothing more to decide
                 return
-            except ConcurrencyError:
+            except ConcurrencyError as moved:
                 self.decider.forget(execution_id)  # it moved meanwhile: fold it again
+                done = [i for i in done if i not in moved.input_ids]
             except Exception as again:
                 self.decider.forget(execution_id)
                 if not isolatable(again):

@@ -52,7 +52,7 @@ from typing import Any, Protocol
 
 from noetl.engine.render import Renderer
 from noetl.engine.types import Outcome, Task
-from noetl.errors import SinkError, TaskTimeoutError, TemplateError
+from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
 from noetl.observability import NOOP, Observer
 from noetl.worker.secrets import current_scope
 
@@ -99,12 +99,21 @@ class Sink(Protocol):
 
 
 class SinkRegistry:
-    """Sink writers by kind; the built-in kinds are imported when first used."""
+    """Sink writers by kind; the built-in kinds are imported when first used. A registry
+    with a `parent` asks it for the kinds it has no writer of (a runtime's registry holds
+    its own file writer, with its root, over the shared one)."""
 
-    def __init__(self, sinks: Iterable[Sink] = (), *, builtins: bool = True) -> None:
+    def __init__(
+        self,
+        sinks: Iterable[Sink] = (),
+        *,
+        builtins: bool = True,
+        parent: SinkRegistry | None = None,
+    ) -> None:
         self._sinks: dict[str, Sink] = {}
         self._lazy = dict(_BUILTIN) if builtins else {}
         self._lock = threading.Lock()
+        self._parent = parent
         for sink in sinks:
             self.register(sink)
 
@@ -129,13 +138,16 @@ class SinkRegistry:
                 module, _, name = self._lazy.pop(kind).partition(":")
                 sink = getattr(importlib.import_module(module), name)()
                 self._sinks[kind] = sink
+        if sink is None and self._parent is not None:
+            return self._parent.get(kind)
         if sink is None:
             raise SinkError(f"no sink registered for kind {kind!r}")
         return sink
 
     def kinds(self) -> list[str]:
         with self._lock:
-            return sorted({*self._sinks, *self._lazy})
+            own = {*self._sinks, *self._lazy}
+        return sorted(own | set(self._parent.kinds() if self._parent else ()))
 
 
 REGISTRY = SinkRegistry()
@@ -269,6 +281,8 @@ def _run_one(
                 if attempts > len(delays) or not _again(task, sink, exc, attempts, delays):
                     raise
                 sleep(delays[attempts - 1])
+    except PathRefusedError as exc:
+        summary["error"] = str(exc.at(task.step))
     except Exception as exc:
         summary["error"] = _describe(exc)
     else:

@@ -4,6 +4,10 @@ The body goes to a temporary file in the target's directory, is flushed to disk,
 replaces the target in one `os.replace`: a reader sees the old file or the new one, never
 half of one, and a write that fails (a value that is not JSON, a disk full) leaves the old
 file as it was and no temporary file behind. Missing parent directories are created.
+
+Every path resolves under the writer's root (`sinks.file.root`; see noetl.paths): a
+relative path is taken from it, and `..`, an absolute path elsewhere or a symlink leading
+out of it is refused (`PathRefusedError`, never retried).
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from typing import Any
 
 from noetl.dsl.kinds import FileSink
 from noetl.errors import RetryableError, SinkError
+from noetl.paths import SINK_ROOT_SETTING, confine
 from noetl.sinks._data import write_body
 
 _TRANSIENT = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ETIMEDOUT})
@@ -26,9 +31,14 @@ _TRANSIENT = frozenset({errno.EAGAIN, errno.EBUSY, errno.EINTR, errno.ETIMEDOUT}
 class FileWriter:
     kind = "file"
 
+    def __init__(self, root: Path | None = None) -> None:
+        # None: the working directory when writing (a writer made without settings).
+        self.root = root
+
     def write(self, value: Any, spec: Mapping[str, Any], key: str) -> dict[str, Any]:
         config = FileSink.model_validate(dict(spec))
-        path = Path(config.path)
+        root = self.root or Path.cwd()
+        path = confine(config.path, root, field="spec.path", setting=SINK_ROOT_SETTING)
         try:
             count = write_atomically(path, value, config.format)
             size = path.stat().st_size

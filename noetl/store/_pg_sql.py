@@ -77,6 +77,11 @@ ON CONFLICT (task_id) DO UPDATE SET
     not_before = excluded.not_before, payload = excluded.payload,
     updated_at = excluded.updated_at
 """
+# The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
+CONSUMED_INPUTS = """
+SELECT d.id, d.e FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
+WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e)
+"""
 DELETE_ALL_INPUTS = """
 DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE i.id = d.id AND i.execution_id = d.e
@@ -104,10 +109,10 @@ SELECT_EVENTS = (
 EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
 # The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
 # lease them. The token grows by one per claim. Every queue time is the database's now().
-CLAIM = """
+_CLAIM = """
 WITH picked AS (
     SELECT task_id FROM task_queue
-    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now()
+    WHERE status = 'queued' AND pool = %(pool)s AND not_before <= now(){scope}
     ORDER BY priority DESC, not_before, queue_order
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -118,6 +123,21 @@ UPDATE task_queue t SET
 FROM picked WHERE t.task_id = picked.task_id
 RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worker_id,
           t.priority, t.not_before, t.queue_order, t.task_id, t.execution_id
+"""
+# A claim of any execution's tasks (the hot path: a plain statement, a plain plan), and one
+# of only some executions' (a command working for one execution on a shared database).
+CLAIM = _CLAIM.format(scope="")
+CLAIM_SCOPED = _CLAIM.format(scope=" AND execution_id = ANY(%(executions)s)")
+# The execution and its descendants, nearest first (a depth bound guards against a cycle
+# no code makes).
+FAMILY = """
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = %s
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 """
 # A claimed task that cannot be decoded (a poison message) is done at once and reported
 # failed (fatal), so it goes to the dead-letter queue instead of failing every claim.
@@ -179,12 +199,23 @@ WITH reports AS (
 )
 SELECT task_id FROM done
 """
-REAP = """
+# Leased tasks handed back by their holder (a worker stopping at once): queued again in
+# their old place (not_before kept: they were due already), with lease_token kept (the next
+# claim raises it, fencing the old holder off).
+RELEASE = """
+UPDATE task_queue t SET
+    status = CASE WHEN t.cancel_requested THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = now()
+FROM unnest(%b::text[], %b::bigint[]) AS r(task_id, token)
+WHERE t.task_id = r.task_id AND t.lease_token = r.token AND t.status = 'leased'
+RETURNING t.task_id
+"""
+_REAP = """
 WITH expired AS (
     SELECT task_id FROM task_queue
-    WHERE status = 'leased' AND lease_expires_at < now()
+    WHERE status = 'leased' AND lease_expires_at < now(){scope}
     ORDER BY lease_expires_at, queue_order
-    LIMIT %s
+    LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 ), marked AS (
     UPDATE task_queue t SET status = 'expired', updated_at = now()
@@ -200,6 +231,8 @@ WITH expired AS (
 )
 SELECT id FROM posted
 """
+REAP = _REAP.format(scope="")
+REAP_SCOPED = _REAP.format(scope=" AND execution_id = ANY(%(executions)s)")
 TIME_COLUMNS = frozenset({"lease_expires_at", "not_before"})
 SELECT_TASK = "SELECT {} FROM task_queue WHERE task_id = %s".format(
     ", ".join(f"{c}::text" if c == "payload" else c for c in TASK_COLUMNS)
@@ -213,10 +246,10 @@ WITH posted AS (
 )
 SELECT id FROM posted
 """
-CLAIM_INPUTS = """
+_CLAIM_INPUTS = """
 WITH picked AS (
     SELECT id FROM inbox
-    WHERE claimed_until IS NULL OR claimed_until < now()
+    WHERE (claimed_until IS NULL OR claimed_until < now()){scope}
     ORDER BY id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -226,6 +259,8 @@ UPDATE inbox i SET
 FROM picked WHERE i.id = picked.id
 RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
 """
+CLAIM_INPUTS = _CLAIM_INPUTS.format(scope="")
+CLAIM_INPUTS_SCOPED = _CLAIM_INPUTS.format(scope=" AND execution_id = ANY(%(executions)s)")
 PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
 WORKER_COLUMN_LIST = ", ".join(WORKER_COLUMNS)
 UPSERT_WORKER = f"""
@@ -294,9 +329,9 @@ RETURNING 1
 """
 
 # The counts of `Store.stats` (read when the metrics are scraped).
-STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s

@@ -8,7 +8,7 @@ stored state through returned objects).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,10 @@ def loads(text: str) -> Any:
     return json.loads(text)
 
 
+# How an adapter encodes a JSON column: `dumps`, or for PostgreSQL `dumps` with NUL escaped.
+Encode = Callable[[Any], str]
+
+
 @dataclass(frozen=True, slots=True)
 class PreparedAppend:
     """An `Append` validated and encoded once, before any lock or transaction is taken."""
@@ -136,8 +140,9 @@ class PreparedAppend:
         return bool(self.enqueue or self.requeue)
 
 
-def prepare(append: Append) -> PreparedAppend:
-    """Check that the events continue `expected_seq` without gaps and encode them.
+def prepare(append: Append, encode: Encode = dumps) -> PreparedAppend:
+    """Check that the events continue `expected_seq` without gaps and encode them (every
+    JSON column with `encode`).
 
     Raises ValueError for a gap, a repeated or out-of-order seq, or an event or a new task
     of another execution: those are bugs in the caller, not races.
@@ -160,7 +165,7 @@ def prepare(append: Append) -> PreparedAppend:
                 f"not {execution_id}"
             )
         rows.append(
-            (execution_id, event.seq, event.type, event.ts, event.step, dumps(event.payload))
+            (execution_id, event.seq, event.type, event.ts, event.step, encode(event.payload))
         )
     status = None if append.status is None else ExecutionStatus(append.status)
     now = append.now
@@ -171,15 +176,15 @@ def prepare(append: Append) -> PreparedAppend:
         events=rows,
         status=status,
         finished=status is not None and status.terminal,
-        steps=[(execution_id, step, dumps(value), now) for step, value in append.steps.items()],
-        context=None if append.context is None else dumps(append.context),
+        steps=[(execution_id, step, encode(value), now) for step, value in append.steps.items()],
+        context=None if append.context is None else encode(append.context),
         now=now,
-        enqueue=[_task_row(execution_id, item) for item in append.enqueue],
+        enqueue=[_task_row(execution_id, item, encode) for item in append.enqueue],
         requeue=[(item.task_id, item.attempt, item.delay_s) for item in append.requeue],
         cancel_tasks=list(append.cancel_tasks),
         inputs_done=list(append.inputs_done),
-        timers=[(float(timer.delay_s), dumps(timer.payload)) for timer in append.timers],
-        dead_letters=[_dead_letter_row(execution_id, d) for d in append.dead_letters],
+        timers=[(float(timer.delay_s), encode(timer.payload)) for timer in append.timers],
+        dead_letters=[_dead_letter_row(execution_id, d, encode) for d in append.dead_letters],
         dead_letter_status=[
             (message_id, DeadLetterStatus(status).value)
             for message_id, status in append.dead_letter_status.items()
@@ -187,23 +192,23 @@ def prepare(append: Append) -> PreparedAppend:
     )
 
 
-def _dead_letter_row(execution_id: str, entry: DeadLetter) -> DeadLetterRow:
+def _dead_letter_row(execution_id: str, entry: DeadLetter, encode: Encode) -> DeadLetterRow:
     if entry.execution_id != execution_id:
         raise ValueError(
             f"dead letter {entry.message_id} belongs to execution {entry.execution_id}, "
             f"not {execution_id}"
         )
-    return dead_letter_row(entry)
+    return dead_letter_row(entry, encode)
 
 
-def dead_letter_row(entry: DeadLetter) -> DeadLetterRow:
+def dead_letter_row(entry: DeadLetter, encode: Encode = dumps) -> DeadLetterRow:
     """A DeadLetter as a `dlq` row in DLQ_COLUMNS order (JSON columns encoded)."""
     values = {
         "message_id": entry.message_id,
         "execution_id": entry.execution_id,
         "step_id": entry.step,
         "loop_index": entry.loop_index,
-        "loop_key": None if entry.loop_key is None else dumps(entry.loop_key),
+        "loop_key": None if entry.loop_key is None else encode(entry.loop_key),
         "tool_kind": entry.tool_kind,
         "sink_id": entry.sink_id,
         "attempts": entry.attempts,
@@ -213,9 +218,9 @@ def dead_letter_row(entry: DeadLetter) -> DeadLetterRow:
         "last_stack": entry.last_stack,
         "first_seen": entry.first_seen,
         "last_seen": entry.last_seen,
-        "payload": dumps(entry.payload),
+        "payload": encode(entry.payload),
         "context_excerpt": entry.context_excerpt,
-        "task": dumps(entry.task),
+        "task": encode(entry.task),
         "status": DeadLetterStatus(entry.status).value,
         "replays": entry.replays,
         "discard_reason": entry.discard_reason,
@@ -269,7 +274,9 @@ def dead_letter_from_row(row: Sequence[Any]) -> DeadLetter:
     )
 
 
-def prepare_initial(record: ExecutionRecord, initial: Append | None) -> PreparedAppend | None:
+def prepare_initial(
+    record: ExecutionRecord, initial: Append | None, encode: Encode = dumps
+) -> PreparedAppend | None:
     """`prepare` the initial append of a new execution (it must be for that execution)."""
     if initial is None:
         return None
@@ -277,7 +284,7 @@ def prepare_initial(record: ExecutionRecord, initial: Append | None) -> Prepared
         raise ValueError(
             f"the initial append is for execution {initial.execution_id}, not {record.execution_id}"
         )
-    return prepare(initial)
+    return prepare(initial, encode)
 
 
 def stale(item: PreparedAppend, current: int) -> ConcurrencyError:
@@ -289,15 +296,41 @@ def stale(item: PreparedAppend, current: int) -> ConcurrencyError:
     )
 
 
-def stale_all(stale_items: Sequence[tuple[PreparedAppend, int]]) -> ConcurrencyError:
-    """One error naming every stale append of a commit (the first one in the message)."""
-    first = stale(*stale_items[0])
-    more = len(stale_items) - 1
-    text = f"{first}" + (f" (and {more} more executions)" if more else "")
-    return ConcurrencyError(text, [item.execution_id for item, _ in stale_items])
+def stale_all(
+    stale_items: Sequence[tuple[PreparedAppend, int]],
+    consumed: Sequence[tuple[int, str]] = (),
+) -> ConcurrencyError:
+    """One error naming every stale append of a commit (the first one in the message) and
+    every input another commit consumed already (`consumed`: (input id, execution id))."""
+    executions = list(dict.fromkeys([item.execution_id for item, _ in stale_items]))
+    texts = []
+    if stale_items:
+        texts.append(str(stale(*stale_items[0])))
+    if consumed:
+        first = consumed[0][1]
+        ids = ", ".join(str(i) for i, e in consumed if e == first)
+        texts.append(
+            f"execution {first}: input {ids} was consumed by another commit (decided elsewhere)"
+        )
+        executions += [e for _, e in consumed if e not in executions]
+    more = len(executions) - 1
+    text = "; ".join(texts) + (f" (and {more} more executions)" if more else "")
+    return ConcurrencyError(text, executions, sorted({i for i, _ in consumed}))
 
 
-def _task_row(execution_id: str, item: Enqueue) -> TaskRow:
+def inputs_to_check(prepared: Sequence[PreparedAppend]) -> list[tuple[int, str]]:
+    """The (input id, execution id) pairs a commit must find in the inbox: the inputs
+    consumed by appends that record events (an input is decided once; an append without
+    events may name inputs already gone)."""
+    return [
+        (input_id, item.execution_id)
+        for item in prepared
+        if item.events
+        for input_id in item.inputs_done
+    ]
+
+
+def _task_row(execution_id: str, item: Enqueue, encode: Encode) -> TaskRow:
     task = item.task
     if task.execution_id != execution_id:
         raise ValueError(
@@ -310,7 +343,7 @@ def _task_row(execution_id: str, item: Enqueue) -> TaskRow:
         item.pool,
         item.priority,
         task.attempt,
-        dumps({**task.to_dict(), "solo": True} if item.solo else task.to_dict()),
+        encode({**task.to_dict(), "solo": True} if item.solo else task.to_dict()),
         item.delay_s,
     )
 
@@ -323,8 +356,8 @@ def event_from_row(execution_id: str, row: tuple[Any, ...]) -> Event:
     )
 
 
-def record_to_row(record: ExecutionRecord) -> dict[str, Any]:
-    """The `execution` columns for a new record (JSON columns encoded)."""
+def record_to_row(record: ExecutionRecord, encode: Encode = dumps) -> dict[str, Any]:
+    """The `execution` columns for a new record (JSON columns encoded with `encode`)."""
     if record.last_seq != 0:
         raise ValueError(
             f"a new execution starts at last_seq 0, got {record.last_seq} for {record.execution_id}"
@@ -335,7 +368,7 @@ def record_to_row(record: ExecutionRecord) -> dict[str, Any]:
         "playbook_path": record.playbook_path,
         "playbook_text": record.playbook_text,
         "status": ExecutionStatus(record.status).value,
-        "context": dumps(record.context),
+        "context": encode(record.context),
         "parent_execution_id": record.parent_execution_id,
         "last_seq": 0,
         "created_at": record.created_at,
@@ -449,3 +482,24 @@ def check_worker(record: WorkerRecord) -> None:
 def check_channel(channel: str) -> None:
     if channel not in CHANNELS:
         raise ValueError(f"unknown channel {channel!r}; expected one of {', '.join(CHANNELS)}")
+
+
+def family(root: str, parents: Iterable[tuple[str, str | None]]) -> list[str]:
+    """`root` and its descendants, given every (execution id, parent id); [] when `root`
+    is not among them. Breadth first, `root` first."""
+    children: dict[str, list[str]] = {}
+    known: set[str] = set()
+    for execution_id, parent in parents:
+        known.add(execution_id)
+        if parent is not None:
+            children.setdefault(parent, []).append(execution_id)
+    if root not in known:
+        return []
+    out = [root]
+    seen = {root}
+    for current in out:  # grows while it is walked
+        for child in children.get(current, ()):
+            if child not in seen:
+                seen.add(child)
+                out.append(child)
+    return out

@@ -10,11 +10,13 @@ SQLite's `julianday('now')`, whose milliseconds tie too often to order a queue b
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
+from noetl.store._holders import LocalHolders, parse, process_gone
 from noetl.store._rows import (
     TASK_COLUMNS,
     WORKER_COLUMNS,
@@ -80,9 +82,22 @@ _INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
 
 _READY = """
 SELECT task_id, attempt, lease_token, payload, not_before, execution_id FROM task_queue
-WHERE pool = ? AND status = 'queued' AND not_before <= ?
+WHERE pool = ? AND status = 'queued' AND not_before <= ?{scope}
 ORDER BY priority DESC, not_before, rowid
 LIMIT ?
+"""
+# Only rows of the executions given as a JSON list (a scoped claim, reap or input claim).
+_SCOPE = " AND execution_id IN (SELECT value FROM json_each(?))"
+# The execution and its descendants, nearest first (a depth bound guards against a cycle
+# no code makes).
+FAMILY = """
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = ?
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 """
 _LEASE = """
 UPDATE task_queue SET
@@ -93,9 +108,16 @@ _HELD = """
 SELECT execution_id, cancel_requested FROM task_queue
 WHERE task_id = ? AND lease_token = ? AND status = 'leased'
 """
+# ?1 now ?2 task_id ?3 token: a leased task handed back by its holder.
+_RELEASE = """
+UPDATE task_queue SET
+    status = CASE cancel_requested WHEN 1 THEN 'canceled' ELSE 'queued' END,
+    worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
+WHERE task_id = ?2 AND lease_token = ?3 AND status = 'leased'
+"""
 _EXPIRED = """
 SELECT task_id, execution_id, attempt, worker_id FROM task_queue
-WHERE status = 'leased' AND lease_expires_at < ?
+WHERE status = 'leased' AND lease_expires_at < ?{scope}
 ORDER BY lease_expires_at, rowid
 LIMIT ?
 """
@@ -107,7 +129,7 @@ _INSERT_TIMER = (
 )
 _FREE_INPUTS = """
 SELECT id, execution_id, kind, payload, created_at FROM inbox
-WHERE claimed_until IS NULL OR claimed_until < ?
+WHERE (claimed_until IS NULL OR claimed_until < ?){scope}
 ORDER BY id
 LIMIT ?
 """
@@ -155,12 +177,26 @@ def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
 # --- the task queue -----------------------------------------------------------------------
 
 
+def _scoped(query: str, executions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
+    """The query with its scope filter (and the filter's parameter), or without."""
+    if executions is None:
+        return query.format(scope=""), ()
+    return query.format(scope=_SCOPE), (json.dumps(sorted(executions)),)
+
+
 def claim(
-    conn: sqlite3.Connection, worker_id: str, pool: str, limit: int, lease_s: float
+    conn: sqlite3.Connection,
+    worker_id: str,
+    pool: str,
+    limit: int,
+    lease_s: float,
+    *,
+    executions: Collection[str] | None = None,
 ) -> list[Lease]:
     now = db_now(conn)
     expires = now + lease_s
-    ready = conn.execute(_READY, (pool, now, limit)).fetchall()
+    query, scope = _scoped(_READY, executions)
+    ready = conn.execute(query, (pool, now, *scope, limit)).fetchall()
     leases = []
     for task_id, attempt, token, payload, not_before, execution_id in ready:
         conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
@@ -210,6 +246,17 @@ def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -
     return True
 
 
+def release(conn: sqlite3.Connection, held: Sequence[tuple[str, int]]) -> set[str]:
+    """Queue the held tasks again in their old place (canceled when their execution asked
+    them to stop); the ids released."""
+    now = db_now(conn)
+    released: set[str] = set()
+    for task_id, token in held:
+        if conn.execute(_RELEASE, (now, task_id, token)).rowcount:
+            released.add(task_id)
+    return released
+
+
 def mark_done(conn: sqlite3.Connection, task_id: str, token: int) -> bool:
     """The holder's task is done (no inbox input: its outcome was decided already)."""
     if conn.execute(_HELD, (task_id, token)).fetchone() is None:
@@ -255,10 +302,15 @@ def lease_ids(
     return leases
 
 
-def reap_expired(conn: sqlite3.Connection, limit: int) -> int:
+def reap_expired(
+    conn: sqlite3.Connection, limit: int, executions: Collection[str] | None = None
+) -> int:
     now = db_now(conn)
     columns = ("task_id", "execution_id", "attempt", "worker_id")
-    rows = [dict(zip(columns, row, strict=True)) for row in conn.execute(_EXPIRED, (now, limit))]
+    query, scope = _scoped(_EXPIRED, executions)
+    rows = [
+        dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
+    ]
     conn.executemany(
         "UPDATE task_queue SET status = 'expired', updated_at = ? WHERE task_id = ?",
         [(now, row["task_id"]) for row in rows],
@@ -289,17 +341,66 @@ def post_input(conn: sqlite3.Connection, execution_id: str, kind: InputKind, pay
     return cursor.lastrowid
 
 
-def claim_inputs(conn: sqlite3.Connection, owner: str, limit: int, lease_s: float) -> list[Input]:
+def claim_inputs(
+    conn: sqlite3.Connection,
+    owner: str,
+    limit: int,
+    lease_s: float,
+    executions: Collection[str] | None = None,
+) -> list[Input]:
     now = db_now(conn)
     columns = ("id", "execution_id", "kind", "payload", "created_at")
+    query, scope = _scoped(_FREE_INPUTS, executions)
     rows = [
-        dict(zip(columns, row, strict=True)) for row in conn.execute(_FREE_INPUTS, (now, limit))
+        dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
     ]
     conn.executemany(
         "UPDATE inbox SET claimed_by = ?, claimed_until = ? WHERE id = ?",
         [(owner, now + lease_s, row["id"]) for row in rows],
     )
     return [input_from_row(row) for row in rows]
+
+
+# Inputs held (hold not expired) under a holder's token; timers are held by 'timer'.
+_HOLDERS = """
+SELECT DISTINCT claimed_by FROM inbox
+WHERE claimed_until > ? AND claimed_by IS NOT NULL AND claimed_by <> 'timer'
+"""
+
+
+def orphaned_holders(conn: sqlite3.Connection, local: LocalHolders) -> list[str]:
+    """Tokens of holders that hold inputs and are gone (closed, or their process ended)."""
+    tokens = [row[0] for row in conn.execute(_HOLDERS, (db_now(conn),))]
+    return [
+        token
+        for token in tokens
+        if (holder := parse(token)) is not None and process_gone(holder, local)
+    ]
+
+
+def release_inputs(conn: sqlite3.Connection, tokens: Sequence[str]) -> int:
+    """Free the inputs the (gone) holders `tokens` hold."""
+    marks = ", ".join("?" * len(tokens))
+    cursor = conn.execute(
+        "UPDATE inbox SET claimed_by = NULL, claimed_until = NULL "
+        f"WHERE claimed_until > ? AND claimed_by IN ({marks})",
+        (db_now(conn), *tokens),
+    )
+    return cursor.rowcount
+
+
+def consumed_inputs(
+    conn: sqlite3.Connection, pairs: Sequence[tuple[int, str]]
+) -> list[tuple[int, str]]:
+    """The (input id, execution id) pairs that are no longer in the inbox."""
+    return [
+        (input_id, execution_id)
+        for input_id, execution_id in pairs
+        if conn.execute(
+            "SELECT 1 FROM inbox WHERE id = ? AND execution_id = ?", (input_id, execution_id)
+        ).fetchone()
+        is None
+    ]
 
 
 # --- playbooks and workers --------------------------------------------------------------------
@@ -368,9 +469,9 @@ def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
     return [worker_from_row(row) for row in rows]
 
 
-_STATS_RUNNING = """
-SELECT playbook_name, count(*), min(updated_at) FROM execution
-WHERE status = 'running' GROUP BY playbook_name
+_STATS_EXECUTIONS = """
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
 """
 _STATS_PARKED = """
 SELECT e.playbook_name, count(*) FROM step_state s
@@ -392,11 +493,18 @@ _STATS_INPUTS = (
 def stats(conn: sqlite3.Connection) -> StoreStats:
     """The counts of `Store.stats`."""
     now = db_now(conn)
-    running = {name: (count, oldest) for name, count, oldest in conn.execute(_STATS_RUNNING)}
+    executions: dict[tuple[str, str], int] = {}
+    running: dict[str, tuple[int, float]] = {}
+    for name, status, count, oldest in conn.execute(_STATS_EXECUTIONS):
+        executions[(name, status)] = count
+        if status == "running":
+            running[name] = (count, oldest)
     parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
     tasks = {
         (pool, status): (count, oldest)
         for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
     }
     count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
-    return StoreStats(running=running, parked=parked, tasks=tasks, inputs=(count, oldest))
+    return StoreStats(
+        running=running, parked=parked, tasks=tasks, inputs=(count, oldest), executions=executions
+    )

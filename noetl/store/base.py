@@ -8,7 +8,7 @@ gapless), and the projections (execution row, step states) are updated together.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -22,15 +22,20 @@ if TYPE_CHECKING:
 
 
 class ConcurrencyError(NoetlError):
-    """Another writer appended to the execution first (expected sequence did not match).
+    """Another writer appended to the execution first (expected sequence did not match),
+    or another commit consumed an input this one decided on.
 
-    `execution_ids` names the executions whose expected sequence did not match (every one
-    of a commit, where the adapter can tell), so a batch can be committed again without
-    them."""
+    `execution_ids` names the executions whose append was refused (every one of a commit,
+    where the adapter can tell), so a batch can be committed again without them;
+    `input_ids` the inputs another commit consumed already: they were decided elsewhere
+    and must not be decided again."""
 
-    def __init__(self, message: str, execution_ids: Sequence[str] = ()) -> None:
+    def __init__(
+        self, message: str, execution_ids: Sequence[str] = (), input_ids: Sequence[int] = ()
+    ) -> None:
         super().__init__(message)
         self.execution_ids = tuple(execution_ids)
+        self.input_ids = tuple(input_ids)
 
 
 class NotFoundError(NoetlError):
@@ -252,6 +257,25 @@ class Input:
     created_at: float
 
 
+class InputHolder(Protocol):
+    """An orchestrator's standing as a holder of inbox inputs (`Store.open_holder`).
+
+    The inputs it claims with its `token` are its own until their hold expires, or until
+    it is gone: then any orchestrator's `release_orphaned_inputs` frees them at once."""
+
+    @property
+    def token(self) -> str:
+        """The owner to give `claim_inputs`; no other holder ever has it (a process that
+        restarts with the same owner name gets a new one)."""
+
+    def alive(self) -> bool:
+        """False once this holder is known gone (closed; PostgreSQL: its session ended).
+        A gone holder's token must not claim again: open a new holder."""
+
+    def close(self) -> None:
+        """Stop holding: what it holds is freed by the next `release_orphaned_inputs`."""
+
+
 @dataclass(frozen=True, slots=True)
 class PlaybookRecord:
     """A registered playbook version."""
@@ -282,12 +306,15 @@ class StoreStats:
     them (when the least recently progressed one last committed). `parked`: parked steps
     of running executions by playbook name. `tasks`: queued and leased tasks by (pool,
     status), with, for queued tasks, the oldest `not_before` among the due ones (None if
-    none is due). `inputs`: inbox rows, and the oldest one's `created_at`."""
+    none is due). `inputs`: inbox rows, and the oldest one's `created_at`. `executions`:
+    every execution by (playbook name, status), whoever committed its start or its end (a
+    server, a worker's continuation, another server)."""
 
     running: Mapping[str, tuple[int, float]] = field(default_factory=dict)
     parked: Mapping[str, int] = field(default_factory=dict)
     tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
     inputs: tuple[int, float | None] = (0, None)
+    executions: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
 
 class Store(Protocol):
@@ -320,6 +347,11 @@ class Store(Protocol):
         if any expected_seq does not match the stored last sequence, NotFoundError if an
         execution does not exist, ValueError if events do not continue expected_seq
         gaplessly. A given status sets `finished_at` to `now` when terminal, else clears it.
+
+        Inputs are consumed once: an append WITH events whose `inputs_done` names an input
+        that is no longer in the inbox (another commit consumed it: the same input was
+        decided twice) is refused too, ConcurrencyError naming it in `input_ids`. An append
+        without events may name inputs already gone (a retried commit, dropped inputs).
         """
 
     def load_events(
@@ -330,6 +362,10 @@ class Store(Protocol):
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         """The execution row, or None."""
+
+    def execution_family(self, execution_id: str) -> list[str]:
+        """The execution and its descendants (children started by its `playbook` steps,
+        their children, ...): the ids, the execution's first; [] when it does not exist."""
 
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
@@ -343,11 +379,19 @@ class Store(Protocol):
     # --- the task queue (distributed mode) ---------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
         """Lease up to `limit` queued tasks of `pool` whose not_before has passed, highest
         priority first, then oldest; the expiry is computed by the database clock. Safe
-        under concurrency: a task is leased by one worker at a time."""
+        under concurrency: a task is leased by one worker at a time. With `executions`,
+        only tasks of those executions (a command working for one execution on a shared
+        database never takes another's)."""
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease; a stale token (or a task no longer leased) changes nothing."""
@@ -379,14 +423,23 @@ class Store(Protocol):
         None (nothing written) when the token is not current; ConcurrencyError (nothing
         written, the task still leased) when `append.expected_seq` is stale."""
 
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Hand leased tasks back to the queue at once (a worker that stops without
+        finishing them): each (task_id, token) whose lease is current is queued again in
+        its old place (it was due already), with no holder, its attempt and fencing token
+        as they were (so the next claim raises the token, and the old holder's heartbeats
+        and results are refused);
+        one whose execution asked it to stop is canceled instead. A stale token changes
+        nothing. Returns the ids handed back (or canceled); wakes the workers."""
+
     def maintain(self) -> None:
         """Housekeeping of the queue tables, cheap enough to call every few seconds
         (PostgreSQL: vacuum the queue and the inbox, whose rows are rewritten at a high
         rate, so claims stay as fast as on a fresh table). A no-op where not needed."""
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Mark leased tasks whose lease ran out (database clock) as expired and add a
-        LEASE_EXPIRED input for each; returns how many."""
+        LEASE_EXPIRED input for each (with `executions`: only theirs); returns how many."""
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         """A task_queue row as a dict (status, attempt, lease_token, worker_id, ...)."""
@@ -396,9 +449,35 @@ class Store(Protocol):
     def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
         """Add an input for the orchestrator; returns its id."""
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Take up to `limit` inputs nobody holds (or whose hold expired), oldest first,
-        holding them for `lease_s`. Inputs are deleted by a commit's `inputs_done`."""
+        holding them for `lease_s` (with `executions`: only theirs). Inputs are deleted by
+        a commit's `inputs_done`.
+        `owner` is a holder's token (`open_holder`; PostgreSQL then claims on the holder's
+        own session, so a holder whose session ended cannot claim), or any other name,
+        whose holds only expire."""
+
+    def open_holder(self, owner: str) -> InputHolder:
+        """Become a holder of inbox inputs, named `owner` for people (`host:pid`), for as
+        long as this process lives (PostgreSQL: as long as the holder's own session does;
+        it is closed by `close` or by `Store.close`)."""
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs still held by holders that are gone, so any orchestrator can
+        claim them at once instead of waiting for their hold to expire; returns how many.
+
+        Gone means closed, or (PostgreSQL) its session ended: the process died, its
+        connection was lost, the database restarted; (SQLite) its process on this machine
+        ended. A holder that is alive but slow keeps its inputs until the hold expires;
+        and should one be taken from a holder still deciding them (its session was lost),
+        `commit` refuses the second decision of any of them."""
 
     # --- the dead-letter queue ---------------------------------------------------------
 

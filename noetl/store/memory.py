@@ -11,10 +11,11 @@ import dataclasses
 import itertools
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._rows import (
     CHANNELS,
@@ -28,7 +29,9 @@ from noetl.store._rows import (
     dumps,
     event_from_row,
     expired_payload,
+    family,
     input_from_row,
+    inputs_to_check,
     lease_from_row,
     loads,
     prepare,
@@ -84,6 +87,8 @@ class MemoryStore:
         self.tokens = MemoryTokens(auth_lock)
         self.sessions = MemorySessions(auth_lock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
+        # Tokens of the input holders open on this store (all of them live in this process).
+        self._holders = LocalHolders()
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
@@ -130,8 +135,13 @@ class MemoryStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = [
+            (input_id, execution_id)
+            for input_id, execution_id in inputs_to_check(prepared)
+            if self._inbox.get(input_id, {}).get("execution_id") != execution_id
+        ]
+        if behind or consumed:
+            raise stale_all(behind, consumed)
 
     def _apply(self, item: PreparedAppend, now: float) -> None:
         row = self._executions[item.execution_id]
@@ -237,6 +247,11 @@ class MemoryStore:
             row = self._executions.get(execution_id)
             return None if row is None else record_from_row(row)
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        with self._lock:
+            parents = [(e, row["parent_execution_id"]) for e, row in self._executions.items()]
+        return family(execution_id, parents)
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -261,9 +276,16 @@ class MemoryStore:
     # --- the task queue ------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to `limit` ready tasks of `pool`: priority DESC, not_before, insertion."""
+        """Lease up to `limit` ready tasks of `pool` (of `executions`, when given):
+        priority DESC, not_before, insertion."""
         check_page(limit)
         with self._lock:
             now = time.time()
@@ -273,6 +295,7 @@ class MemoryStore:
                 if row["pool"] == pool
                 and row["status"] == TaskStatus.QUEUED
                 and row["not_before"] <= now
+                and (executions is None or row["execution_id"] in executions)
             ]
             ready.sort(key=lambda row: (-row["priority"], row["not_before"], row["order"]))
             leases = []
@@ -314,21 +337,25 @@ class MemoryStore:
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
         """Mark the task done and post its OUTCOME input, for the current holder only."""
-        payload = dumps(outcome)
-        with self._lock:
-            row = self._held(task_id, token)
-            if row is None:
-                return False
-            row["status"] = TaskStatus.DONE
-            self._add_input(row["execution_id"], InputKind.OUTCOME, payload, time.time())
-        self._notify("inputs")
-        return True
+        return bool(self.complete_many([(task_id, token, outcome)]))
 
     def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
-        """`complete` for each report; the accepted task ids."""
-        return {
-            task_id for task_id, token, outcome in reports if self.complete(task_id, token, outcome)
-        }
+        """`complete` for each report, all or none (every outcome is encoded before any is
+        written, as in one transaction); the accepted task ids."""
+        payloads = [(task_id, token, dumps(outcome)) for task_id, token, outcome in reports]
+        accepted: set[str] = set()
+        with self._lock:
+            now = time.time()
+            for task_id, token, payload in payloads:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                row["status"] = TaskStatus.DONE
+                self._add_input(row["execution_id"], InputKind.OUTCOME, payload, now)
+                accepted.add(task_id)
+        if accepted:
+            self._notify("inputs")
+        return accepted
 
     def complete_and_commit(
         self,
@@ -371,7 +398,26 @@ class MemoryStore:
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        released: set[str] = set()
+        with self._lock:
+            for task_id, token in held:
+                row = self._held(task_id, token)
+                if row is None:
+                    continue
+                canceled = row["cancel_requested"]
+                row.update(
+                    status=TaskStatus.CANCELED if canceled else TaskStatus.QUEUED,
+                    worker_id=None,
+                    lease_expires_at=None,
+                )
+                released.add(task_id)
+        if released:
+            self._notify("tasks")
+        return released
+
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
         with self._lock:
@@ -379,7 +425,9 @@ class MemoryStore:
             expired = [
                 row
                 for row in self._tasks.values()
-                if row["status"] == TaskStatus.LEASED and row["lease_expires_at"] < now
+                if row["status"] == TaskStatus.LEASED
+                and row["lease_expires_at"] < now
+                and (executions is None or row["execution_id"] in executions)
             ]
             expired.sort(key=lambda row: (row["lease_expires_at"], row["order"]))
             for row in expired[:limit]:
@@ -422,7 +470,14 @@ class MemoryStore:
         self._notify("inputs")
         return input_id
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Hold up to `limit` free (or no longer held) inputs for `lease_s`, oldest first."""
         check_page(limit)
         taken: list[Input] = []
@@ -431,10 +486,34 @@ class MemoryStore:
             for row in self._inbox.values():
                 if len(taken) >= limit:
                     break
+                if executions is not None and row["execution_id"] not in executions:
+                    continue
                 if row["claimed_until"] is None or row["claimed_until"] < now:
                     row.update(claimed_by=owner, claimed_until=now + lease_s)
                     taken.append(input_from_row(row))
         return taken
+
+    def open_holder(self, owner: str) -> LocalHolder:
+        """A holder of inputs; gone once closed (the store lives in this process only)."""
+        return LocalHolder(self._holders, owner)
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs held by closed holders."""
+        freed = 0
+        with self._lock:
+            now = time.time()
+            for row in self._inbox.values():
+                token = row["claimed_by"]
+                if (
+                    (row["claimed_until"] or 0) > now
+                    and token not in self._holders
+                    and parse(token) is not None
+                ):
+                    row.update(claimed_by=None, claimed_until=None)
+                    freed += 1
+        if freed:
+            self._notify("inputs")
+        return freed
 
     # --- the dead-letter queue -----------------------------------------------------------
 
@@ -575,12 +654,15 @@ class MemoryStore:
         running: dict[str, tuple[int, float]] = {}
         parked: dict[str, int] = {}
         tasks: dict[tuple[str, str], tuple[int, float | None]] = {}
+        executions: dict[tuple[str, str], int] = {}
         with self._lock:
             now = time.time()
             for execution_id, row in self._executions.items():
+                name = row["playbook_name"]
+                key = (name, row["status"])
+                executions[key] = executions.get(key, 0) + 1
                 if row["status"] != ExecutionStatus.RUNNING.value:
                     continue
-                name = row["playbook_name"]
                 count, oldest = running.get(name, (0, row["updated_at"]))
                 running[name] = (count + 1, min(oldest, row["updated_at"]))
                 steps = self._steps.get(execution_id, {}).values()
@@ -603,7 +685,9 @@ class MemoryStore:
                 if not (row["kind"] == InputKind.TIMER and (row["claimed_until"] or 0) > now)
             ]
         inputs = (len(created), min(created) if created else None)
-        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
+        return StoreStats(
+            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
+        )
 
     def close(self) -> None:
         """Nothing to release."""

@@ -10,8 +10,10 @@ come from the database clock. Commits that queue tasks `NOTIFY noetl_tasks`, new
 plain timeout (the caller polls) while it cannot.
 
 Times are stored as timestamptz (microseconds) and handed out as epoch seconds. JSON
-columns are JSONB: key order of stored objects is not kept, equality is; NaN and "\u0000"
-cannot be stored (ValueError, nothing written).
+columns are JSONB: key order of stored objects is not kept, equality is; NaN and Infinity
+cannot be stored (ValueError, nothing written). NUL characters, which neither JSONB nor
+text can hold, are stored escaped and read back as they were (`noetl.store._pg_nul`), in
+keys and values of every JSON column and in the free text of dead letters.
 
 Errors: anything operational (server down, connection refused or lost, bad password, a
 pool with no free connection) becomes StoreUnavailableError naming host, port and
@@ -26,7 +28,7 @@ import logging
 import os
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.engine.types import Event, ExecutionStatus
@@ -41,15 +44,17 @@ from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_auth import PgSessions, PgTokens
+from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
+from noetl.store._pg_nul import json_in, json_out, jsonb_loads, pg_dumps
 from noetl.store._rows import (
     TASK_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
     check_worker,
-    dumps,
     input_from_row,
+    inputs_to_check,
     lease_from_row,
     prepare,
     prepare_initial,
@@ -93,6 +98,12 @@ RECONNECT_S = 5.0
 # one idle for longer is checked on checkout (it may have died with a server restart).
 FRESH_S = 1.0
 _last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
+
+
+def _configure(conn: Any) -> None:
+    """Each pooled connection reads `jsonb` with NUL characters restored (only the store's
+    own connections: the postgres tool's users get psycopg's usual loader)."""
+    set_json_loads(jsonb_loads, conn)
 
 
 def _check_if_idle(conn: Any) -> None:
@@ -323,6 +334,7 @@ class PostgresStore:
             open=False,
             name="noetl",
             kwargs={"autocommit": True},
+            configure=_configure,
             # A connection the server dropped (restart, failover) is replaced on checkout.
             check=_check_if_idle,
             timeout=timeout,
@@ -341,6 +353,9 @@ class PostgresStore:
                 retryable=True,
             ) from None
         self._listener = Listener(self._conninfo)
+        # Input holders opened on this store, by token (kept when closed: a closed
+        # holder's token must not claim through the pool either).
+        self._holders: dict[str, PgHolder] = {}
         self.tokens = PgTokens(self._connection, self._transaction)
         self.sessions = PgSessions(self._connection, self._transaction)
 
@@ -407,12 +422,12 @@ class PostgresStore:
     ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
-        row = record_to_row(record)
+        row = record_to_row(record, pg_dumps)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
                 row[column] = _ts(row[column])
         row["compiled"] = compiled
-        prepared = prepare_initial(record, initial)
+        prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
                 if conn.execute(sql.INSERT_EXECUTION, row).fetchone() is None:
@@ -424,7 +439,7 @@ class PostgresStore:
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
-        prepared = [prepare(append) for append in appends]
+        prepared = [prepare(append, pg_dumps) for append in appends]
         if not prepared:
             return
         with self._connection() as conn, conn.pipeline():
@@ -437,7 +452,7 @@ class PostgresStore:
         """`complete` for every report in one statement; the accepted task ids."""
         if not reports:
             return set()
-        columns = _columns([(task_id, token, dumps(o)) for task_id, token, o in reports])
+        columns = _columns([(task_id, token, pg_dumps(o)) for task_id, token, o in reports])
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE_MANY, columns)
@@ -456,7 +471,7 @@ class PostgresStore:
     ) -> list[Lease] | None:
         """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
         transaction of two round trips (see `Store.complete_and_commit`)."""
-        prepared = prepare(append)
+        prepared = prepare(append, pg_dumps)
         rows: list[tuple[Any, ...]] = []
         try:
             with self._connection() as conn, conn.pipeline():
@@ -479,7 +494,7 @@ class PostgresStore:
         return [
             lease_from_row(
                 {
-                    "payload": payload,
+                    "payload": json_out(payload),
                     "attempt": attempt,
                     "lease_token": lease_token,
                     "lease_expires_at": _epoch(expires),
@@ -503,6 +518,10 @@ class PostgresStore:
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
         locked = conn.execute(sql.LOCK_EXECUTIONS, (ids,))
+        # Under the same locks (every commit that consumes an execution's inputs holds
+        # it), the inputs decided on that another commit consumed already; same round trip.
+        check = inputs_to_check(prepared)
+        missing = conn.execute(sql.CONSUMED_INPUTS, _columns(check)) if check else None
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -514,8 +533,9 @@ class PostgresStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
+        if behind or consumed:
+            raise stale_all(behind, consumed)
         with conn.cursor() as cur:
             self._write(cur, prepared)
 
@@ -607,6 +627,10 @@ class PostgresStore:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        with self._connection() as conn:
+            return [row[0] for row in conn.execute(sql.FAMILY, (execution_id,)).fetchall()]
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -636,15 +660,30 @@ class PostgresStore:
     # --- the task queue ------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to `limit` due tasks of `pool`, best first, in one statement."""
+        """Lease up to `limit` due tasks of `pool` (of `executions`, when given), best
+        first, in one statement."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return []
-        params = {"pool": pool, "limit": limit, "worker_id": worker_id, "lease_s": float(lease_s)}
+        params: dict[str, Any] = {
+            "pool": pool,
+            "limit": limit,
+            "worker_id": worker_id,
+            "lease_s": float(lease_s),
+        }
+        statement = sql.CLAIM
+        if executions is not None:
+            statement, params["executions"] = sql.CLAIM_SCOPED, sorted(executions)
         with self._connection() as conn:
-            rows = conn.execute(sql.CLAIM, params).fetchall()
+            rows = conn.execute(statement, params).fetchall()
         # RETURNING does not keep the order of the inner SELECT.
         rows.sort(key=lambda row: (-row[5], row[6], row[7]))
         leases: list[Lease] = []
@@ -652,7 +691,7 @@ class PostgresStore:
         for payload, attempt, token, expires, holder, _, not_before, _, task_id, _ in rows:
             lease = try_lease(
                 {
-                    "payload": payload,
+                    "payload": json_out(payload),
                     "attempt": attempt,
                     "lease_token": token,
                     "lease_expires_at": _epoch(expires),
@@ -663,7 +702,7 @@ class PostgresStore:
             if isinstance(lease, Lease):
                 leases.append(lease)
             else:
-                poisoned.append((task_id, token, undecodable_outcome(task_id, lease)))
+                poisoned.append((task_id, token, json_in(undecodable_outcome(task_id, lease))))
         if poisoned:
             self._report_poisoned(poisoned)
         return leases
@@ -683,12 +722,22 @@ class PostgresStore:
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
         """With the current token: mark the task done and post its outcome, atomically."""
-        payload = dumps(outcome)
+        payload = pg_dumps(outcome)
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE, (task_id, token, payload))
                 conn.execute(_NOTIFY_INPUTS)
             return done.fetchone() is not None
+
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once, in one statement (see `Store.release`)."""
+        if not held:
+            return set()
+        with self._connection() as conn:
+            with conn.pipeline():
+                done = conn.execute(sql.RELEASE, _columns(list(held)))
+                conn.execute(_NOTIFY_TASKS)
+            return {row[0] for row in done.fetchall()}
 
     def maintain(self) -> None:
         """Vacuum the queue and the inbox. Their rows are rewritten row by row (queued,
@@ -699,13 +748,17 @@ class PostgresStore:
         with self._connection() as conn:
             conn.execute(b"VACUUM (SKIP_LOCKED) task_queue, inbox")
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return 0
+        params: dict[str, Any] = {"limit": limit}
+        statement = sql.REAP
+        if executions is not None:
+            statement, params["executions"] = sql.REAP_SCOPED, sorted(executions)
         with self._connection() as conn:
-            reaped = len(conn.execute(sql.REAP, (limit,)).fetchall())
+            reaped = len(conn.execute(statement, params).fetchall())
             if reaped:
                 conn.execute(_NOTIFY_INPUTS)
             return reaped
@@ -718,6 +771,7 @@ class PostgresStore:
         values = dict(zip(TASK_COLUMNS, row, strict=True))
         for column in sql.TIME_COLUMNS:
             values[column] = _epoch_or_none(values[column])
+        values["payload"] = json_out(values["payload"])
         return task_from_row(values)
 
     # --- the inbox -----------------------------------------------------------------------
@@ -725,7 +779,7 @@ class PostgresStore:
     def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
         """Add an input for the orchestrators (and wake them); returns its id.
         NotFoundError if the execution does not exist."""
-        values = (InputKind(kind).value, dumps(payload), execution_id)
+        values = (InputKind(kind).value, pg_dumps(payload), execution_id)
         with self._connection() as conn:
             with conn.pipeline():
                 posted = conn.execute(sql.POST_INPUT, values)
@@ -760,7 +814,7 @@ class PostgresStore:
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         with self._connection() as conn:
             with conn.transaction():
-                posted = dlq.post_replay(conn, message_id, dumps(payload))
+                posted = dlq.post_replay(conn, message_id, pg_dumps(payload))
             if posted:
                 conn.execute(_NOTIFY_INPUTS)
         return posted
@@ -769,20 +823,51 @@ class PostgresStore:
         with self._connection() as conn, conn.transaction():
             return dlq.discard(conn, message_id, reason)
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
-        """Hold up to `limit` free inputs for `lease_s`, oldest first."""
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
+        """Hold up to `limit` free inputs (of `executions`, when given) for `lease_s`,
+        oldest first; a holder's claims run on its own session (`noetl.store._pg_holder`)."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return []
-        params = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
-        with self._connection() as conn:
-            rows = conn.execute(sql.CLAIM_INPUTS, params).fetchall()
+        params: dict[str, Any] = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
+        statement = sql.CLAIM_INPUTS
+        if executions is not None:
+            statement, params["executions"] = sql.CLAIM_INPUTS_SCOPED, sorted(executions)
+        holder = self._holders.get(owner)
+        with self._connection() if holder is None else holder.connection() as conn:
+            rows = conn.execute(statement, params).fetchall()
         rows.sort(key=lambda row: row[0])
         columns = ("id", "execution_id", "kind", "payload", "created_at")
         return [
-            input_from_row(dict(zip(columns, (*row[:4], _epoch(row[4])), strict=True)))
+            input_from_row(
+                dict(zip(columns, (*row[:3], json_out(row[3]), _epoch(row[4])), strict=True))
+            )
             for row in rows
         ]
+
+    def open_holder(self, owner: str) -> PgHolder:
+        """A holder of inputs: a session of its own holding its advisory lock."""
+        holder = PgHolder(self._conninfo, owner, self.target.unavailable)
+        self._holders[holder.token] = holder
+        return holder
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs of holders whose lock is free (their session ended)."""
+        with self._connection() as conn:
+            gone = [row[0] for row in conn.execute(GONE_HOLDERS).fetchall()]
+            if not gone:
+                return 0
+            freed = len(conn.execute(FREE_INPUTS, (gone,)).fetchall())
+            if freed:
+                conn.execute(_NOTIFY_INPUTS)
+        return freed
 
     def wait_for(self, channel: str, timeout: float) -> bool:
         """Sleep until a NOTIFY on `channel` ("tasks" or "inputs") or the timeout."""
@@ -879,10 +964,12 @@ class PostgresStore:
     def stats(self) -> StoreStats:
         """Counts for the metrics exporter (four grouped queries, one connection)."""
         with self._connection() as conn:
-            running = {
-                name: (count, _epoch(oldest))
-                for name, count, oldest in conn.execute(sql.STATS_RUNNING).fetchall()
-            }
+            executions: dict[tuple[str, str], int] = {}
+            running: dict[str, tuple[int, float]] = {}
+            for name, status, count, oldest in conn.execute(sql.STATS_EXECUTIONS).fetchall():
+                executions[(name, status)] = count
+                if status == "running":
+                    running[name] = (count, _epoch(oldest))
             parked = {name: count for name, count in conn.execute(sql.STATS_PARKED).fetchall()}
             tasks = {
                 (pool, status): (count, _epoch_or_none(oldest))
@@ -890,9 +977,13 @@ class PostgresStore:
             }
             row = conn.execute(sql.STATS_INPUTS).fetchone()
         inputs = (0, None) if row is None else (int(row[0]), _epoch_or_none(row[1]))
-        return StoreStats(running=running, parked=parked, tasks=tasks, inputs=inputs)
+        return StoreStats(
+            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
+        )
 
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""
+        for holder in list(self._holders.values()):
+            holder.close()
         self._listener.close()
         self._pool.close()

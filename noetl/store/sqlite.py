@@ -14,7 +14,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from typing import Any
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
+from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
     PreparedAppend,
@@ -30,6 +31,7 @@ from noetl.store._rows import (
     check_worker,
     dumps,
     event_from_row,
+    inputs_to_check,
     loads,
     prepare,
     prepare_initial,
@@ -248,8 +250,9 @@ class SqliteStore:
             if current != item.expected_seq:
                 behind.append((item, current))
             last[item.execution_id] = item.last_seq
-        if behind:
-            raise stale_all(behind)
+        consumed = queue.consumed_inputs(conn, inputs_to_check(prepared))
+        if behind or consumed:
+            raise stale_all(behind, consumed)
 
     @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
@@ -304,6 +307,10 @@ class SqliteStore:
             ).fetchone()
         return None if row is None else _record(row)
 
+    def execution_family(self, execution_id: str) -> list[str]:
+        with self._use() as conn:
+            return [row[0] for row in conn.execute(queue.FAMILY, (execution_id,))]
+
     def list_executions(
         self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
     ) -> list[ExecutionRecord]:
@@ -332,14 +339,21 @@ class SqliteStore:
     # --- the task queue ------------------------------------------------------------------
 
     def claim(
-        self, worker_id: str, *, pool: str = "default", limit: int = 1, lease_s: float = 30.0
+        self,
+        worker_id: str,
+        *,
+        pool: str = "default",
+        limit: int = 1,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
     ) -> list[Lease]:
-        """Lease up to `limit` ready tasks of `pool`: priority DESC, not_before, insertion."""
+        """Lease up to `limit` ready tasks of `pool` (of `executions`, when given):
+        priority DESC, not_before, insertion."""
         check_page(limit)
-        if limit == 0:
+        if limit == 0 or (executions is not None and not executions):
             return []
         with self._transaction() as conn:
-            return queue.claim(conn, worker_id, pool, limit, lease_s)
+            return queue.claim(conn, worker_id, pool, limit, lease_s, executions=executions)
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend the lease of the current holder; anyone else learns it is gone."""
@@ -385,11 +399,18 @@ class SqliteStore:
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""
 
-    def reap_expired(self, *, limit: int = 100) -> int:
+    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
+        """Queue the held tasks again at once (see `Store.release`)."""
+        with self._transaction() as conn:
+            return queue.release(conn, held)
+
+    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
+        if executions is not None and not executions:
+            return 0
         with self._transaction() as conn:
-            return queue.reap_expired(conn, limit)
+            return queue.reap_expired(conn, limit, executions)
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         with self._use() as conn:
@@ -403,11 +424,34 @@ class SqliteStore:
         with self._transaction() as conn:
             return queue.post_input(conn, execution_id, kind, text)
 
-    def claim_inputs(self, owner: str, *, limit: int = 500, lease_s: float = 30.0) -> list[Input]:
+    def claim_inputs(
+        self,
+        owner: str,
+        *,
+        limit: int = 500,
+        lease_s: float = 30.0,
+        executions: Collection[str] | None = None,
+    ) -> list[Input]:
         """Hold up to `limit` free (or no longer held) inputs for `lease_s`, oldest first."""
         check_page(limit)
+        if executions is not None and not executions:
+            return []
         with self._transaction() as conn:
-            return queue.claim_inputs(conn, owner, limit, lease_s)
+            return queue.claim_inputs(conn, owner, limit, lease_s, executions)
+
+    def open_holder(self, owner: str) -> LocalHolder:
+        """A holder of inputs, gone once closed or once this process ends."""
+        return LocalHolder(PROCESS_HOLDERS, owner)
+
+    def release_orphaned_inputs(self) -> int:
+        """Free the inputs of holders that are gone, judged by their process (a SQLite
+        file is shared by the processes of one machine only)."""
+        with self._use() as conn:
+            gone = queue.orphaned_holders(conn, PROCESS_HOLDERS)
+        if not gone:
+            return 0
+        with self._transaction() as conn:
+            return queue.release_inputs(conn, gone)
 
     # --- the dead-letter queue -----------------------------------------------------------
 

@@ -8,8 +8,12 @@ is waited for (the earlier run was lost, not failed); one that failed means this
 retry (the step's `retry` policy), which starts a child of its own.
 
 The child's text comes from the playbook catalog (`spec.path`, `spec.version`), else,
-without a version, from the file at `spec.path`; the task's `args` are merged over the
-child's workload. The tool then polls the store until the child finishes: `ok` gives
+without a version, from the file at `spec.path`, which resolves under the tool's root
+(`playbooks.root`; `..`, absolute paths elsewhere and symlinks leading out are refused,
+see noetl.paths); the task's `args` are merged over the child's workload. A file that
+cannot be read or is not a valid playbook fails the step with the diagnostics' codes and
+lines only: its contents never reach the step's error (it may be any file, a secret
+one too). The tool then polls the store until the child finishes: `ok` gives
 `{execution_id, status, context}` (the child's saved context), anything else a failure
 that is not transient: retried only under the step's own `retry` policy.
 
@@ -28,7 +32,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from noetl.engine.types import ExecutionStatus, Outcome, Task
-from noetl.errors import NoetlError, PlaybookError
+from noetl.errors import NoetlError, PathRefusedError, PlaybookError
+from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import ExecutionRecord, Store
 from noetl.worker.secrets import current_scope
 
@@ -85,11 +90,14 @@ class PlaybookTool:
         self,
         launcher: ChildLauncher,
         *,
+        root: Path | None = None,
         poll_s: float = 0.05,
         max_poll_s: float = 0.2,
         parent_check_s: float = 1.0,
     ) -> None:
         self._launcher = launcher
+        # None: the working directory when reading (a tool made without settings).
+        self._root = root
         self._poll_s = poll_s
         self._max_poll_s = max_poll_s
         self._parent_check_s = parent_check_s
@@ -132,10 +140,13 @@ class PlaybookTool:
             version = _version(task.spec.get("version"))
         except ValueError as exc:
             return _fatal(task, str(exc))
-        found = self._source(path, version)
+        try:
+            found = self._source(path, version)
+        except PathRefusedError as exc:
+            return _fatal(task, str(exc.at(task.step)))
         if isinstance(found, str):
             return _fatal(task, found)
-        text, source_path = found
+        text, source_path, from_file = found
         # The args as rendered, secret references still markers: the child's workload is
         # stored, and the child's own tasks resolve the references where they run.
         workload = dict(current_scope().unresolved(task).args)
@@ -148,27 +159,33 @@ class PlaybookTool:
                 parent_execution_id=task.execution_id,
             )
         except PlaybookError as exc:
+            if from_file:  # codes and lines only: never the file's contents
+                return _fatal(task, _invalid_file(task, path, exc))
             return _fatal(task, f"child playbook {path!r} is invalid:\n{exc}")
         if not started:
             log.info("child execution %s of %s was started before", child_id, task.task_id)
         return None
 
-    def _source(self, path: str, version: int | None) -> tuple[str, str] | str:
-        """The child's text and path: from the catalog, else (without a version) from the
-        file at `path`; the error message when neither has it."""
+    def _source(self, path: str, version: int | None) -> tuple[str, str, bool] | str:
+        """The child's text, its path and whether it came from a file: from the catalog,
+        else (without a version) from the file at `path` under the root; the error
+        message when neither has it. PathRefusedError for a path outside the root."""
         record = self._launcher.store.get_playbook(path, version)
         if record is not None:
-            return record.text, record.path
+            return record.text, record.path, False
         if version is not None:
             return f"version {version} of playbook {path!r} is not registered"
-        file = Path(path)
+        root = (self._root or Path.cwd()).resolve()
+        file = confine(path, root, field="spec.path", setting=PLAYBOOK_ROOT_SETTING)
         if not file.is_file():
-            where = Path.cwd()
-            return f"playbook {path!r} is neither registered nor a file (in {where})"
+            return f"playbook {path!r} is neither registered nor a file (under {root})"
         try:
-            return file.read_text(encoding="utf-8"), path
-        except (OSError, UnicodeDecodeError) as exc:
-            return f"playbook file {path!r} cannot be read: {exc}"
+            return file.read_text(encoding="utf-8"), path, True
+        except UnicodeDecodeError:
+            return f"playbook file {path!r} (under {root}) is not UTF-8 text"
+        except OSError as exc:  # the reason only: the message may not quote the file
+            reason = exc.strerror or type(exc).__name__
+            return f"playbook file {path!r} (under {root}) cannot be read: {reason}"
 
     # --- waiting -------------------------------------------------------------------------
 
@@ -278,6 +295,21 @@ def _version(value: Any) -> int | None:
     if version < 1:
         raise ValueError(f"spec.version must be 1 or more; got {version}")
     return version
+
+
+def _invalid_file(task: Task, path: str, exc: PlaybookError) -> str:
+    """The error of a file that is not a valid playbook: where each problem is and its
+    code, never its message (a message may quote the file, and the file may be anything,
+    a secret one too)."""
+    problems = [
+        f"{d.code}" + (f" at line {d.line}" if d.line else "") for d in exc.diagnostics[:10]
+    ]
+    more = len(exc.diagnostics) - len(problems)
+    listed = "; ".join(problems) + (f"; and {more} more" if more > 0 else "")
+    return (
+        f"step '{task.step}': playbook file {path!r} is not a valid playbook ({listed}); "
+        "`noetl validate` on that file explains each code"
+    )
 
 
 def _fatal(task: Task, error: str) -> Outcome:

@@ -10,47 +10,63 @@ Reporting takes one of two paths:
 * The inbox: the outcome goes to the store's inbox and a server's orchestrator decides
   what follows. Failures always take this path, so retries, the DLQ and failure policies
   are decided in one place.
-* The continuation (when a `Decider` is given): a successful task that was the only task
-  in flight of its execution is decided right here, by the same engine against the same
-  log, and committed in ONE transaction with the task's completion, under the expected
-  sequence number; the tasks it dispatches are leased to this worker in that transaction
-  and run at once. A chain of steps then costs one transaction per step instead of two
-  process hops through the database. If the execution moved meanwhile (a cancel, another
-  server), the commit fails, nothing is written, and the outcome takes the inbox path.
+* The continuation (when a `Decider` is given, `noetl.worker.continuation`): a successful
+  task that was the only task in flight of its execution is decided right here and
+  committed in ONE transaction with the task's completion; the tasks it dispatches are
+  leased to this worker in that transaction and run at once. A chain of steps then costs
+  one transaction per step instead of two process hops through the database. If the
+  execution moved meanwhile (a cancel, another server), nothing is written and the
+  outcome takes the inbox path.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
+
+A scoped worker (`scope`: the executions it may take tasks of, asked before each claim)
+is what a command working for one execution on a shared database runs: it never takes
+another execution's task.
+A hard stop (`should_stop()`, a second SIGTERM): hand the tasks in flight back to the queue
+at once (`Store.release`: another worker can claim them right away), stop their tools
+(an inline python task's child is killed), and exit without waiting for them.
+
+Nothing the worker depends on may die silently while its heartbeat keeps leases alive: a
+failure in reporting a task fails that task (`noetl.worker.reporting`), a failure in the
+claim loop is logged and the loop goes on, and a reporter or heartbeat thread that died
+is started again by the claim loop (which stops the worker, handing its tasks back, if it
+cannot).
 
 Tasks whose tool waits for other tasks (`playbook`: a child execution, see
 `ToolRegistry.waits`) run in threads of their own and do not count against the claim
 window: a worker whose slots all held waiting parents could otherwise never claim the
 children's tasks. They are heartbeaten like any task, so their leases stay alive while
-they wait. On a hard stop their outcomes are dropped (their waits end early): the lease
-expires and the task, run again, finds the child it started.
+they wait. On a hard stop their outcomes are dropped (their waits end early): the task is
+handed back and, run again, finds the child it started.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue
 import socket
 import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
-from noetl.engine import Event, EventType
-from noetl.engine.types import Outcome
+from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
-from noetl.observability import NOOP, Observer
+from noetl.observability import NOOP, Observer, ReportPath
 from noetl.runtime.decider import Decider
 from noetl.runtime.workloads import Workloads, stored_workload
-from noetl.store.base import ConcurrencyError, Lease, Store, WorkerRecord
+from noetl.store.base import Lease, Store, WorkerRecord
+from noetl.worker._threads import TaskThreads
+from noetl.worker.continuation import Continuation
+from noetl.worker.heartbeats import Heartbeats, InFlight
+from noetl.worker.reporting import REPORT_ERROR, Report, Reporter
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.worker")
-REPORT_BATCH = 256  # outcomes sent to the inbox in one statement, at most
+# How long a hard stop waits for the reports already queued (results of tasks that
+# finished before it) to be sent.
+HARD_STOP_REPORT_S = 3.0
 
 
 def default_worker_id(pool: str) -> str:
@@ -71,29 +87,15 @@ class WorkerConfig:
 
 
 @dataclass
-class _InFlight:
-    lease: Lease
-    lost: bool = False
-    waits: bool = False  # its tool waits for other tasks: outside the claim window
-
-
-@dataclass
-class _Report:
-    """An outcome on its way to the inbox; `sent` is set once it was sent (or given up)."""
-
-    lease: Lease
-    outcome: Outcome
-    accepted: bool | None = None
-    sent: threading.Event = field(default_factory=threading.Event)
-
-
-@dataclass
 class WorkerStats:
     completed: int = 0
     continued: int = 0  # outcomes decided here (the continuation path)
     rejected: int = 0
     lost: int = 0
+    released: int = 0  # handed back to the queue by a hard stop
     errors: list[str] = field(default_factory=list)
+    # Why the worker stopped on its own (a thread it needs could not be started again).
+    failure: str | None = None
 
 
 class Worker:
@@ -107,25 +109,43 @@ class Worker:
         *,
         decider: Decider | None = None,
         observer: Observer = NOOP,
+        scope: Callable[[], Collection[str]] | None = None,
     ) -> None:
         self.store = store
         self.tools = tools
         self.config = config
         self.decider = decider
         self.observer = observer
+        # The executions this worker may take tasks of, asked before each claim (None: any).
+        self.scope = scope
         self.worker_id = config.worker_id or default_worker_id(config.pool)
         self.workloads = Workloads(lambda execution_id: stored_workload(store, execution_id))
         self.stats = WorkerStats()
-        self._in_flight: dict[str, _InFlight] = {}
+        self._in_flight: dict[str, InFlight] = {}
         self._lock = threading.Lock()
         self._draining = threading.Event()
-        self._stopped = threading.Event()
-        self._stripes = [threading.Lock() for _ in range(64)]
-        self._reports: queue.SimpleQueue[_Report | None] | None = None
-        self._executor = ThreadPoolExecutor(
-            max_workers=config.concurrency, thread_name_prefix="noetl-task"
+        self._hard_stop = threading.Event()
+        self._continuation = (
+            None
+            if decider is None
+            else Continuation(decider, store, worker_id=self.worker_id, lease_s=config.lease_s)
         )
+        self._reporter = Reporter(
+            store, give_up_s=max(config.lease_s, 5.0), errors=self.stats.errors
+        )
+        self._threads = TaskThreads(config.concurrency)
         self._waiters: set[threading.Thread] = set()
+        self._heartbeats = Heartbeats(
+            store,
+            worker_id=self.worker_id,
+            pool=config.pool,
+            lease_s=config.lease_s,
+            interval=config.heartbeat_interval(),
+            held=self._held,
+            cancel=tools.cancel,
+            drain=self.drain,
+            observer=observer,
+        )
         self._should_stop: Callable[[], bool] = lambda: False
 
     # --- control -------------------------------------------------------------------------
@@ -144,6 +164,10 @@ class Worker:
         with self._lock:
             return len(self._in_flight)
 
+    def _held(self) -> list[InFlight]:
+        with self._lock:
+            return list(self._in_flight.values())
+
     def busy(self) -> int:
         """Tasks in flight that count against the claim window (not the waiting ones)."""
         with self._lock:
@@ -152,45 +176,95 @@ class Worker:
     # --- the loop ------------------------------------------------------------------------
 
     def run(self, should_stop: Callable[[], bool] = lambda: False) -> WorkerStats:
-        """Claim and run tasks until `should_stop()` or a drain finishes."""
+        """Claim and run tasks until a drain finishes, or `should_stop()` (a hard stop:
+        the tasks in flight go back to the queue at once)."""
         started = time.time()
         self._should_stop = should_stop
         self._register("running", started)
         self.observer.heartbeat(self.worker_id, self.config.pool, started)
-        beat = threading.Thread(target=self._heartbeats, name="noetl-heartbeat", daemon=True)
-        beat.start()
-        reports: queue.SimpleQueue[_Report | None] = queue.SimpleQueue()
-        reporter = threading.Thread(
-            target=self._reporter, args=(reports,), name="noetl-reporter", daemon=True
-        )
-        reporter.start()
-        self._reports = reports
+        self._heartbeats.start()
+        self._reporter.start()
+        drained = False
         try:
             while not should_stop():
+                if not self._supervise():
+                    break
                 if self.draining:
                     if self.in_flight() == 0:
+                        drained = True
                         break
                     time.sleep(0.05)
                     continue
-                if not self._claim_some():
-                    self._wait()
+                try:
+                    if not self._claim_some():
+                        self._wait()
+                except Exception:  # a bug must not end the loop (its tasks stay tracked)
+                    log.exception("the claim loop failed; going on")
+                    time.sleep(self.config.poll_s)
         finally:
-            self._executor.shutdown(wait=True)
-            with self._lock:
-                waiters = list(self._waiters)
-            for thread in waiters:
-                thread.join(timeout=max(self.config.lease_s, 5.0))
-            self._reports = None
-            reports.put(None)
-            reporter.join(timeout=max(self.config.lease_s, 5.0) + 5)
-            self._stopped.set()
-            beat.join(timeout=5)
+            if not drained:
+                self._abandon()
+            self._shut_down(drained)
             try:
                 self._register("stopped", started)
             except NoetlError as exc:
                 log.warning("could not record the worker as stopped: %s", exc)
         log.info("worker %s stopped: %s", self.worker_id, self.stats)
         return self.stats
+
+    def _shut_down(self, drained: bool) -> None:
+        """Stop the threads: after a drain once their work is done; after a hard stop
+        without waiting for the tools still running (their tasks were handed back)."""
+        self._threads.shutdown(wait=drained)
+        if drained:
+            with self._lock:
+                waiters = list(self._waiters)
+            for thread in waiters:
+                thread.join(timeout=max(self.config.lease_s, 5.0))
+        self._reporter.stop(max(self.config.lease_s, 5.0) + 5 if drained else HARD_STOP_REPORT_S)
+        self._heartbeats.stop(timeout=5)
+
+    def _supervise(self) -> bool:
+        """Start the reporter or the heartbeat thread again if one died; False (the worker
+        stops, handing its tasks back) when a thread cannot be started."""
+        try:
+            self._reporter.ensure_running()
+            self._heartbeats.ensure_running()
+        except RuntimeError as exc:  # "can't start new thread"
+            self.stats.failure = f"a worker thread could not be started again: {exc}"
+            log.error("worker %s stops: %s", self.worker_id, self.stats.failure)
+            return False
+        return True
+
+    def abandon(self) -> None:
+        """Stop at once from another thread (as `should_stop` would, without waiting for
+        the loop to notice): the tasks in flight go back to the queue, their tools are
+        told to stop, and their outcomes are dropped."""
+        self._abandon()
+
+    def _abandon(self) -> None:
+        """A hard stop: the tasks in flight go back to the queue now (their outcomes will
+        not be reported), and their tools are told to stop."""
+        with self._lock:
+            self._hard_stop.set()
+            entries = list(self._in_flight.values())
+            for entry in entries:
+                entry.lost = True
+        if not entries:
+            return
+        self._release([entry.lease for entry in entries])
+        for entry in entries:
+            self.tools.cancel(entry.lease.task.task_id)
+
+    def _release(self, leases: Sequence[Lease]) -> None:
+        held = [(lease.task.task_id, lease.token) for lease in leases]
+        try:
+            released = self.store.release(held)
+        except Exception as exc:  # the leases expire instead
+            log.warning("could not hand %d task(s) back to the queue: %s", len(held), exc)
+            return
+        self.stats.released += len(released)
+        log.info("worker %s handed %d task(s) back to the queue", self.worker_id, len(released))
 
     def _register(self, status: str, started: float) -> None:
         self.store.register_worker(
@@ -211,8 +285,13 @@ class Worker:
             time.sleep(0.005)
             return True
         try:
+            executions = None if self.scope is None else self.scope()
             leases = self.store.claim(
-                self.worker_id, pool=self.config.pool, limit=free, lease_s=self.config.lease_s
+                self.worker_id,
+                pool=self.config.pool,
+                limit=free,
+                lease_s=self.config.lease_s,
+                executions=executions,
             )
         except NoetlError as exc:  # the database is away: wait and try again
             log.warning("claim failed: %s", exc)
@@ -221,18 +300,41 @@ class Worker:
         for lease in leases:
             with self._lock:
                 self._in_flight[lease.task.task_id] = self._entry(lease)
-            self.observer.claimed(lease.task, _queued_s(lease, self.config.lease_s))
-            self._submit(lease)
+            try:
+                self.observer.claimed(lease.task, _queued_s(lease, self.config.lease_s))
+            except Exception:
+                log.exception("observing the claim of %s failed", lease.task.task_id)
+            self._launch(lease)
         return bool(leases)
 
-    def _entry(self, lease: Lease) -> _InFlight:
-        return _InFlight(lease, waits=self.tools.waits(lease.task.kind))
+    def _entry(self, lease: Lease) -> InFlight:
+        return InFlight(lease, waits=self.tools.waits(lease.task.kind))
+
+    def _launch(self, lease: Lease) -> None:
+        """Run a task this worker tracks; one that cannot be started is reported failed
+        (retryable: another worker may have the threads this one lacks)."""
+        try:
+            self._submit(lease)
+        except Exception as exc:
+            log.exception("could not start %s", lease.task.task_id)
+            failed = Outcome(
+                lease.task.task_id,
+                ok=False,
+                error=f"the worker could not start the task: {type(exc).__name__}: {exc}",
+                error_type="RetryableError",
+                retryable=True,
+            )
+            try:
+                self._complete(lease, failed)
+            finally:
+                with self._lock:
+                    self._in_flight.pop(lease.task.task_id, None)
 
     def _submit(self, lease: Lease) -> None:
         """Run a leased task: in the pool, or in a thread of its own when its tool waits
         for other tasks (a pool slot held while waiting could be the one they need)."""
         if not self.tools.waits(lease.task.kind):
-            self._executor.submit(self._execute, lease)
+            self._threads.submit(self._execute, lease)
             return
         thread = threading.Thread(
             target=self._execute_waiting,
@@ -242,7 +344,12 @@ class Worker:
         )
         with self._lock:
             self._waiters.add(thread)
-        thread.start()
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._waiters.discard(thread)
+            raise
 
     def _execute_waiting(self, lease: Lease) -> None:
         try:
@@ -269,9 +376,48 @@ class Worker:
             if follow and not self.tools.waits(follow[0].task.kind):
                 current, follow = follow[0], follow[1:]
             for extra in follow:
-                self._submit(extra)
+                self._launch(extra)
 
     def _run(self, lease: Lease) -> list[Lease]:
+        """Run one task and report it; never raises. Returns the tasks its continuation
+        leased to this worker (now tracked as in flight)."""
+        task = lease.task
+        follow: list[Lease] = []
+        try:
+            if not self._hard_stop.is_set():  # else it was handed back: do not start it
+                follow = self._run_and_report(lease)
+        except Exception as exc:  # a bug past the tool's own guards: fail the task
+            log.exception("running or reporting %s failed", task.task_id)
+            follow = []
+            failed = Outcome(
+                task.task_id,
+                ok=False,
+                error=f"the worker failed running or reporting the task: "
+                f"{type(exc).__name__}: {exc}",
+                error_type=REPORT_ERROR,
+            )
+            try:
+                self._complete(lease, failed)
+            except Exception:
+                log.exception("could not report the failure of %s", task.task_id)
+        finally:
+            # Never left tracked (and heartbeaten) once its thread is done with it.
+            with self._lock:
+                self._in_flight.pop(task.task_id, None)
+                orphans = follow if self._hard_stop.is_set() else []
+                for nxt in [] if orphans else follow:
+                    self._in_flight[nxt.task.task_id] = self._entry(nxt)
+        if orphans:  # leased to this worker as it stopped: straight back to the queue
+            self._release(orphans)
+            return []
+        for nxt in follow:  # leased in the transaction that queued them: no wait
+            try:
+                self.observer.claimed(nxt.task, 0.0)
+            except Exception:
+                log.exception("observing the claim of %s failed", nxt.task.task_id)
+        return follow
+
+    def _run_and_report(self, lease: Lease) -> list[Lease]:
         task = lease.task
         try:
             # Tasks do not carry the workload: it is read once per execution from its log.
@@ -287,193 +433,63 @@ class Worker:
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True
-        if entry is not None and entry.waits and self._should_stop():
-            # A hard stop ended its wait (a drain waits for it): not reported, the lease
-            # expires, and the task, run again, finds the child it started.
+        if entry is not None and entry.waits and self._should_stop() and not lost:
+            # A hard stop ended its wait (a drain waits for it): not reported, the task is
+            # handed back (here, should the stop not have seen it yet), and, run again,
+            # finds the child it started.
+            self._release([lease])
             lost = True
-        follow: list[Lease] = []
-        if not lost:
-            follow = self._report(lease, outcome)
-        else:
+        if lost:
             self.stats.lost += 1
             self.observer.reported(task, outcome, "lost")
-        with self._lock:
-            self._in_flight.pop(task.task_id, None)
-            for nxt in follow:
-                self._in_flight[nxt.task.task_id] = self._entry(nxt)
-        for nxt in follow:  # leased in the transaction that queued them: no wait
-            self.observer.claimed(nxt.task, 0.0)
-        return follow
+            return []
+        return self._report(lease, outcome)
 
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
         """Report the outcome: by deciding its continuation here when that applies (the
         leases it returns are this worker's next tasks), else through the inbox."""
-        if self.decider is not None and outcome.ok and lease.solo:
-            execution_id = lease.task.execution_id
-            # One thread at a time decides for an execution: they share its cached state.
-            with self._stripes[hash(execution_id) % len(self._stripes)]:
-                try:
-                    follow = self._continue(lease, outcome, self.decider)
-                except ConcurrencyError:
-                    self.decider.forget(execution_id)
-                    follow = None
-                except Exception as exc:
-                    # The database is away, or the playbook cannot be loaded: the inbox
-                    # path retries and reports with the full error handling of the server.
-                    log.warning(
-                        "continuing %s failed (%s); reporting it instead",
-                        lease.task.task_id,
-                        exc,
-                        exc_info=not isinstance(exc, NoetlError),
-                    )
-                    self.decider.forget(execution_id)
-                    follow = None
-            if follow is not None:
-                return follow
+        task = lease.task
+        if self._continuation is not None and outcome.ok and lease.solo:
+            done = self._continuation.attempt(lease, outcome, lambda: self._free_after(task))
+            if done is not None and done.refused:
+                self.stats.rejected += 1
+                log.info("result of %s refused: lease no longer held", task.task_id)
+                self._observe(task, outcome, "refused")
+                return []
+            if done is not None:
+                self.stats.continued += 1
+                self._observe(task, outcome, "continued")  # its leases must run regardless
+                return done.leases
         self._complete(lease, outcome)
         return []
 
-    def _continue(self, lease: Lease, outcome: Outcome, decider: Decider) -> list[Lease] | None:
-        """Decide and commit what follows a successful task that was the only one in flight
-        of its execution; None when that does not apply (the outcome goes to the inbox)."""
-        task = lease.task
-        cached = decider.load(task.execution_id)
-        if cached is None:
-            return None
-        state = cached.state
-        if task.task_id not in state.tasks and not decider.catch_up(cached):
-            return None
-        if state.terminal or len(state.tasks) != 1 or task.task_id not in state.tasks:
-            return None
-        now = time.time()
-        before = state.seq
-        event = Event(
-            0, EventType.TOOL_PROCESSED, task.execution_id, now, None, outcome.to_payload()
-        )
-        decision = cached.engine.decide(state, event, now)
-        append = decider.append(
-            state, before=before, events=decision.events, commands=decision.commands, now=now
-        )
+    def _observe(self, task: Task, outcome: Outcome, path: ReportPath) -> None:
+        try:
+            self.observer.reported(task, outcome, path)
+        except Exception:
+            log.exception("observing the report of %s failed", task.task_id)
+
+    def _free_after(self, task: Task) -> int:
+        """Task slots free once `task` is done (none while stopping)."""
+        if self.draining or self._hard_stop.is_set():
+            return 0
         own = 0 if self.tools.waits(task.kind) else 1  # this task's slot is free again
-        free = 0 if self.draining else self.config.concurrency - self.busy() + own
-        lease_ids = [item.task.task_id for item in append.enqueue][: max(free, 0)]
-        leases = self.store.complete_and_commit(
-            task.task_id,
-            lease.token,
-            append,
-            worker_id=self.worker_id,
-            lease=lease_ids,
-            lease_s=self.config.lease_s,
-        )
-        if leases is None:
-            decider.forget(task.execution_id)  # its state holds a decision not written
-            self.stats.rejected += 1
-            log.info("result of %s refused: lease no longer held", task.task_id)
-            self.observer.reported(task, outcome, "refused")
-            return []
-        decider.committed([append])
-        self.observer.reported(task, outcome, "continued")
-        self.stats.continued += 1
-        if state.terminal:
-            decider.forget(task.execution_id)  # finished: nothing more to decide for it
-        return leases
+        return self.config.concurrency - self.busy() + own
 
     def _complete(self, lease: Lease, outcome: Outcome) -> None:
-        """Report the outcome to the inbox with the lease's token: through the reporter
-        thread while the worker runs (reports that wait meanwhile go in one statement),
-        directly otherwise."""
-        report = _Report(lease, outcome)
-        if self._reports is not None:
-            self._reports.put(report)
-            report.sent.wait()
-        else:
-            self._send([report])
+        """Report the outcome to the inbox with the lease's token, through the reporter
+        (reports that wait meanwhile go in one statement); an outcome the store refuses is
+        replaced by the failure that says why."""
+        report = Report(lease, outcome)
+        self._reporter.report(report)
         if report.accepted is None:
             return
-        self.observer.reported(lease.task, outcome, "inbox" if report.accepted else "refused")
+        self._observe(lease.task, report.outcome, "inbox" if report.accepted else "refused")
         if report.accepted:
             self.stats.completed += 1
         else:
             self.stats.rejected += 1
             log.info("result of %s refused: lease no longer held", lease.task.task_id)
-
-    def _reporter(self, reports: queue.SimpleQueue[_Report | None]) -> None:
-        """Send the reports waiting in the queue, together, until told to stop (None)."""
-        stopping = False
-        while not stopping:
-            first = reports.get()
-            if first is None:
-                return
-            batch = [first]
-            while len(batch) < REPORT_BATCH:
-                try:
-                    item = reports.get_nowait()
-                except queue.Empty:
-                    break
-                if item is None:
-                    stopping = True
-                    break
-                batch.append(item)
-            self._send(batch)
-
-    def _send(self, batch: list[_Report]) -> None:
-        """One `complete_many` for the batch, retried while the database is away (up to a
-        lease's length); every report is marked sent, accepted True/False or None."""
-        deadline = time.monotonic() + max(self.config.lease_s, 5.0)
-        delay = 0.1
-        items = [(r.lease.task.task_id, r.lease.token, r.outcome.to_payload()) for r in batch]
-        try:
-            while True:
-                try:
-                    accepted = self.store.complete_many(items)
-                    break
-                except NoetlError as exc:
-                    if time.monotonic() > deadline:
-                        log.error("could not report %d outcomes: %s", len(batch), exc)
-                        self.stats.errors.append(str(exc))
-                        return
-                    time.sleep(delay)
-                    delay = min(delay * 2, 2.0)
-            for report in batch:
-                report.accepted = report.lease.task.task_id in accepted
-        finally:
-            for report in batch:
-                report.sent.set()
-
-    # --- heartbeats ----------------------------------------------------------------------
-
-    def _heartbeats(self) -> None:
-        interval = self.config.heartbeat_interval()
-        while not self._stopped.wait(interval):
-            self._beat_once()
-
-    def _beat_once(self) -> None:
-        with self._lock:
-            entries = list(self._in_flight.values())
-        for entry in entries:
-            try:
-                answer = self.store.heartbeat(
-                    entry.lease.task.task_id, entry.lease.token, lease_s=self.config.lease_s
-                )
-            except NoetlError as exc:
-                log.warning("heartbeat failed: %s", exc)
-                continue
-            # The execution was canceled: stop the running code (an inline python task's
-            # child is killed); the failed outcome is reported as usual and the engine
-            # discards it. Asked again at every beat until the task ends, in case it had
-            # not reached its tool yet.
-            if answer.cancel and self.tools.cancel(entry.lease.task.task_id):
-                log.info("canceled running task %s", entry.lease.task.task_id)
-            if not answer.alive:
-                entry.lost = True
-        try:
-            status = self.store.worker_heartbeat(self.worker_id)
-        except NoetlError as exc:
-            log.warning("worker heartbeat failed: %s", exc)
-            return
-        self.observer.heartbeat(self.worker_id, self.config.pool, time.time())
-        if status == "draining":
-            self.drain()
 
 
 def _queued_s(lease: Lease, lease_s: float) -> float | None:

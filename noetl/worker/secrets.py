@@ -4,7 +4,9 @@ Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, su
 `{"dsn": "postgresql://..."}`), or None when they do not know the name:
 
 * `EnvSecrets`: `NOETL_SECRET_<NAME>` and `NOETL_CREDENTIAL_<NAME>` (a credential's value
-  is JSON, or a plain string taken as `{"dsn": value}`).
+  is JSON, or a plain string taken as `{"dsn": value}`). `<NAME>` is first the name as
+  written, then the environment's convention: upper case, with every character that is
+  not a letter or a digit as `_` (`secrets.api_token` reads `NOETL_SECRET_API_TOKEN`).
 * `FileSecrets`: a YAML or JSON file with `secrets: {NAME: value}` and
   `credentials: {NAME: {...}}` (`noetl worker start --secrets-file`, `NOETL_SECRETS_FILE`).
 * `ChainSecrets`: the first provider that knows a name wins. A vault or a cloud secret
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import replace
@@ -49,17 +52,36 @@ class SecretProvider(Protocol):
     def credential(self, name: str) -> Mapping[str, Any] | None: ...
 
 
+_NOT_ENV_CHAR = re.compile(r"[^A-Za-z0-9]")
+
+
+def env_names(prefix: str, name: str) -> list[str]:
+    """The variables that may hold `name`, in lookup order: the exact spelling, then the
+    environment's convention (upper case, other characters as `_`)."""
+    exact = f"{prefix}{name}"
+    conventional = f"{prefix}{_NOT_ENV_CHAR.sub('_', name).upper()}"
+    return [exact] if conventional == exact else [exact, conventional]
+
+
 class EnvSecrets:
-    """`NOETL_SECRET_<NAME>` and `NOETL_CREDENTIAL_<NAME>` from the environment."""
+    """`NOETL_SECRET_<NAME>` and `NOETL_CREDENTIAL_<NAME>` from the environment (the name
+    as written first, then in upper case)."""
 
     def __init__(self, environ: Mapping[str, str] | None = None) -> None:
         self._environ = os.environ if environ is None else environ
 
+    def _lookup(self, prefix: str, name: str) -> str | None:
+        for variable in env_names(prefix, name):
+            value = self._environ.get(variable)
+            if value is not None:
+                return value
+        return None
+
     def secret(self, name: str) -> str | None:
-        return self._environ.get(f"NOETL_SECRET_{name}")
+        return self._lookup("NOETL_SECRET_", name)
 
     def credential(self, name: str) -> Mapping[str, Any] | None:
-        raw = self._environ.get(f"NOETL_CREDENTIAL_{name}")
+        raw = self._lookup("NOETL_CREDENTIAL_", name)
         if raw is None:
             return None
         try:
@@ -149,7 +171,8 @@ class SecretScope:
             if value is None:
                 raise SecretError(
                     f"secret {name!r} is not configured on this worker "
-                    f"(set NOETL_SECRET_{name} or add it to the secrets file)"
+                    f"(set {' or '.join(env_names('NOETL_SECRET_', name))} "
+                    "or add it to the secrets file)"
                 )
             values[name] = value
             self._remember(value)
@@ -172,7 +195,8 @@ class SecretScope:
         if found is None:
             raise SecretError(
                 f"credential {name!r} is not configured on this worker "
-                f"(set NOETL_CREDENTIAL_{name} or add it to the secrets file)"
+                f"(set {' or '.join(env_names('NOETL_CREDENTIAL_', name))} "
+                "or add it to the secrets file)"
             )
         for value in found.values():
             if isinstance(value, str):

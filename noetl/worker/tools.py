@@ -7,17 +7,17 @@ cannot take the worker loop down.
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from noetl.dsl.kinds import plugin_tools
-from noetl.dsl.limits import check_data, strip_nul
+from noetl.dsl.limits import check_data
 from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
-from noetl.sinks import run_sinks
+from noetl.paths import Roots
+from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
 
@@ -100,12 +100,15 @@ class ToolRegistry:
         *,
         secrets: SecretProvider | None = None,
         observer: Observer = NOOP,
+        sinks: SinkRegistry | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.secrets = secrets
+        # The sink writers of its tasks (None: the shared default registry).
+        self.sinks = sinks
         # What a tool returns is refused past this size (or nested too deep, or holding a
-        # NUL character): see `bounded`.
+        # number JSON cannot hold): see `bounded`.
         self.max_result_bytes = max_result_bytes
         # Told when each task's tool starts and finishes, and about each sink it writes.
         self.observer = observer
@@ -191,7 +194,8 @@ class ToolRegistry:
         try:
             outcome = self.bounded(tool.run(scope.resolve(task)))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
-                outcome = run_sinks(task, outcome.this, observer=self.observer).apply(outcome)
+                report = run_sinks(task, outcome.this, registry=self.sinks, observer=self.observer)
+                outcome = report.apply(outcome)
         except Exception as exc:  # a tool bug must cost one task, not the worker
             outcome = _crashed(task, exc, started)
         finally:
@@ -207,29 +211,26 @@ class ToolRegistry:
 
     def bounded(self, outcome: Outcome) -> Outcome:
         """The outcome as it may be reported: a result nested deeper than a playbook may
-        be, holding a NUL character or a NaN or infinity (PostgreSQL cannot store them) or
-        over
-        `max_result_bytes` of JSON fails the task, fatally, saying which and where; NUL
-        characters in its error and output text become U+FFFD. Checked before any sink
-        writes the result, and before it reaches the store, the engine or the API, which
-        would otherwise fail on it far from its cause."""
-        problem = check_data(outcome.this, root="result", max_bytes=self.max_result_bytes)
-        error = None if outcome.error is None else strip_nul(outcome.error)
-        stdout = strip_nul(outcome.stdout)
+        be, holding a NaN or an infinity (JSON, and PostgreSQL, cannot hold them) or over
+        `max_result_bytes` of JSON fails the task, fatally, saying which and where.
+        Checked before any sink writes the result, and before it reaches the store, the
+        engine or the API, which would otherwise fail on it far from its cause. (A NUL
+        character is kept: the stores hold it, see noetl.store._pg_nul.)"""
+        problem = check_data(
+            outcome.this, root="result", max_bytes=self.max_result_bytes, nul=False
+        )
         if problem is None:
-            if error == outcome.error and stdout == outcome.stdout:
-                return outcome
-            return dataclasses.replace(outcome, error=error, stdout=stdout)
+            return outcome
         refused = f"the tool's result was refused: {problem}"
-        if not outcome.ok and error:
-            refused = f"{error} ({refused})"
+        if not outcome.ok and outcome.error:
+            refused = f"{outcome.error} ({refused})"
         return Outcome(
             task_id=outcome.task_id,
             ok=False,
             error=refused,
             error_type="ResultRefused",
             retryable=False,
-            stdout=stdout,
+            stdout=outcome.stdout,
             duration_ms=outcome.duration_ms,
         )
 
@@ -252,13 +253,17 @@ def default_registry(
     secrets: SecretProvider | None = None,
     launcher: ChildLauncher | None = None,
     observer: Observer = NOOP,
+    roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
-    executions) is given. A result over `max_result_bytes` fails its task."""
+    executions) is given. `roots`: where the file sink writes and the `playbook` tool
+    reads files (None: the working directory; see noetl.paths). A result over
+    `max_result_bytes` fails its task."""
     # the tools' libraries load only where tasks run
+    from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
@@ -271,10 +276,17 @@ def default_registry(
         PostgresTool(),
         DuckdbTool(),
     ]
+    roots = roots or Roots.here()
     if launcher is not None:
-        builtins.append(PlaybookTool(launcher))
+        builtins.append(PlaybookTool(launcher, root=roots.playbooks))
+    # Its own file writer (with the root); every other kind from the shared registry.
+    sinks = SinkRegistry([FileWriter(roots.sinks)], builtins=False, parent=REGISTRY)
     registry = ToolRegistry(
-        builtins, secrets=secrets, observer=observer, max_result_bytes=max_result_bytes
+        builtins,
+        secrets=secrets,
+        observer=observer,
+        sinks=sinks,
+        max_result_bytes=max_result_bytes,
     )
     for tool in plugin_tools().values():
         registry.register(tool)

@@ -16,10 +16,10 @@ from tests.conftest import EXAMPLES, ROOT
 EXAMPLE = EXAMPLES / "case_routing.yaml"
 
 
-def noetl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+def noetl(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -28,7 +28,8 @@ def noetl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
 
 
 def run_json(path: Path, db: Path, *extra: str) -> tuple[int, dict[str, Any]]:
-    proc = noetl("run", str(path), "--json", "--db", str(db), *extra)
+    # The file sink writes under the working directory: run where the test's files are.
+    proc = noetl("run", str(path), "--json", "--db", str(db), *extra, cwd=db.parent)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
@@ -126,6 +127,7 @@ kind: Playbook
 metadata: {name: case_divide}
 workflow:
   - step: start
+    spec: {eval_mode: on_entry}
     case:
       - when: true
         then:
@@ -193,6 +195,7 @@ def test_validate_reports_a_case_mistake_with_file_line_step_and_key(tmp_path: P
         "workflow:\n"
         "  - step: call\n"
         "    tool: noop\n"
+        "    spec: {eval_mode: on_entry}\n"
         "    case:\n"
         "      - when: true\n"
         "        then:\n"
@@ -202,6 +205,64 @@ def test_validate_reports_a_case_mistake_with_file_line_step_and_key(tmp_path: P
     proc = noetl("validate", str(path))
     assert proc.returncode == 1
     assert (
-        f"{path}:10: error E321: step 'call': a case retry needs eval_mode: on_event "
-        f"(on entry the step's tool has not run yet) [workflow[0].case[0].then.retry]"
+        f"{path}:11: error E321: step 'call': a case retry runs the step's tool again, which "
+        f"has not run yet on entry; drop spec.eval_mode: on_entry "
+        f"[workflow[0].case[0].then.retry]"
     ) in proc.stdout + proc.stderr
+
+
+# Seed 004's flow: the tool runs, the case reads its outcome, then the step routes.
+OUTCOME = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: case_outcome}
+workload: {n: 5}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      code: |
+        def main(context, args):
+            return {"n": args["n"]}
+      args: {n: "{{ workload.n }}"}
+    case:
+      - when: "{{ result.n > 3 }}"
+        then: {set: {size: big}, next: big}
+    next: small
+  - step: big
+  - step: small
+"""
+
+
+def test_a_case_reads_the_tools_outcome_by_default(tmp_path: Path) -> None:
+    path, db = tmp_path / "outcome.yaml", tmp_path / "noetl.db"
+    path.write_text(OUTCOME, encoding="utf-8")
+    code, out = run_json(path, db)
+    assert code == 0
+    assert out["context"] == {"size": "big"}
+    assert {name: s["status"] for name, s in out["steps"].items()} == {
+        "start": "ok",
+        "big": "ok",
+        "small": "skipped",
+    }
+    code, out = run_json(path, db, "--set", "n=2")
+    assert code == 0
+    assert out["context"] == {}
+    assert out["steps"]["small"]["status"] == "ok"
+    assert out["steps"]["big"]["status"] == "skipped"
+
+
+def test_validate_reports_an_on_entry_condition_that_reads_the_outcome(tmp_path: Path) -> None:
+    path = tmp_path / "on_entry.yaml"
+    path.write_text(
+        OUTCOME.replace("    case:\n", "    spec: {eval_mode: on_entry}\n    case:\n"),
+        encoding="utf-8",
+    )
+    proc = noetl("validate", str(path))
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines()[0] == (
+        f"{path}:15: error E325: step 'start': when reads 'result', the tool's outcome, but "
+        "spec.eval_mode: on_entry evaluates the case before the tool runs, so it never "
+        "matches; drop eval_mode: on_entry to evaluate it on the tool's outcome "
+        "[workflow[0].case[0].when]"
+    )

@@ -194,6 +194,39 @@ def test_invalid_playbook_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
+def test_json_run_of_an_invalid_playbook_prints_its_diagnostics(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("metadata: {name: x}\nworkflow:\n  - step: a\n    nxt: b\n", encoding="utf-8")
+    proc = noetl("run", str(bad), "--json", "--db", str(tmp_path / "db.sqlite"))
+    assert proc.returncode == 1
+    out = json.loads(proc.stdout)
+    assert out["status"] == "invalid"
+    [diagnostic] = out["diagnostics"]
+    assert diagnostic["file"] == str(bad) and diagnostic["line"] == 4
+    assert diagnostic["code"] == "E100" and "unknown step key 'nxt'" in diagnostic["message"]
+    assert f"{bad}:4:" in proc.stderr  # people still read stderr
+
+
+def test_json_run_prints_json_whatever_stops_it(tmp_path: Path) -> None:
+    missing = noetl("run", str(tmp_path / "nope.yaml"), "--json")
+    assert missing.returncode == 1
+    assert json.loads(missing.stdout)["diagnostics"][0]["message"] == "file not found"
+    usage = noetl("run", str(EXAMPLES / "hello_world.yaml"), "--json", "--set", "novalue")
+    assert usage.returncode == 2
+    assert json.loads(usage.stdout) == {
+        "status": "error",
+        "error": "Invalid value for --set: expected key=value, got 'novalue'",
+    }
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    env_problem = noetl(
+        "run", str(EXAMPLES / "hello_world.yaml"), "--json", "--db", str(blocker / "db.sqlite")
+    )
+    assert env_problem.returncode == 3
+    error = json.loads(env_problem.stdout)
+    assert error["status"] == "error" and str(blocker) in error["error"]
+
+
 def test_bad_set_and_workload_errors(tmp_path: Path) -> None:
     proc = noetl("run", str(EXAMPLES / "hello_world.yaml"), "--set", "novalue")
     assert proc.returncode == 2
@@ -258,3 +291,46 @@ def test_run_on_postgres(pg_database: str) -> None:
         store.close()
     assert record is not None and record.status.value == "ok"
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
+
+
+def test_secrets_resolve_from_the_upper_case_environment_variable(tmp_path: Path) -> None:
+    playbook = tmp_path / "secret.yaml"
+    playbook.write_text(
+        """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: secret}
+workflow:
+  - step: start
+    tool:
+      kind: python
+      spec:
+        code: |
+          def main(context, args):
+              return {"length": len(args["token"]), "upper": args["token"].isupper()}
+      args:
+        token: "{{ secrets.api_token }}"
+    result: {as: checked}
+""",
+        encoding="utf-8",
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "noetl",
+            "run",
+            str(playbook),
+            "--json",
+            "--db",
+            str(tmp_path / "d"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "NOETL_SECRET_API_TOKEN": "ABCDEFGHIJ"},
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["context"]["checked"] == {"length": 10, "upper": True}
+    assert "ABCDEFGHIJ" not in proc.stdout + proc.stderr

@@ -105,11 +105,11 @@ def test_validate_lists_every_error(tmp_path: Path) -> None:
         f"{path}:10: error E101: step 'load': http tool is missing required key 'url' "
         "[workflow[1].tool.spec.url]",
         f"{path}:11: error E302: step 'load': next names step 'missing', which does not exist "
-        "[workflow[1].next.to[0].step]",
+        "[workflow[1].next]",
         f"{path}:13: error E311: step 'report': done() names step 'ghost', which does not exist "
         "[workflow[2].when]",
         f"{path}:16: error E102: step 'report': 'max_concurrency' must be an integer; "
-        "got str 'many' [workflow[2].loop.max_concurrency]",
+        "got a string 'many' [workflow[2].loop.max_concurrency]",
         "1 file(s) checked: 5 error(s)",
     ]
 
@@ -228,7 +228,7 @@ UNREADABLE = [
     ("comments.yaml", b"# only a comment\n", "E004", "is empty"),
     ("binary.yaml", b"\x7fELF\x02\x01\x01\x00\x00\x00", "E003", "is a binary file, not YAML text"),
     ("latin1.yaml", b"metadata:\n  name: caf\xe9\n", "E003", "is not UTF-8 text"),
-    ("list.yaml", b"- just\n- a list\n", "E011", "a playbook must be a mapping"),
+    ("list.yaml", b"- just\n- a list\n", "E011", "a playbook must be a map"),
     ("missing.yaml", None, "E001", "file not found"),
 ]
 

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 
 from noetl.store import open_store
-from tests.conftest import ROOT
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -85,7 +84,10 @@ def noetl_run(playbook: Path, db: Path, *sets: str) -> tuple[int, dict[str, Any]
     args = [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--db", str(db)]
     for item in sets:
         args += ["--set", item]
-    proc = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
+    # The file sink writes under the working directory: run where the test's files are.
+    proc = subprocess.run(
+        args, cwd=db.parent, capture_output=True, text=True, timeout=60, check=False
+    )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

@@ -451,6 +451,22 @@ def test_complete_many_accepts_each_current_report_on_its_own(store: Store) -> N
     assert store.complete_many(reports[:1]) == set()  # a duplicate report is refused
 
 
+def test_complete_many_writes_nothing_when_one_outcome_cannot_be_stored(store: Store) -> None:
+    """All or none, so a worker can send the reports again one by one and fail only the
+    one the store refuses (noetl.worker.reporting)."""
+    start(store, Enqueue(make_task("a")), Enqueue(make_task("b")))
+    leases = {lease.task.step: lease for lease in store.claim("w1", limit=2, lease_s=LONG_S)}
+    reports = [
+        ("e1.a", leases["a"].token, {"task_id": "e1.a", "ok": True, "this": 1}),
+        ("e1.b", leases["b"].token, {"task_id": "e1.b", "ok": True, "this": {1, 2}}),
+    ]
+    with pytest.raises(TypeError, match="not JSON serializable"):
+        store.complete_many(reports)
+    assert [status(store, f"e1.{s}") for s in "ab"] == ["leased", "leased"]
+    assert store.claim_inputs("o1") == []
+    assert store.complete_many(reports[:1]) == {"e1.a"}
+
+
 def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(store: Store) -> None:
     start(store, Enqueue(make_task("a")), Enqueue(make_task("b")))
     lease = claim_one(store, "w1", lease_s=TINY_S)

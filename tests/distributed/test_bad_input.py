@@ -47,14 +47,12 @@ workflow:
                 for _ in range(900):
                     value = {"a": value}
                 return value
-            if shape == "huge":
-                return "x" * (2 * 1024 * 1024)
-            return "before" + chr(0) + "after"
+            return "x" * (2 * 1024 * 1024)
       args: {shape: "{{ workload.shape }}"}
 """
 
-# The pick renders a NUL character: the engine accepts it, PostgreSQL refuses to store it,
-# so the decision of this execution (and only this one) cannot be written.
+# The pick computes an infinity: the engine accepts it, PostgreSQL refuses to store it (JSON
+# has no infinity), so the decision of this execution (and only this one) cannot be written.
 UNSTORABLE = """\
 apiVersion: noetl.io/v2
 kind: Playbook
@@ -62,7 +60,7 @@ metadata: {name: unstorable}
 workflow:
   - step: start
     tool: {kind: noop}
-    result: {pick: "{{ 'bad\\\\x00value' }}", as: r}
+    result: {pick: "{{ 1e308 * 10 }}", as: r}
 """
 
 ECHO = """\
@@ -193,16 +191,13 @@ def test_a_body_over_the_limit_is_413_without_the_server_keeping_it(cluster: Clu
 # --- tool results ------------------------------------------------------------------------
 
 
-def test_results_too_deep_too_big_or_unstorable_fail_their_task_and_nothing_else(
+def test_results_too_deep_or_too_big_fail_their_task_and_nothing_else(
     cluster: Cluster,
 ) -> None:
     cluster.env["NOETL_WORKER_MAX_RESULT_BYTES"] = str(1024 * 1024)
     cluster.start_server()
     cluster.start_worker("w1", concurrency=4)
-    bad = {
-        shape: cluster.start_execution(RETURNS, {"shape": shape})
-        for shape in ("deep", "huge", "nul")
-    }
+    bad = {shape: cluster.start_execution(RETURNS, {"shape": shape}) for shape in ("deep", "huge")}
     started = time.monotonic()
     loop = cluster.start_execution(LOOP)
     assert cluster.wait_finished(loop, timeout=30)["status"] == "ok"
@@ -210,7 +205,6 @@ def test_results_too_deep_too_big_or_unstorable_fail_their_task_and_nothing_else
     expected = {
         "deep": "result.a.a.a",
         "huge": "over the limit of 1048576 bytes",
-        "nul": "NUL character",
     }
     for shape, execution_id in bad.items():
         result = cluster.wait_finished(execution_id, timeout=30)

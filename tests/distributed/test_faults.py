@@ -362,6 +362,7 @@ def test_killed_worker_waiting_for_children_is_replaced_without_duplicate_childr
     out = tmp_path / "runs.txt"
     child_path = tmp_path / "child.yaml"
     child_path.write_text(CHILD, encoding="utf-8")
+    cluster.env["NOETL_PLAYBOOKS_ROOT"] = str(tmp_path)  # the workers read the child there
     cluster.start_server()
     workers = [cluster.start_worker(f"w{i}", lease_s=2.0, concurrency=2) for i in (1, 2)]
     execution_id = cluster.start_execution(parent_of_children(child_path, out))

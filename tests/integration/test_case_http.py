@@ -16,6 +16,7 @@ import pytest
 
 from noetl.dsl.validate import load_playbook_text
 from noetl.runtime.local import embedded_runtime, local_cluster, wait_finished
+from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import open_store
 from noetl.store.base import Store
 
@@ -118,8 +119,8 @@ def _embedded(db: Path, text: str) -> tuple[str, str, dict[str, Any], Store]:
 
 def _distributed(url: str, text: str) -> tuple[str, str, dict[str, Any], Store]:
     store = open_store(url)
-    with local_cluster(store, workers=2) as orchestrator:
-        execution_id = orchestrator.start_execution(text)
+    execution_id = Orchestrator(store, owner="test").start_execution(text)
+    with local_cluster(store, execution_id, workers=2):
         record = wait_finished(store, execution_id, timeout=60)
     return execution_id, record.status.value, dict(record.context or {}), store
 

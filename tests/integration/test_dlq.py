@@ -117,7 +117,7 @@ def test_exhausted_attempts_end_in_the_dlq_and_a_replay_completes_the_execution(
         flaky.failures = 0  # the server recovers
         before = store.get_execution(execution_id)
         assert before is not None
-        with local_cluster(store, workers=2) as orchestrator:
+        with local_cluster(store, execution_id, workers=2) as orchestrator:
             replayed = orchestrator.dlq.replay(message_id, by="test")
             assert replayed.replayed
             again = orchestrator.dlq.replay(message_id, by="test")  # twice = once

@@ -21,6 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from noetl.dsl.validate import load_playbook_text
 from noetl.observability.exporter import start_exporter
 from noetl.observability.metrics import ALL_METRIC_NAMES, Metrics
+from noetl.paths import Roots
 from noetl.runtime.local import embedded_runtime
 from tests.distributed.cluster import Cluster, free_port, wait_until
 
@@ -112,7 +113,9 @@ def test_the_embedded_runtime_serves_its_metrics(tmp_path: Path, canary: str) ->
     demo = load_playbook_text(DEMO.format(out=tmp_path / "out")).require()
     release = tmp_path / "release"
     slow = load_playbook_text(SLOW.format(release=release)).require()
-    with embedded_runtime(str(tmp_path / "db.sqlite"), workers=2, metrics=metrics) as runtime:
+    with embedded_runtime(
+        str(tmp_path / "db.sqlite"), workers=2, metrics=metrics, roots=Roots(tmp_path, tmp_path)
+    ) as runtime:
         exporter = start_exporter(metrics.registry, 0)
         try:
             result = runtime.run(demo)
@@ -191,6 +194,7 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
         "NOETL_LOG_LEVEL": "DEBUG",  # the old name still works
         "NOETL_SECRET_CANARY": canary,
         "NOETL_METRICS_PORT": str(worker_port),
+        "NOETL_SINKS_FILE_ROOT": str(tmp_path),  # the file sink writes there
     }
     cluster.start_worker("w1")
     worker_url = f"http://127.0.0.1:{worker_port}/metrics"
@@ -241,13 +245,16 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
         return total(server, name, **labels) + total(worker, name, **labels)
 
     wf = {"workflow": "scrape_demo"}
-    assert both("noetl_executions_started_total", **wf) == 1
-    assert both("noetl_executions_completed_total", **wf, status="ok") == 1
+    # executions started and finished: the server reads them from the database, whoever
+    # committed them (the worker's continuation finished both executions here)
+    assert get(server, "noetl_executions_started_total", **wf) == 1
+    assert get(server, "noetl_executions_completed_total", **wf, status="ok") == 1
+    assert total(worker, "noetl_executions_completed_total") == 0
     assert both("noetl_loop_items_total", **wf, step="items") == 4
     assert both("noetl_loop_completed_total", **wf, step="items", ok="true") == 4
     assert both("noetl_step_runs_total", **wf) == 3  # start, items, gated
     assert both("noetl_sink_dispatch_total", sink="rows") == 4
-    assert both("noetl_executions_completed_total", workflow="slow_demo", status="ok") == 1
+    assert get(server, "noetl_executions_completed_total", workflow="slow_demo", status="ok") == 1
     # the worker's own metrics
     assert total(worker, "noetl_worker_tasks_started_total", kind="noop", pool="default") == 5
     assert total(worker, "noetl_worker_tasks_completed_total", kind="python", ok="true") == 1
@@ -258,6 +265,7 @@ def test_a_server_and_a_worker_serve_their_metrics_and_json_logs(
     assert get(during, "noetl_executions_running", workflow="slow_demo") == 1
     assert get(during, "noetl_task_queue_inflight", pool="default") == 1
     assert total(server, "noetl_executions_running") == 0
+    assert get(server, "noetl_task_queue_inflight", pool="default") == 0  # present when idle
     assert total(server, "noetl_worker_heartbeat_timestamp", pool="default") > time.time() - 3600
     assert families(server) <= ALL_METRIC_NAMES and families(worker) <= ALL_METRIC_NAMES
 
@@ -294,7 +302,9 @@ def test_scrapes_while_the_runtime_works_are_safe(tmp_path: Path, canary: str) -
     demo = load_playbook_text(DEMO.format(out=tmp_path / "out")).require()
     errors: list[BaseException] = []
     stop = threading.Event()
-    with embedded_runtime(str(tmp_path / "db.sqlite"), workers=2, metrics=metrics) as runtime:
+    with embedded_runtime(
+        str(tmp_path / "db.sqlite"), workers=2, metrics=metrics, roots=Roots(tmp_path, tmp_path)
+    ) as runtime:
         exporter = start_exporter(metrics.registry, 0)
 
         def scraper() -> None:
@@ -314,8 +324,10 @@ def test_scrapes_while_the_runtime_works_are_safe(tmp_path: Path, canary: str) -
             stop.set()
             thread.join(timeout=10)
             exporter.close()
+        final = scrape_text(metrics)  # the execution counters are read from the open store
     assert errors == []
-    assert get(scrape_text(metrics), "noetl_executions_started_total", workflow="scrape_demo") == 3
+    assert get(final, "noetl_executions_started_total", workflow="scrape_demo") == 3
+    assert get(final, "noetl_step_runs_total", workflow="scrape_demo", step="items") == 3
 
 
 def scrape_text(metrics: Metrics) -> Samples:

@@ -10,6 +10,7 @@ from typing import Any
 
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine.types import ExecutionStatus, Task
+from noetl.paths import Roots
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.local import embedded_runtime
@@ -80,7 +81,8 @@ WORKLOADS: dict[str, dict[str, Any]] = {}
 
 
 def run_parent(tmp_path: Path, text: str, *, workers: int = 2, register: str | None = None) -> Any:
-    with embedded_runtime(str(tmp_path / "noetl.db"), workers=workers) as runtime:
+    roots = Roots(tmp_path, tmp_path)  # the child playbooks are written there
+    with embedded_runtime(str(tmp_path / "noetl.db"), workers=workers, roots=roots) as runtime:
         if register is not None:
             runtime.store.register_playbook("tests/child", "child", register, time.time())
             runtime.store.register_playbook("tests/child", "child", CHILD, time.time())
@@ -280,7 +282,7 @@ def test_a_retry_after_a_failed_child_starts_a_new_one(tmp_path: Path) -> None:
     services = Services(store)
     try:
         parent_id = Orchestrator(store, owner="api").start_execution(parent("{kind: noop}"))
-        tool = PlaybookTool(StoreLauncher(Decider(store)))
+        tool = PlaybookTool(StoreLauncher(Decider(store)), root=tmp_path)
         first = tool.run(playbook_task(parent_id, path))
         retried = tool.run(playbook_task(parent_id, path, attempt=2))
         again = tool.run(playbook_task(parent_id, path, attempt=2))

@@ -87,6 +87,12 @@ ROWS = [
 # --- postgres -----------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file sink writes under the working directory (its default root): the test's."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture
 def pg(pg_database: str) -> Iterator[psycopg.Connection[Any]]:
     with psycopg.connect(pg_database, autocommit=True) as conn:

@@ -35,6 +35,7 @@ BRANCH_TOOL = """
           retry: {max_attempts: 3, initial_delay: 1, backoff: fixed, jitter: false}
         result: {as: branch_out}
   tool: {kind: noop, args: {got: "{{ branch_out }}"}}
+  spec: {eval_mode: on_entry}
   next: after
 - step: after
 - step: undo
@@ -172,6 +173,7 @@ def test_set_puts_values_in_the_context_for_the_step_and_the_steps_after() -> No
             - when: true
               then: {set: {limit: "{{ base * 2 }}", label: "max {{ base * 2 }}"}}
           tool: {kind: noop, args: {limit: "{{ limit }}"}}
+          spec: {eval_mode: on_entry}
           next: later
         - step: later
           tool: {kind: noop, args: {label: "{{ label }}"}}
@@ -191,6 +193,7 @@ def test_a_set_value_that_cannot_be_rendered_fails_the_step_naming_the_key() -> 
             - when: true
               then: {set: {ok_value: 1, bad: "{{ nothing.here }}"}}
           tool: noop
+          spec: {eval_mode: on_entry}
         """
     )
     assert h.dispatched == []
@@ -410,6 +413,7 @@ FAIL = """
     - when: "{{{{ workload.amount > 1000 }}}}"
       then: {{fail: "amount over the limit"{extra}}}
   tool: noop
+  spec: {{eval_mode: on_entry}}
   next: done_step
 - step: done_step
 - step: handler
@@ -450,6 +454,7 @@ SKIP = """
     - when: "{{{{ workload.dry_run }}}}"
       then: {{skip: true{extra}}}
   tool: noop
+  spec: {{eval_mode: on_entry}}
   next: after
 - step: after
 - step: report

@@ -90,6 +90,7 @@ def test_e321_a_retry_with_no_tool_attempt_to_run_again() -> None:
         """
         - step: a
           tool: noop
+          spec: {eval_mode: on_entry}
           case:
             - when: true
               then: {retry: 2}
@@ -98,9 +99,23 @@ def test_e321_a_retry_with_no_tool_attempt_to_run_again() -> None:
     assert [(d.code, d.message) for d in on_entry] == [
         (
             "E321",
-            "a case retry needs eval_mode: on_event (on entry the step's tool has not run yet)",
+            "a case retry runs the step's tool again, which has not run yet on entry; drop "
+            "spec.eval_mode: on_entry",
         )
     ]
+    # A step with a tool evaluates its case after the tool unless told otherwise.
+    assert (
+        found(
+            """
+            - step: a
+              tool: noop
+              case:
+                - when: true
+                  then: {retry: 2}
+            """
+        )
+        == []
+    )
 
 
 def test_e322_result_or_sink_without_a_tool_on_entry() -> None:
@@ -108,11 +123,38 @@ def test_e322_result_or_sink_without_a_tool_on_entry() -> None:
         """
         - step: a
           tool: noop
+          spec: {eval_mode: on_entry}
           case:
             - when: true
               then: {result: {as: saved}}
         """
-    ) == [(4, "E322", "a", "workflow[0].case[0].then.result")]
+    ) == [(5, "E322", "a", "workflow[0].case[0].then.result")]
+    [no_tool] = diagnostics(
+        """
+        - step: a
+          case:
+            - when: true
+              then: {sink: [{file: {path: x.json}}]}
+        """
+    )
+    assert (no_tool.code, no_tool.message) == (
+        "E322",
+        "a branch sink without a tool has no output to use on entry (the step runs no tool); "
+        "give the branch a tool",
+    )
+    # By default a step with a tool evaluates its case on the tool's output.
+    assert (
+        found(
+            """
+            - step: a
+              tool: noop
+              case:
+                - when: true
+                  then: {result: {as: saved}}
+            """
+        )
+        == []
+    )
     # With a tool of its own, the branch has an output.
     assert (
         found(
@@ -234,3 +276,91 @@ def test_warning_codes_and_places() -> None:
         ("W409", "c", "workflow[2].case[0].then.next"),
     ]
     assert [d.line for d in diags] == [FIRST + 1, FIRST + 6, FIRST + 8, FIRST + 12, FIRST + 15]
+
+
+# --- E325: an on-entry condition that reads the tool's outcome ----------------------------------
+
+
+def test_e325_an_on_entry_condition_reading_the_outcome_is_an_error_with_its_line() -> None:
+    diags = diagnostics(
+        """
+        - step: a
+          tool: noop
+          spec: {eval_mode: on_entry}
+          case:
+            - when: "{{ workload.x }}"
+              then: {set: {x: 1}}
+            - when: >-
+                {{ workload.y
+                   and result.n > 3 }}
+              then: {set: {y: 1}}
+        """
+    )
+    assert [(d.line and d.line - FIRST, d.code, d.step, d.key) for d in diags] == [
+        (8, "E325", "a", "workflow[0].case[1].when")
+    ]
+    assert diags[0].message == (
+        "when reads 'result', the tool's outcome, but spec.eval_mode: on_entry evaluates the "
+        "case before the tool runs, so it never matches; drop eval_mode: on_entry to evaluate "
+        "it on the tool's outcome"
+    )
+
+
+def test_e325_every_outcome_name_counts_on_a_step_without_a_tool() -> None:
+    for name in ("result", "this", "status_code", "error", "data", "success"):
+        [diag] = diagnostics(
+            f"""
+            - step: a
+              case:
+                - when: "{{{{ {name} }}}}"
+                  then: {{set: {{x: 1}}}}
+            """
+        )
+        assert (diag.code, diag.line and diag.line - FIRST, diag.key) == (
+            "E325",
+            2,
+            "workflow[0].case[0].when",
+        )
+        assert diag.message == (
+            f"when reads '{name}', the tool's outcome, but the step runs no tool, so its case "
+            "is evaluated on entry and never matches; give the step a tool, or read what an "
+            "earlier step saved (result.as)"
+        )
+
+
+def test_e325_names_the_playbook_saves_are_not_outcomes() -> None:
+    assert (
+        found(
+            """
+            - step: first
+              tool: noop
+              result: {as: data}
+              next: a
+            - step: a
+              bind: {success: true}
+              case:
+                - when: "{{ data.n > 1 and success }}"
+                  then: {set: {status_code: 200}}
+                - when: "{{ status_code == 200 }}"
+                  then: {set: {done: true}}
+                - when: "{% set result = 1 %}{{ result }}"
+                  then: {set: {other: true}}
+            """
+        )
+        == []
+    )
+
+
+def test_e325_not_when_the_case_sees_the_outcome() -> None:
+    assert (
+        found(
+            """
+            - step: a
+              tool: noop
+              case:
+                - when: "{{ result.n > 3 and this and status_code == 200 }}"
+                  then: {set: {big: true}}
+            """
+        )
+        == []
+    )

@@ -15,7 +15,7 @@ E = EventType
 ENTRY = """
 - step: start
   bind: {who: ada}
-  spec: {case_mode: inclusive, next_policy: defer}
+  spec: {eval_mode: on_entry, case_mode: inclusive, next_policy: defer}
   case:
     - when: "{{ workload.n > 1 }}"
       then:

@@ -272,6 +272,7 @@ def test_an_on_entry_case_on_a_loop_step_runs_before_its_items() -> None:
     h = Harness.of(
         """
         - step: scores
+          spec: {eval_mode: on_entry}
           case:
             - when: true
               then:

@@ -88,10 +88,10 @@ def test_unknown_key_in_a_case_branch() -> None:
 
 def test_union_type_message_lists_every_accepted_type() -> None:
     assert errors("workflow:\n  - step: a\n    when: {x: 1}\n") == [
-        (7, "E102", "'when' must be a string or a boolean; got a mapping")
+        (7, "E102", "'when' must be a string or a boolean; got a map")
     ]
     assert errors("workflow:\n  - step: a\n    loop:\n      collection: 7\n") == [
-        (8, "E102", "'collection' must be a string or a list; got int 7")
+        (8, "E102", "'collection' must be a string or a list; got a number 7")
     ]
     assert errors(
         "  version: [1]\nworkflow:\n  - step: a\n",
@@ -100,34 +100,34 @@ def test_union_type_message_lists_every_accepted_type() -> None:
 
 def test_single_type_messages() -> None:
     assert errors("workflow:\n  - step: a\n    bind: [1]\n") == [
-        (7, "E102", "'bind' must be a mapping; got a list")
+        (7, "E102", "'bind' must be a map; got a list")
     ]
     assert errors("workflow:\n  - step: a\n    result: {as: 5}\n") == [
-        (7, "E102", "'as' must be a string; got int 5")
+        (7, "E102", "'as' must be a string; got a number 5")
     ]
     assert errors("workflow:\n  - step: a\n    loop: {collection: [], max_concurrency: x}\n") == [
-        (7, "E102", "'max_concurrency' must be an integer; got str 'x'")
+        (7, "E102", "'max_concurrency' must be an integer; got a string 'x'")
     ]
     assert errors("workflow:\n  - step: a\n    loop: {collection: [], max_concurrency: 0}\n") == [
-        (7, "E102", "'max_concurrency' must be greater than 0; got int 0")
+        (7, "E102", "'max_concurrency' must be greater than 0; got a number 0")
     ]
     assert errors("workflow:\n  - step: a\n    retry: {jitter: maybe}\n") == [
-        (7, "E102", "'jitter' must be a boolean; got str 'maybe'")
+        (7, "E102", "'jitter' must be a boolean; got a string 'maybe'")
     ]
 
 
 def test_null_values_are_described() -> None:
     assert errors("metadata:\nworkflow:\n  - step: a\n", head="") == [
-        (1, "E102", "'metadata' must be a mapping; got nothing (null)")
+        (1, "E102", "'metadata' must be a map; got null")
     ]
 
 
 def test_literal_values_are_listed() -> None:
     assert errors("workflow:\n  - step: a\n    loop: {collection: [], mode: paralel}\n") == [
-        (7, "E102", "'mode' must be 'sequential' or 'parallel'; got str 'paralel'")
+        (7, "E102", "'mode' must be 'sequential' or 'parallel'; got a string 'paralel'")
     ]
     assert errors("kind: Workflow\nmetadata: {name: x}\nworkflow:\n  - step: a\n", head="") == [
-        (1, "E102", "'kind' must be 'Playbook'; got str 'Workflow'")
+        (1, "E102", "'kind' must be 'Playbook'; got a string 'Workflow'")
     ]
 
 
@@ -156,14 +156,14 @@ def test_names_and_empty_values() -> None:
         )
     ]
     assert errors("metadata: {name: ''}\nworkflow:\n  - step: a\n", head="") == [
-        (1, "E102", "'name' must not be empty; got str ''")
+        (1, "E102", "'name' must not be empty; got a string ''")
     ]
     assert errors("workflow:\n  - step: a\n    next: {to: []}\n") == [
         (7, "E102", "'to' must not be empty")
     ]
     long_name = "s" * 129
     assert errors(f"workflow:\n  - step: {long_name}\n")[0][2].startswith(
-        "'step' must be at most 128 characters long; got str 'sss"
+        "'step' must be at most 128 characters long; got a string 'sss"
     )
 
 
@@ -204,12 +204,14 @@ workflow:
 @pytest.mark.parametrize(
     ("value", "text"),
     [
-        ({}, "a mapping"),
+        ({}, "a map"),
         ([], "a list"),
-        (None, "nothing (null)"),
-        (5, "int 5"),
-        ("x", "str 'x'"),
-        ("y" * 100, "str '" + "y" * 56 + "..."),
+        (None, "null"),
+        (5, "a number 5"),
+        (2.5, "a number 2.5"),
+        (True, "a boolean true"),
+        ("x", "a string 'x'"),
+        ("y" * 100, "a string '" + "y" * 56 + "..."),
     ],
 )
 def test_type_name(value: object, text: str) -> None:
@@ -251,3 +253,13 @@ def test_step_name() -> None:
     assert step_name(tree, ("workflow", 1)) is None
     assert step_name(tree, ("workbook", 0, "tool")) == "workbook:t"
     assert step_name(tree, ("metadata",)) is None
+
+
+def test_a_legacy_save_of_nothing_is_only_a_warning() -> None:
+    result = load_playbook_text(
+        HEAD + "workflow:\n  - step: a\n    tool: noop\n    save:\n", "m.yaml"
+    )
+    assert result.ok
+    assert [(d.code, d.key) for d in result.diagnostics] == [("W201", "workflow[0].save")]
+    assert result.require().workflow[0].result is not None
+    assert result.require().workflow[0].result.sink == []

@@ -114,6 +114,32 @@ def test_a_missing_secret_fails_the_task_naming_it_not_a_value() -> None:
     assert "NOETL_SECRET_NOPE" in (outcome.error or "")
 
 
+def test_env_names_follow_the_environment_convention_after_the_exact_spelling() -> None:
+    env = EnvSecrets(
+        {
+            "NOETL_SECRET_API_TOKEN": "upper",
+            "NOETL_SECRET_both": "exact",
+            "NOETL_SECRET_BOTH": "upper-both",
+            "NOETL_SECRET_MY_KEY_2": "dashed",
+            "NOETL_CREDENTIAL_WAREHOUSE": '{"dsn": "postgresql://h/db"}',
+        }
+    )
+    assert env.secret("api_token") == "upper"
+    assert env.secret("API_TOKEN") == "upper"
+    assert env.secret("both") == "exact"  # the exact spelling is asked first
+    assert env.secret("my-key.2") == "dashed"
+    assert env.secret("other") is None
+    assert env.credential("warehouse") == {"dsn": "postgresql://h/db"}
+
+
+def test_a_missing_lower_case_secret_names_both_variables() -> None:
+    registry = ToolRegistry([NoopTool()], secrets=EnvSecrets({}))
+    outcome = registry.run(make_task(args={"a": "<<secret:api_token>>"}, secrets=("api_token",)))
+
+    assert not outcome.ok
+    assert "NOETL_SECRET_api_token or NOETL_SECRET_API_TOKEN" in (outcome.error or "")
+
+
 def test_the_registry_masks_what_a_tool_returns() -> None:
     registry = ToolRegistry([NoopTool()], secrets=EnvSecrets({"NOETL_SECRET_T": TOKEN}))
     outcome = registry.run(make_task(args={"t": "<<secret:T>>"}, secrets=("T",)))

@@ -111,7 +111,7 @@ def test_comments_only_file(write_playbook: WritePlaybook) -> None:
 def test_document_marker_only(write_playbook: WritePlaybook) -> None:
     code, _, message = only_diagnostic(write_playbook("---\n"))
     assert code == "E011"
-    assert message == "a playbook must be a mapping with metadata and workflow; got nothing"
+    assert message == "a playbook must be a map with metadata and workflow; got nothing"
 
 
 def test_binary_file(tmp_path: Path) -> None:
@@ -251,14 +251,14 @@ def test_the_str_tag_is_a_string(write_playbook: WritePlaybook) -> None:
 
 @pytest.mark.parametrize(
     ("key_text", "got"),
-    [("1: x", "int 1"), ("~: x", "null"), ("? [a, b]\n: x", "a list")],
+    [("1: x", "a number 1"), ("~: x", "null"), ("? [a, b]\n: x", "a list")],
 )
 def test_mapping_keys_must_be_strings(
     write_playbook: WritePlaybook, key_text: str, got: str
 ) -> None:
     code, line, message = only_diagnostic(write_playbook(GOOD + key_text + "\n"))
     assert (code, line) == ("E009", 8)
-    assert message == f"mapping keys must be strings, got {got}"
+    assert message == f"map keys must be strings, got {got}"
 
 
 def test_missing_file(tmp_path: Path) -> None:
@@ -273,7 +273,7 @@ def test_document_that_is_a_list(write_playbook: WritePlaybook) -> None:
     assert only_diagnostic(write_playbook("# comment\n- step: a\n- step: b\n")) == (
         "E011",
         2,
-        "a playbook must be a mapping with metadata and workflow; got a list",
+        "a playbook must be a map with metadata and workflow; got a list",
     )
 
 
@@ -281,7 +281,7 @@ def test_document_that_is_a_scalar(write_playbook: WritePlaybook) -> None:
     assert only_diagnostic(write_playbook("# comment\n\n42\n")) == (
         "E011",
         3,
-        "a playbook must be a mapping with metadata and workflow; got int 42",
+        "a playbook must be a map with metadata and workflow; got a number 42",
     )
 
 

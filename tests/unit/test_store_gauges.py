@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from noetl.engine.types import Event, Task
+from noetl.engine.types import Event, ExecutionStatus, Task
 from noetl.observability.store_gauges import StoreGauges
 from noetl.store.base import Append, Enqueue, ExecutionRecord, StoreStats, WorkerRecord
 from noetl.store.memory import MemoryStore
@@ -48,6 +48,40 @@ def test_gauges_from_the_store() -> None:
     beats = {k[1]: v for k, v in samples.items() if k[0] == "noetl_worker_heartbeat_timestamp"}
     # stopped workers and workers silent for longer than the window are not exported
     assert beats == {(("pool", "default"), ("worker_id", "w1")): 990.0}
+
+
+def test_execution_counters_and_empty_queues_come_from_the_store() -> None:
+    store = MemoryStore()
+    for index, (name, status) in enumerate(
+        [("orders", "ok"), ("orders", "ok"), ("orders", "fail"), ("orders", None), ("load", "ok")]
+    ):
+        execution_id = f"e{index}"
+        record = ExecutionRecord(execution_id, name, None, "", {}, created_at=1.0, updated_at=1.0)
+        started = Event(1, "workflow.started", execution_id, 1.0, payload={"workload": {}})
+        store.create_execution(record, Append(execution_id, 0, [started], now=1.0))
+        if status is not None:
+            finished = Event(2, "workflow.finished", execution_id, 2.0, payload={"status": status})
+            store.commit(
+                [Append(execution_id, 1, [finished], status=ExecutionStatus(status), now=2.0)]
+            )
+    store.register_worker(WorkerRecord("w1", "etl", "h", 1, "running", 1.0, 999.0))
+
+    samples = scrape(StoreGauges(store, clock=lambda: 1000.0))
+
+    assert samples[("noetl_executions_started_total", (("workflow", "orders"),))] == 4
+    assert samples[("noetl_executions_started_total", (("workflow", "load"),))] == 1
+    completed = {
+        labels: v for (name, labels), v in samples.items()
+        if name == "noetl_executions_completed_total"
+    }  # fmt: skip
+    assert completed == {
+        (("status", "fail"), ("workflow", "orders")): 1,
+        (("status", "ok"), ("workflow", "load")): 1,
+        (("status", "ok"), ("workflow", "orders")): 2,
+    }
+    # nothing queued: the queue gauges say 0 for the default pool and every live worker's
+    assert samples[("noetl_task_queue_inflight", (("pool", "default"),))] == 0
+    assert samples[("noetl_task_queue_inflight", (("pool", "etl"),))] == 0
 
 
 class Broken:

@@ -1,0 +1,114 @@
+"""The continuation: a worker decides what follows a successful task it ran alone.
+
+A task that was the only one in flight of its execution (`Lease.solo`) is decided right
+where it ran, by the same engine against the same log, and committed in ONE transaction
+with the task's completion, under the expected sequence number (`Store.complete_and_commit`);
+the tasks that decision dispatches are leased to this worker in that transaction. If the
+execution moved meanwhile (a cancel, another server), or anything else goes wrong, nothing
+is written and the outcome takes the inbox path (`None`), where a server decides with its
+full error handling.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from noetl.engine import Event, EventType
+from noetl.engine.types import Outcome
+from noetl.errors import NoetlError
+from noetl.runtime.decider import Decider
+from noetl.store.base import ConcurrencyError, Lease, Store
+
+log = logging.getLogger("noetl.worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Continued:
+    """What a continuation did: committed, with this worker's next tasks (`leases`), or
+    `refused` (the task's lease was no longer held; nothing was written)."""
+
+    leases: list[Lease]
+    refused: bool = False
+
+
+class Continuation:
+    """Decides and commits what follows solo tasks, for one worker."""
+
+    def __init__(self, decider: Decider, store: Store, *, worker_id: str, lease_s: float) -> None:
+        self.decider = decider
+        self.store = store
+        self.worker_id = worker_id
+        self.lease_s = lease_s
+        self._stripes = [threading.Lock() for _ in range(64)]
+
+    def attempt(self, lease: Lease, outcome: Outcome, free: Callable[[], int]) -> Continued | None:
+        """Continue the execution of `lease`'s task with its successful `outcome`, leasing
+        at most `free()` of the tasks it dispatches to this worker; None when that does not
+        apply or failed (report through the inbox then)."""
+        execution_id = lease.task.execution_id
+        # One thread at a time decides for an execution: they share its cached state.
+        with self._stripes[hash(execution_id) % len(self._stripes)]:
+            try:
+                return self._continue(lease, outcome, free)
+            except ConcurrencyError:
+                self.decider.forget(execution_id)
+                return None
+            except Exception as exc:
+                # The database is away, the playbook cannot be loaded, a value the store
+                # refuses: the inbox path retries and reports with the server's handling.
+                log.warning(
+                    "continuing %s failed (%s); reporting it instead",
+                    lease.task.task_id,
+                    exc,
+                    exc_info=not isinstance(exc, NoetlError | ValueError),
+                )
+                self.decider.forget(execution_id)
+                return None
+
+    def _continue(
+        self, lease: Lease, outcome: Outcome, free: Callable[[], int]
+    ) -> Continued | None:
+        task = lease.task
+        decider = self.decider
+        cached = decider.load(task.execution_id)
+        if cached is None:
+            return None
+        state = cached.state
+        if task.task_id not in state.tasks and not decider.catch_up(cached):
+            return None
+        if state.terminal or len(state.tasks) != 1 or task.task_id not in state.tasks:
+            return None
+        now = time.time()
+        before = state.seq
+        event = Event(
+            0, EventType.TOOL_PROCESSED, task.execution_id, now, None, outcome.to_payload()
+        )
+        decision = cached.engine.decide(state, event, now)
+        append = decider.append(
+            state, before=before, events=decision.events, commands=decision.commands, now=now
+        )
+        lease_ids = [item.task.task_id for item in append.enqueue][: max(free(), 0)]
+        leases = self.store.complete_and_commit(
+            task.task_id,
+            lease.token,
+            append,
+            worker_id=self.worker_id,
+            lease=lease_ids,
+            lease_s=self.lease_s,
+        )
+        if leases is None:
+            decider.forget(task.execution_id)  # its state holds a decision not written
+            return Continued([], refused=True)
+        try:
+            decider.committed([append])
+        except Exception:  # committed: the leases it returned must still be run
+            log.exception("after continuing %s", task.task_id)
+            decider.forget(task.execution_id)
+            return Continued(leases)
+        if state.terminal:
+            decider.forget(task.execution_id)  # finished: nothing more to decide for it
+        return Continued(leases)
