@@ -56,7 +56,7 @@ def test_execution_counters_and_empty_queues_come_from_the_store() -> None:
         [("orders", "ok"), ("orders", "ok"), ("orders", "fail"), ("orders", None), ("load", "ok")]
     ):
         execution_id = f"e{index}"
-        record = ExecutionRecord(execution_id, name, None, "", {}, created_at=1.0, updated_at=1.0)
+        record = ExecutionRecord(execution_id, name, None, "", created_at=1.0, updated_at=1.0)
         started = Event(1, "workflow.started", execution_id, 1.0, payload={"workload": {}})
         store.create_execution(record, Append(execution_id, 0, [started], now=1.0))
         if status is not None:
