@@ -1,26 +1,65 @@
 """Template syntax: the sandboxed Jinja2 environment and static checks of templates.
 
-Rendering with time and size limits lives in the engine; this module only parses, so a
-playbook's templates are checked when it is validated, before anything runs.
+`TemplateEnvironment` is the one Jinja2 configuration every template is parsed and rendered
+with; rendering with its step and size limits (`noetl.engine.sandbox`) builds on it. This
+module only parses, so a playbook's templates are checked when it is validated, before
+anything runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
+from inspect import getattr_static
 from typing import Any
 
-from jinja2 import TemplateSyntaxError, meta, nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateSyntaxError, meta, nodes, pass_environment
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SandboxedEnvironment
 
 HELPERS = ("done", "ok", "fail", "running", "loop_done", "all_done", "any_done")
 LIST_HELPERS = frozenset({"all_done", "any_done"})
 
 
-def make_environment() -> ImmutableSandboxedEnvironment:
-    """The one Jinja2 environment configuration every template is parsed and rendered with."""
-    return ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
+class TemplateEnvironment(ImmutableSandboxedEnvironment):
+    """Jinja2's immutable sandbox, reading data before Python attributes.
+
+    `a.b` on a mapping is its key `b` when it has one: `workload.items`, `result.keys`,
+    `row.values` name data, not the methods of `dict` (Jinja itself prefers the attribute,
+    so the most common name of a collection would be a bound method). Without such a key,
+    the attribute is looked up as Jinja does (`d.get('k')` still calls the method), and
+    `x | attr('items')` always reaches the attribute.
+    """
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(autoescape=False, keep_trailing_newline=True, **options)
+        self.filters["attr"] = _attr
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if isinstance(obj, Mapping):
+            try:
+                return obj[attribute]
+            except (LookupError, TypeError):
+                pass  # no such key: the attribute, or undefined
+        return super().getattr(obj, attribute)
+
+
+@pass_environment
+def _attr(environment: SandboxedEnvironment, obj: Any, name: str) -> Any:
+    """`x | attr('items')`: the attribute, never a key (Jinja's own looks up a key first
+    here, since `getattr` does)."""
+    try:
+        getattr_static(obj, name)
+    except AttributeError:
+        if not hasattr(obj, name):
+            return environment.undefined(obj=obj, name=name)
+    # The sandbox's lookup (with its safety checks), which prefers the attribute.
+    return SandboxedEnvironment.getattr(environment, obj, name)
+
+
+def make_environment() -> TemplateEnvironment:
+    """The environment templates are parsed with (and, with limits, rendered with)."""
+    return TemplateEnvironment()
 
 
 _ENV = make_environment()

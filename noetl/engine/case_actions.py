@@ -142,7 +142,7 @@ def branch_task(scope: Scope, branch: BranchPlan, values: dict[str, Any], number
         kind, spec = task_def.tool.kind, task_def.tool.spec
         args = {**task_def.tool.args, **args}
     try:
-        rendered_args = engine.renderer.render(args, values) if args else {}
+        rendered_args = engine.renderer.render(args, values, field="args") if args else {}
         rendered_spec = render_spec(engine.renderer, kind, spec, values)
     except TemplateError as exc:
         raise TemplateError(f"tool: {exc}") from None

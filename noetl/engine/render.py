@@ -1,102 +1,50 @@
-"""Rendering templates in Jinja2's immutable sandbox, with limits on time and size.
+"""Rendering templates in Jinja2's immutable sandbox, with limits on steps and size.
 
 * A value that is exactly one `{{ expression }}` keeps its native type (a list stays a list);
   text mixed with expressions renders as a string; dicts and lists are rendered recursively.
   A native value must be data, because it goes into events: tuples, ranges and the lazy
   sequences of filters such as `map` become lists, map keys become strings as JSON would
   make them, and anything else (a function, a method) is a template error.
-* Limits: a render may take at most `time_limit_s` (checked on every call, attribute
-  access, operator and `range` step inside the template) and produce at most `max_output`
-  characters (checked as the output grows); `*` and `**` are checked before they build
-  something huge.
-* Errors become `TemplateError` with a short message; the engine turns them into a failed
-  step, never a crash.
+* Limits (`noetl.engine.limits`, enforced by `noetl.engine.sandbox`): one `render` may take
+  at most `max_steps` steps (operations, loop iterations and output count; never time, so
+  the same template over the same data always stops at the same place), build values and
+  write text of at most `max_output` characters, and integers of at most 4300 digits; what
+  would break a limit is refused before it is built.
+* Errors become `TemplateError` with a short message naming the field (`args.url: ...`);
+  the engine turns them into a failed step, never a crash.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import operator
 import re
-import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from jinja2 import StrictUndefined, Undefined, nodes
+from jinja2 import StrictUndefined, nodes
 from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from noetl.dsl.kinds import LITERAL_SPEC_FIELDS
+from noetl.engine.limits import (
+    MAX_OUTPUT,
+    MAX_STEPS,
+    Budget,
+    activate,
+    current,
+    deactivate,
+    digits,
+    output_too_big,
+    too_big,
+)
+from noetl.engine.sandbox import LimitedEnvironment
 from noetl.errors import TemplateError
 
-DEFAULT_TIME_LIMIT_S = 1.0
-DEFAULT_MAX_OUTPUT = 1_000_000
+DEFAULT_MAX_STEPS = MAX_STEPS
+DEFAULT_MAX_OUTPUT = MAX_OUTPUT
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)
-_MAX_RANGE = 100_000
-
-
-class _Budget:
-    __slots__ = ("deadline", "time_limit_s")
-
-    def __init__(self, time_limit_s: float) -> None:
-        self.time_limit_s = time_limit_s
-        self.deadline = 0.0
-
-    def check(self) -> None:
-        if time.monotonic() > self.deadline:
-            raise TemplateError(f"template took longer than {self.time_limit_s:g}s to render")
-
-
-class LimitedEnvironment(ImmutableSandboxedEnvironment):
-    """The sandbox with a time budget and size checks on `*` and `**`."""
-
-    intercepted_binops = frozenset({"*", "**"})
-
-    def __init__(self, budget: _Budget, max_output: int) -> None:
-        super().__init__(
-            autoescape=False,
-            keep_trailing_newline=True,
-            undefined=StrictUndefined,
-            finalize=_no_nested_undefined,
-        )
-        self.budget = budget
-        self.max_output = max_output
-        self.globals["range"] = self._range
-
-    def _range(self, *args: int) -> Iterator[int]:
-        rng = range(*args)
-        if len(rng) > _MAX_RANGE:
-            raise TemplateError(f"range() of {len(rng)} items is over the limit of {_MAX_RANGE}")
-        for index, value in enumerate(rng):
-            if index % 256 == 0:
-                self.budget.check()
-            yield value
-
-    def call(self, __context: Any, __obj: Any, *args: Any, **kwargs: Any) -> Any:
-        self.budget.check()
-        return super().call(__context, __obj, *args, **kwargs)
-
-    def getattr(self, obj: Any, attribute: str) -> Any:
-        self.budget.check()
-        return super().getattr(obj, attribute)
-
-    def getitem(self, obj: Any, argument: Any) -> Any:
-        self.budget.check()
-        return super().getitem(obj, argument)
-
-    def call_binop(self, context: Any, operator_name: str, left: Any, right: Any) -> Any:
-        self.budget.check()
-        if operator_name == "*":
-            for seq, count in ((left, right), (right, left)):
-                sized = isinstance(seq, str | list | tuple) and isinstance(count, int)
-                if sized and len(seq) * count > self.max_output:
-                    raise TemplateError("template builds a value over the size limit")
-            return operator.mul(left, right)
-        if isinstance(right, int) and isinstance(left, int) and abs(right) > 10_000:
-            raise TemplateError("exponent over the limit of 10000")
-        return operator.pow(left, right)
+_MAX_MESSAGE = 500  # an error message quotes user data at most this long
 
 
 class Renderer:
@@ -105,36 +53,53 @@ class Renderer:
     def __init__(
         self,
         *,
-        time_limit_s: float = DEFAULT_TIME_LIMIT_S,
+        max_steps: int = DEFAULT_MAX_STEPS,
         max_output: int = DEFAULT_MAX_OUTPUT,
         globals: Mapping[str, Any] | None = None,
     ) -> None:
-        self._budget = _Budget(time_limit_s)
-        self.env = LimitedEnvironment(self._budget, max_output)
+        self.env = LimitedEnvironment()
         if globals:
             self.env.globals.update(globals)
+        self.max_steps = max_steps
         self.max_output = max_output
         self._expressions: dict[str, Callable[..., Any]] = {}
         self._templates: dict[str, Any] = {}
         self._single: dict[str, str | None] = {}
 
-    def render(self, value: Any, context: Mapping[str, Any]) -> Any:
-        """Render a value (str, dict or list, recursively); other values pass through."""
-        self._budget.deadline = time.monotonic() + self._budget.time_limit_s
-        return self._render(value, context)
+    def render(self, value: Any, context: Mapping[str, Any], *, field: str = "") -> Any:
+        """Render a value (str, dict or list, recursively); other values pass through.
 
-    def _render(self, value: Any, context: Mapping[str, Any]) -> Any:
+        The whole value shares one budget of steps. A TemplateError names where in the
+        value it happened, under `field` (`field="args"`: `args.url: ...`)."""
+        token = activate(Budget(self.max_steps, self.max_output))
+        try:
+            return self._render(value, context, field)
+        finally:
+            deactivate(token)
+
+    def _render(self, value: Any, context: Mapping[str, Any], path: str) -> Any:
         if isinstance(value, str):
-            return self._render_str(value, context) if "{" in value else value
+            if "{" not in value:
+                return value
+            try:
+                return self._render_str(value, context)
+            except TemplateError as exc:
+                raise TemplateError(f"{path}: {exc}" if path else str(exc)) from None
         if isinstance(value, dict):
-            return {k: self._render(v, context) for k, v in value.items()}
+            return {
+                k: self._render(v, context, f"{path}.{k}" if path else str(k))
+                for k, v in value.items()
+            }
         if isinstance(value, list):
-            return [self._render(v, context) for v in value]
+            return [self._render(v, context, f"{path}[{i}]") for i, v in enumerate(value)]
         return value
 
     def _render_str(self, text: str, context: Mapping[str, Any]) -> Any:
         if "{{" not in text and "{%" not in text and "{#" not in text:
             return text
+        budget = current()
+        if budget is not None:
+            budget.written = 0  # each template text may write up to the limit; steps are shared
         try:
             expr = self._single_expression(text)
             if expr is not None:
@@ -147,16 +112,18 @@ class Renderer:
                 template = self.env.from_string(text)
                 self._templates[text] = template
             return self._render_chunks(template, context)
-        except TemplateError:
-            raise
+        except TemplateError as exc:
+            raise TemplateError(_short(str(exc))) from None
         except SecurityError as exc:
-            raise TemplateError(f"not allowed in templates: {exc}") from None
+            raise TemplateError(_short(f"not allowed in templates: {exc}")) from None
         except JinjaTemplateError as exc:
-            raise TemplateError(_describe(exc)) from None
+            raise TemplateError(_short(_describe(exc))) from None
         except RecursionError:
             raise TemplateError("template recursion is too deep") from None
+        except MemoryError:
+            raise TemplateError("template ran out of memory") from None
         except Exception as exc:  # user expressions can raise anything (1/0, bad types)
-            raise TemplateError(f"{type(exc).__name__}: {exc}") from None
+            raise TemplateError(_short(f"{type(exc).__name__}: {exc}")) from None
 
     def _render_chunks(self, template: Any, context: Mapping[str, Any]) -> str:
         """Render text, checking the output size as it grows (not once it is all built)."""
@@ -164,10 +131,8 @@ class Renderer:
         size = 0
         for chunk in template.generate(context):
             size += len(chunk)
-            if size > self.max_output:
-                raise TemplateError(
-                    f"template output is over the limit of {self.max_output} characters"
-                )
+            if size > self.max_output:  # also counted piece by piece (noetl.engine.sandbox)
+                raise TemplateError(output_too_big(self.max_output))
             chunks.append(chunk)
         return "".join(chunks)
 
@@ -196,9 +161,9 @@ class Renderer:
             self._expressions[source] = compiled
         return compiled
 
-    def truthy(self, value: Any, context: Mapping[str, Any]) -> bool:
+    def truthy(self, value: Any, context: Mapping[str, Any], *, field: str = "") -> bool:
         """Render a condition and read it as a boolean (`"false"`, `"0"`, `""` are false)."""
-        return to_bool(self.render(value, context))
+        return to_bool(self.render(value, context, field=field))
 
 
 def render_spec(
@@ -208,7 +173,7 @@ def render_spec(
     taken literally (`LITERAL_SPEC_FIELDS`: code and SQL)."""
     literal = LITERAL_SPEC_FIELDS.get(kind, frozenset())
     return {
-        key: value if key in literal else renderer.render(value, context)
+        key: value if key in literal else renderer.render(value, context, field=f"spec.{key}")
         for key, value in spec.items()
     }
 
@@ -222,38 +187,85 @@ def to_bool(value: Any) -> bool:
     return bool(value)
 
 
+class _Data:
+    """Copies a native template value as JSON data (what an event can carry), counting its
+    size as JSON as it goes: a value that repeats references (the same list, a long string,
+    an iterator's item) must stay under the size limit, since written out it would be that
+    big; data that does not (a workload list) may be as big as it is."""
+
+    __slots__ = ("chars", "keep", "limit", "seen", "shared", "visits")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.chars = 0
+        self.visits = 0
+        self.seen: set[int] = set()
+        self.keep: list[Any] = []  # parts an iterator made stay alive, so no id is reused
+        self.shared = False
+
+    def _count(self, chars: int) -> None:
+        self.chars += chars
+        if self.shared and self.chars > self.limit:
+            raise TemplateError(too_big(self.limit) + " (counting repeated references)")
+
+    def _enter(self, value: Any) -> None:
+        if id(value) in self.seen:
+            self.shared = True
+        self.seen.add(id(value))
+        self.keep.append(value)
+
+    def copy(self, value: Any) -> Any:
+        self.visits += 1
+        if value is None or isinstance(value, bool | float):
+            self._count(5)
+            return value
+        if isinstance(value, int):
+            self._count(digits(value))
+            return value
+        if isinstance(value, str):
+            if len(value) >= 256:
+                self._enter(value)
+            self._count(len(value) + 2)
+            return value
+        if isinstance(value, Mapping):
+            self._enter(value)
+            self._count(2)
+            out: dict[str, Any] = {}
+            for k, v in value.items():
+                key = _data_key(k)
+                self._count(len(key) + 4)
+                out[key] = self.copy(v)
+            return out
+        if isinstance(value, list | tuple):
+            self._enter(value)
+            self._count(2)
+            return [self._item(v) for v in value]
+        if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
+            items = list(itertools.islice(value, self.limit + 1))  # range, generators, views
+            if len(items) > self.limit:
+                raise TemplateError(f"template value has more than {self.limit} items")
+            self._count(2)
+            return [self._item(v) for v in items]
+        raise TemplateError(
+            f"template value is a {type(value).__name__}, not data "
+            "(a string, number, boolean, null, list or map)"
+        )
+
+    def _item(self, value: Any) -> Any:
+        self._count(1)
+        return self.copy(value)
+
+
 def _to_data(value: Any, limit: int) -> Any:
-    """A native template value as JSON data (what an event can carry), or TemplateError."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, Mapping):
-        return {_data_key(k): _to_data(v, limit) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_to_data(v, limit) for v in value]
-    if isinstance(value, Iterable) and not isinstance(value, bytes | bytearray):
-        items = list(itertools.islice(value, limit + 1))  # range, generators, dict views
-        if len(items) > limit:
-            raise TemplateError(f"template value has more than {limit} items")
-        return [_to_data(v, limit) for v in items]
-    raise TemplateError(
-        f"template value is a {type(value).__name__}, not data "
-        "(a string, number, boolean, null, list or map)"
-    )
-
-
-def _no_nested_undefined(value: Any) -> Any:
-    """Jinja `finalize`: an undefined name inside a list or map printed in text is an error
-    (printing the container would show `Undefined` instead of raising)."""
-    items: list[Any] = []
-    if isinstance(value, Mapping):
-        items = [*value.keys(), *value.values()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    for item in items:
-        if isinstance(item, Undefined):
-            str(item)  # StrictUndefined: raises UndefinedError with the name
-        _no_nested_undefined(item)
-    return value
+    """A native template value as JSON data, or TemplateError (see `_Data`)."""
+    data = _Data(limit)
+    out = data.copy(value)
+    budget = current()
+    if budget is not None:
+        # Copying happens once per template text, never in a loop: it costs what the data
+        # is big, at a lower rate, so a big workload list can still be passed along.
+        budget.tick(data.visits // 8)
+    return out
 
 
 def _data_key(key: Any) -> str:
@@ -266,8 +278,15 @@ def _data_key(key: Any) -> str:
 
 def _check_size(value: Any, limit: int) -> Any:
     if isinstance(value, str) and len(value) > limit:
-        raise TemplateError(f"template output is over the limit of {limit} characters")
+        raise TemplateError(output_too_big(limit))
     return value
+
+
+def _short(message: str) -> str:
+    """An error message of a reasonable length (it may quote user data)."""
+    if len(message) <= _MAX_MESSAGE:
+        return message
+    return message[:_MAX_MESSAGE] + f"... ({len(message)} characters)"
 
 
 def _describe(exc: JinjaTemplateError) -> str:

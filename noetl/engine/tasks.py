@@ -43,7 +43,7 @@ def build(
         kind, spec = task_def.tool.kind, task_def.tool.spec
         args = {**task_def.tool.args, **args}
     values = ctx.build()
-    rendered_args = engine.renderer.render(args, values) if args else {}
+    rendered_args = engine.renderer.render(args, values, field="args") if args else {}
     rendered_spec = render_spec(engine.renderer, kind, spec, values)
     sinks = result_sinks(engine, step, values)
     secrets: set[str] = set()

@@ -175,15 +175,13 @@ class SinkReport:
         )
 
 
-_local = threading.local()
+# One renderer for every thread: its limits are per render (noetl.engine.limits), and it
+# keeps the templates it compiled.
+_RENDERER = Renderer()
 
 
 def _renderer() -> Renderer:
-    # A Renderer keeps per-render state (its time budget), so each thread has its own.
-    renderer: Renderer | None = getattr(_local, "renderer", None)
-    if renderer is None:
-        renderer = _local.renderer = Renderer()
-    return renderer
+    return _RENDERER
 
 
 def sink_output(task: Task, this: Any) -> Any:

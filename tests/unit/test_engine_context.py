@@ -233,7 +233,7 @@ def test_bind_is_rendered_at_dispatch_and_visible_to_args_and_pick() -> None:
     # bind names belong to their step only
     other = h.finished("other").payload
     assert other["status"] == "failed"
-    assert other["error"] == "tool: undefined value: 'x' is undefined"
+    assert other["error"] == "tool: args.x: undefined value: 'x' is undefined"
 
 
 def test_bind_is_visible_to_the_collect_key() -> None:
@@ -261,7 +261,7 @@ def test_bind_error_fails_the_step() -> None:
     assert h.dispatched == []
     assert h.finished("start").payload == {
         "status": "failed",
-        "error": "bind: undefined value: 'missing' is undefined",
+        "error": "bind: x: undefined value: 'missing' is undefined",
     }
     assert h.status is ExecutionStatus.FAIL
 
@@ -349,24 +349,24 @@ def test_task_keys_without_a_loop_key() -> None:
     [
         (
             'tool: {kind: noop, args: {x: "{{ missing }}"}}',
-            "tool: undefined value: 'missing' is undefined",
+            "tool: args.x: undefined value: 'missing' is undefined",
         ),
         (
             'tool: {kind: noop, args: {x: "a {{ workload.nope }} b"}}',
-            "tool: undefined value: 'dict object' has no attribute 'nope'",
+            "tool: args.x: undefined value: 'dict object' has no attribute 'nope'",
         ),
         (
             'tool: {kind: noop, args: {x: "{{ 1 / 0 }}"}}',
-            "tool: ZeroDivisionError: division by zero",
+            "tool: args.x: ZeroDivisionError: division by zero",
         ),
         (
             "tool: {kind: noop, args: {x: \"{{ ''.__class__ }}\"}}",
-            "tool: not allowed in templates: access to attribute '__class__' of 'str' object "
-            "is unsafe.",
+            "tool: args.x: not allowed in templates: access to attribute '__class__' of 'str' "
+            "object is unsafe.",
         ),
         (
             'tool: {kind: noop, args: {x: "{{ workload.vals.append(1) }}"}}',
-            "tool: not allowed in templates: access to attribute 'append' of 'list' object "
+            "tool: args.x: not allowed in templates: access to attribute 'append' of 'list' object "
             "is unsafe.",
         ),
         (
@@ -383,25 +383,25 @@ def test_task_keys_without_a_loop_key() -> None:
         ),
         (
             "tool: {kind: noop, args: {x: \"{{ 'x' * 2000000 }}\"}}",
-            "tool: template builds a value over the size limit",
+            "tool: args.x: template builds a value over the limit of 1000000 characters",
         ),
         (
             "tool: {kind: noop, args: {x: "
             '"{% for i in range(100000) %}0123456789abc{% endfor %}"}}',
-            "tool: template output is over the limit of 1000000 characters",
+            "tool: args.x: template output is over the limit of 1000000 characters",
         ),
         (
             "tool: {kind: noop, args: {x: "
             "\"{% for i in range(100000) %}{{ 'x' * 10000 }}{% endfor %}\"}}",
-            "tool: template output is over the limit of 1000000 characters",
+            "tool: args.x: template output is over the limit of 1000000 characters",
         ),
         (
             'tool: {kind: noop, args: {x: "{{ range(1000000) | list }}"}}',
-            "tool: range() of 1000000 items is over the limit of 100000",
+            "tool: args.x: range() of 1000000 items is over the limit of 100000",
         ),
         (
             'tool: {kind: noop, args: {x: "{{ 2 ** 100000 }}"}}',
-            "tool: exponent over the limit of 10000",
+            "tool: args.x: template builds an integer over the limit of 4300 digits",
         ),
     ],
 )
@@ -431,7 +431,7 @@ def test_bad_pick_fails_the_step_after_the_tool() -> None:
     assert h.status is ExecutionStatus.FAIL
 
 
-def test_render_time_limit_fails_the_step_with_a_limit_message() -> None:
+def test_render_step_limit_fails_the_step_with_a_limit_message() -> None:
     h = Harness.of(
         """
         - step: start
@@ -440,12 +440,13 @@ def test_render_time_limit_fails_the_step_with_a_limit_message() -> None:
             args:
               x: "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
         """,
-        renderer=Renderer(time_limit_s=0.02),
+        renderer=Renderer(max_steps=5000),
     )
     assert h.dispatched == []
     assert h.finished("start").payload == {
         "status": "failed",
-        "error": "tool: template took longer than 0.02s to render",
+        "error": "tool: args.x: template went over the limit of 5000 steps "
+        "(operations, loop iterations and output count)",
     }
     assert h.status is ExecutionStatus.FAIL
 
@@ -512,18 +513,21 @@ def test_native_values_become_data_that_events_can_carry() -> None:
     [
         (
             "{{ workload.m.items }}",
-            "tool: template value is a builtin_function_or_method, not data "
+            "tool: args.x: template value is a builtin_function_or_method, not data "
             "(a string, number, boolean, null, list or map)",
         ),
         (
             "{{ done }}",
-            "tool: template value is a function, not data "
+            "tool: args.x: template value is a function, not data "
             "(a string, number, boolean, null, list or map)",
         ),
-        ("{{ [1, missing] }}", "tool: undefined value: 'missing' is undefined"),
-        ("{{ {'a': {'b': missing}} }}", "tool: undefined value: 'missing' is undefined"),
-        ("text {{ [1, missing] }}", "tool: undefined value: 'missing' is undefined"),
-        ("text {{ {'k': {'j': missing}} }}", "tool: undefined value: 'missing' is undefined"),
+        ("{{ [1, missing] }}", "tool: args.x: undefined value: 'missing' is undefined"),
+        ("{{ {'a': {'b': missing}} }}", "tool: args.x: undefined value: 'missing' is undefined"),
+        ("text {{ [1, missing] }}", "tool: args.x: undefined value: 'missing' is undefined"),
+        (
+            "text {{ {'k': {'j': missing}} }}",
+            "tool: args.x: undefined value: 'missing' is undefined",
+        ),
     ],
 )
 def test_a_native_value_that_is_not_data_fails_the_step(expr: str, error: str) -> None:

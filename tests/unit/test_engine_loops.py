@@ -373,7 +373,7 @@ def test_loop_args_error_fails_only_that_item() -> None:
     assert bad == {
         "index": 1,
         "ok": False,
-        "error": "tool: undefined value: 'dict object' has no attribute 'x'",
+        "error": "tool: args.x: undefined value: 'dict object' has no attribute 'x'",
     }
     h.run()
     assert h.state.context == {"got": [{"x": 1}, None, {"x": 3}]}
