@@ -142,6 +142,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         metrics=metrics,
         metrics_path=settings.metrics.path,
         gate=gate,
+        max_body_bytes=settings.server.max_body_bytes,
     )
     stop = threading.Event()
     loop = threading.Thread(

@@ -18,6 +18,7 @@ from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
+from noetl.server.limits import DEFAULT_MAX_BODY_BYTES, EdgeLimits
 from noetl.server.routes import (
     admin,
     dlq,
@@ -46,6 +47,9 @@ token (`noetl auth token create --role viewer|operator|admin`) or a session toke
 
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
+A request body over the server's limit (`server.max_body_bytes`, 16 MiB by default) is a
+413 `too_large`; a NUL character in any string, or data nested more than 64 levels deep,
+is a 422 naming the field.
 Values under sensitive keys (password, token, secret, auth, key...) are shown as `***`.
 
 The operator console, a web page over this API, is served at `/ui/`.
@@ -61,13 +65,15 @@ def create_app(
     metrics: Metrics | None = None,
     metrics_path: str = "/metrics",
     gate: Gate | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
 
     `gate` checks credentials; by default authentication is ON, against `store.tokens`,
     with sessions in `store.sessions`. RuntimeError if a route declares no role and is not
-    public (noetl.server.auth)."""
+    public (noetl.server.auth). A request body over `max_body_bytes` is a 413, and a NUL
+    character in the URL a 422, before any route sees the request (noetl.server.limits)."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -85,6 +91,8 @@ def create_app(
         gate=gate,
     )
     install_error_handlers(app)
+    # Added last, so outermost: an oversized body is refused before anything reads it.
+    app.add_middleware(EdgeLimits, max_body_bytes=max_body_bytes)
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
