@@ -98,13 +98,13 @@ class Keyring:
     @property
     def primary_id(self) -> str:
         """The id of the key that encrypts; CredentialKeyError when there is none."""
-        self._require("encrypt")
+        self._require("encrypt credentials")
         return key_id(self._keys[0])
 
     def _require(self, action: str) -> None:
         if not self._keys:
             raise CredentialKeyError(
-                f"no key to {action} credentials with: set {KEY_SETTING} to a key from "
+                f"no key to {action} with: set {KEY_SETTING} to a key from "
                 "`noetl credential keygen` (the same key on every worker and CLI that "
                 "reads credentials from the database)"
             )
@@ -118,7 +118,7 @@ class Keyring:
 
     def encrypt(self, plaintext: bytes) -> tuple[str, str]:
         """(the token, the id of the key that made it)."""
-        self._require("encrypt")
+        self._require("encrypt credentials")
         return self._multi().encrypt(plaintext).decode("ascii"), self.primary_id
 
     def decrypt(self, token: str, *, what: str, made_with: str) -> bytes:
@@ -134,7 +134,7 @@ class Keyring:
 
     def rotate(self, token: str, *, what: str, made_with: str) -> str:
         """`token` encrypted again with the first key (its value unchanged)."""
-        self._require("rotate")
+        self._require("rotate credentials")
         from cryptography.fernet import InvalidToken  # noqa: PLC0415
 
         try:

@@ -12,6 +12,13 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   context's (when well formed); else a new one (`new_traceparent`).
 * Timeout: `spec.timeout` seconds, else the task's `timeout_ms`, else 30 s; it bounds each
   phase (connect, write, wait for a byte) and, once more, the reading of the whole body.
+* `spec.credential` names a credential of the worker (`noetl.credentials.records`): bearer
+  and basic are sent as `Authorization`, api_key as its header (`X-API-Key` unless it
+  names another), header as the header it names. Its values are masked in the outcome
+  (the encoded `Basic` value too). A spec header of the same name is refused rather than
+  silently replaced; httpx drops `Authorization` on a redirect to another host. A
+  credential of another type (snowflake, a cloud service account, ...) fails the task,
+  fatally, naming its type.
 
 The result (`this`) is `{"status_code", "headers", "data"}`: headers with lower-case names;
 data the parsed JSON when the content type says JSON (None for an empty body, the text
@@ -40,9 +47,12 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import ValidationError
 
+from noetl.credentials.records import http_auth
 from noetl.dsl.kinds import HttpSpec
 from noetl.engine.types import Outcome, Task
+from noetl.errors import NoetlError
 from noetl.observability.trace_context import plugin_traceparent
+from noetl.worker.secrets import current_scope
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_BODY_BYTES", "HttpTool", "new_traceparent", "safe_url"]
 
@@ -204,13 +214,16 @@ class HttpTool:
             body["content"] = spec.body.encode("utf-8")
         elif spec.method in _BODY_METHODS and task.args:
             body["json"] = task.args
+        headers = _headers(spec.headers, task)
+        if spec.credential is not None:
+            _authorize(headers, spec.credential)
         try:
             # Merged here: httpx would replace the URL's own query with `params`.
             url = httpx.URL(spec.url).copy_merge_params(_params(spec.params))
             return self.client.build_request(
                 spec.method,
                 url,
-                headers=_headers(spec.headers, task),
+                headers=headers,
                 timeout=timeout,
                 **body,
             )
@@ -286,6 +299,23 @@ def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:
         else:  # none, or malformed: W3C says start a new trace
             headers["traceparent"] = new_traceparent()
     return headers
+
+
+def _authorize(headers: dict[str, str], name: str) -> None:
+    """Add the header of credential `name`; its values are masked in the outcome."""
+    scope = current_scope()
+    try:
+        auth = http_auth(scope.record(name))
+    except NoetlError as exc:  # unknown, unusable or unreadable: the message names it
+        raise _Failure(str(exc), type(exc).__name__, retryable=exc.retryable) from None
+    for value in auth.derived:  # the credential's own values are remembered already
+        scope.remember(value)
+    if auth.header.lower() in {header.lower() for header in headers}:
+        raise _Failure(
+            f"spec.headers sets {auth.header} and spec.credential {name!r} sends it too; keep one",
+            "FatalError",
+        )
+    headers[auth.header] = auth.value
 
 
 def _params(params: Mapping[str, Any]) -> dict[str, Any]:
