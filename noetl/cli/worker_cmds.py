@@ -75,6 +75,12 @@ def worker_group() -> None:
     type=click.Path(dir_okay=False),
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@setting_option(
+    "credentials.file",
+    "--credentials-file",
+    type=click.Path(dir_okay=False),
+    help="YAML or JSON file of named credential records ({type, data}, upstream's format).",
+)
 @log_options("INFO")
 @metrics_options(port=True)
 @db_option
@@ -131,7 +137,11 @@ def worker_start(*, settings: Settings) -> None:
             launcher = StoreLauncher(decider, stopping=stop.is_set)
             tools = default_registry(
                 python_pool,
-                secrets=default_provider(settings.secrets.file),
+                secrets=default_provider(
+                    settings.secrets.file,
+                    credentials=settings.credentials.config(),
+                    store=store.credentials,
+                ),
                 launcher=launcher,
                 observer=observer,
                 roots=roots,

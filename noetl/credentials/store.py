@@ -117,6 +117,8 @@ def save_credential(
         updated_at=now,
     )
     created = store.put(row)
+    if not created:  # the row as stored: a replaced credential keeps its creation time
+        row = store.get(row.name) or row
     return row, created
 
 
