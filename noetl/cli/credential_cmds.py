@@ -22,14 +22,11 @@ from noetl.cli.settings import db_option, with_settings
 from noetl.config import Settings
 from noetl.credentials.keys import Keyring, new_key
 from noetl.credentials.records import (
-    HTTP_TYPES,
     KNOWN_TYPES,
     Credential,
     CredentialError,
-    http_auth,
+    check_usable,
     parse_credential,
-    postgres_conninfo,
-    s3_keys,
 )
 from noetl.credentials.store import check_name, rotate_all, save_credential
 from noetl.errors import ConfigError
@@ -96,24 +93,11 @@ def _record(name: str, kind: str | None, content: Any, source: str) -> Credentia
 
 
 def _check(credential: Credential) -> str | None:
-    """Map the credential as a task would (so a mistake shows now, not in a run); a
-    warning for a type no built-in tool takes."""
     try:
-        if credential.type == "postgres":
-            postgres_conninfo(credential)
-        elif credential.type in HTTP_TYPES:
-            http_auth(credential)
-        elif credential.type in ("s3", "aws"):
-            s3_keys(credential)
-        else:
-            return (
-                f"warning: no built-in tool takes credentials of type {credential.type!r}; "
-                "a postgres, http or s3 step that names it fails (a third-party tool may "
-                "read it)"
-            )
+        warning = check_usable(credential)
     except CredentialError as exc:
         raise ConfigError(str(exc)) from None
-    return None
+    return None if warning is None else f"warning: {warning}"
 
 
 @credential_group.command("set")

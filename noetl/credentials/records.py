@@ -47,6 +47,7 @@ __all__ = [
     "Credential",
     "CredentialError",
     "HttpAuth",
+    "check_usable",
     "http_auth",
     "parse_credential",
     "postgres_conninfo",
@@ -299,3 +300,20 @@ def s3_keys(credential: Credential) -> dict[str, str]:
             f"{credential.describe()} needs aws_access_key_id and aws_secret_access_key"
         )
     return found
+
+
+def check_usable(credential: Credential) -> str | None:
+    """Map a typed credential as a task would (so a mistake shows when it is stored, not
+    in a run; CredentialError); a warning for a type no built-in tool takes."""
+    if credential.type == POSTGRES:
+        postgres_conninfo(credential)
+    elif credential.type in HTTP_TYPES:
+        http_auth(credential)
+    elif credential.type in S3_TYPES:
+        s3_keys(credential)
+    else:
+        return (
+            f"no built-in tool takes credentials of type {credential.type!r}; a postgres, "
+            "http or s3 step that names it fails (a third-party tool may read it)"
+        )
+    return None

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI, Response
 
 from noetl.auth import Role
+from noetl.credentials.keys import Keyring
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
@@ -20,6 +21,7 @@ from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
 from noetl.server.routes import (
     admin,
+    credentials,
     dlq,
     executions,
     health,
@@ -61,13 +63,15 @@ def create_app(
     metrics: Metrics | None = None,
     metrics_path: str = "/metrics",
     gate: Gate | None = None,
+    credential_keys: Keyring | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
 
     `gate` checks credentials; by default authentication is ON, against `store.tokens`,
-    with sessions in `store.sessions`. RuntimeError if a route declares no role and is not
-    public (noetl.server.auth)."""
+    with sessions in `store.sessions`. `credential_keys` encrypt the credentials stored
+    through the API (none: `POST /api/credentials` answers 503). RuntimeError if a route
+    declares no role and is not public (noetl.server.auth)."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -83,6 +87,7 @@ def create_app(
         clock=clock,
         views=ViewCache(store),
         gate=gate,
+        keyring=credential_keys or Keyring(),
     )
     install_error_handlers(app)
     app.include_router(health.router)
@@ -93,6 +98,7 @@ def create_app(
     app.include_router(dlq.router)
     app.include_router(admin.router)
     app.include_router(tokens.router)
+    app.include_router(credentials.router)
     app.include_router(sessions.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)

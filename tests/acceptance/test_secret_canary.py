@@ -135,6 +135,7 @@ def api_texts(db: Path) -> str:
             f"/api/executions/{execution_id}",
             f"/api/executions/{execution_id}/events?limit=1000",
             f"/api/executions/{execution_id}/graph",
+            "/api/credentials",
         ]
         entries = client.get("/api/dlq", params={"status": "pending"}).json()["items"]
         paths += ["/api/dlq?status=pending"]

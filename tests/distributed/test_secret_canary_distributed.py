@@ -169,6 +169,7 @@ def test_a_credential_on_the_worker_reaches_its_services_and_nothing_else(
         f"/api/executions/{execution_id}",
         f"/api/executions/{execution_id}/events?limit=1000",
         "/api/dlq?status=pending",
+        "/api/credentials",
     ]
     entries = httpx.get(f"{cluster.url}/api/dlq", headers=cluster.headers, timeout=30).json()[
         "items"
