@@ -16,7 +16,8 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   and basic are sent as `Authorization`, api_key as its header (`X-API-Key` unless it
   names another), header as the header it names. Its values are masked in the outcome
   (the encoded `Basic` value too). A spec header of the same name is refused rather than
-  silently replaced; httpx drops `Authorization` on a redirect to another host. A
+  silently replaced; the header is dropped from a redirect to another origin (scheme,
+  host or port). A
   credential of another type (snowflake, a cloud service account, ...) fails the task,
   fatally, naming its type.
 
@@ -140,6 +141,7 @@ class HttpTool:
                         transport=self._transport,
                         # A shared jar would hand one task's cookies to the next.
                         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+                        event_hooks={"request": [_keep_credential_home]},
                     )
         return client
 
@@ -215,16 +217,17 @@ class HttpTool:
         elif spec.method in _BODY_METHODS and task.args:
             body["json"] = task.args
         headers = _headers(spec.headers, task)
-        if spec.credential is not None:
-            _authorize(headers, spec.credential)
+        header = None if spec.credential is None else _authorize(headers, spec.credential)
         try:
             # Merged here: httpx would replace the URL's own query with `params`.
             url = httpx.URL(spec.url).copy_merge_params(_params(spec.params))
+            home = None if header is None else {_CREDENTIAL_HOME: (header, _origin(url))}
             return self.client.build_request(
                 spec.method,
                 url,
                 headers=headers,
                 timeout=timeout,
+                extensions=home,
                 **body,
             )
         except httpx.InvalidURL:
@@ -301,8 +304,28 @@ def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:
     return headers
 
 
-def _authorize(headers: dict[str, str], name: str) -> None:
-    """Add the header of credential `name`; its values are masked in the outcome."""
+# A request extension (kept by httpx on each redirect): the credential's header and the
+# origin it was meant for.
+_CREDENTIAL_HOME = "noetl.credential_home"
+
+
+def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port
+
+
+def _keep_credential_home(request: httpx.Request) -> None:
+    """Drop a credential's header from a redirect to another origin (httpx drops only
+    `Authorization`, and keeps it from http to https; an api key must not follow a
+    redirect either)."""
+    home = request.extensions.get(_CREDENTIAL_HOME)
+    if home is not None and _origin(request.url) != home[1]:
+        request.headers.pop(home[0], None)
+
+
+def _authorize(headers: dict[str, str], name: str) -> str:
+    """Add the header of credential `name` (its name is returned); its values are masked
+    in the outcome."""
     scope = current_scope()
     try:
         auth = http_auth(scope.record(name))
@@ -316,6 +339,7 @@ def _authorize(headers: dict[str, str], name: str) -> None:
             "FatalError",
         )
     headers[auth.header] = auth.value
+    return auth.header
 
 
 def _params(params: Mapping[str, Any]) -> dict[str, Any]:

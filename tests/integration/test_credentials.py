@@ -148,6 +148,12 @@ class Echo(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         headers = {k.lower(): v for k, v in self.headers.items()}
         self.server.seen.append(headers)  # type: ignore[attr-defined]
+        if self.path.startswith("/hop/"):  # /hop/<port>: a redirect to that port
+            self.send_response(302)
+            self.send_header("Location", f"http://127.0.0.1:{self.path[5:]}/landed")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         wanted = f"Bearer {TOKEN}"
         status = 401 if self.path == "/bearer" and headers.get("authorization") != wanted else 200
         body = json.dumps({"headers": headers}).encode()
@@ -161,8 +167,7 @@ class Echo(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def echo() -> Iterator[ThreadingHTTPServer]:
+def serve_echo() -> Iterator[ThreadingHTTPServer]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
     server.seen = []  # type: ignore[attr-defined]
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -171,6 +176,10 @@ def echo() -> Iterator[ThreadingHTTPServer]:
     server.shutdown()
     server.server_close()
     thread.join(timeout=5)
+
+
+echo = pytest.fixture(serve_echo, name="echo")
+other = pytest.fixture(serve_echo, name="other")
 
 
 def call(
@@ -260,3 +269,19 @@ def test_a_worker_without_the_key_fails_the_task_with_a_clear_error(
     assert "no key to decrypt credential 'api' (in the database) with" in str(outcome.error)
     assert "NOETL_CREDENTIALS_KEY" in str(outcome.error)
     assert echo.seen == []  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("kind", ["api_key", "bearer"])
+def test_a_credential_header_does_not_follow_a_redirect_to_another_origin(
+    kind: str, echo: ThreadingHTTPServer, other: ThreadingHTTPServer, tmp_path: Path
+) -> None:
+    record = {"type": kind, "data": {"api_key" if kind == "api_key" else "token": TOKEN}}
+    header = "x-api-key" if kind == "api_key" else "authorization"
+    here, there = echo.server_address[1], other.server_address[1]
+    away = call(echo, {"c": record}, tmp_path, credential="c", path=f"/hop/{there}")
+    assert away.ok, away.error
+    assert TOKEN in echo.seen[-1][header]  # type: ignore[attr-defined]
+    assert header not in other.seen[-1]  # type: ignore[attr-defined]
+    home = call(echo, {"c": record}, tmp_path, credential="c", path=f"/hop/{here}")
+    assert home.ok, home.error
+    assert [TOKEN in seen[header] for seen in echo.seen[-2:]] == [True, True]  # type: ignore[attr-defined]
