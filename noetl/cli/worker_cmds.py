@@ -108,6 +108,9 @@ def worker_start(*, settings: Settings) -> None:
     # Metrics are recorded only where they can be scraped.
     metrics = exporter_metrics(settings)
     exporter = None
+    credentials = settings.credentials.config()
+    # A bad secrets or credentials file stops the worker before it opens anything.
+    default_provider(settings.secrets.file, credentials=credentials)
     tracing = setup_tracing(settings, "noetl-worker")
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
     store = open_store(settings.db.url, connections=count + 4)
@@ -138,9 +141,7 @@ def worker_start(*, settings: Settings) -> None:
             tools = default_registry(
                 python_pool,
                 secrets=default_provider(
-                    settings.secrets.file,
-                    credentials=settings.credentials.config(),
-                    store=store.credentials,
+                    settings.secrets.file, credentials=credentials, store=store.credentials
                 ),
                 launcher=launcher,
                 observer=observer,

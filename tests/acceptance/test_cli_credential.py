@@ -314,3 +314,13 @@ def test_a_bad_credentials_file_stops_run_before_it_starts(tmp_path: Path) -> No
                         "--credentials-file", str(creds))  # fmt: skip
     assert proc.returncode == 3
     assert f"credentials file {creds}:1: credential 'pg_local': `data` must be a map" in proc.stderr
+
+
+def test_a_bad_credentials_file_stops_a_worker_before_it_starts(tmp_path: Path) -> None:
+    creds = tmp_path / "credentials.yaml"
+    creds.write_text("api: {type: bearer}\nbad: just-a-string\n")
+    db = tmp_path / "noetl.db"
+    proc = noetl("worker", "start", "--db", str(db), "--credentials-file", str(creds))
+    assert proc.returncode == 3
+    assert f"credentials file {creds}:2: credential 'bad' must be a map" in proc.stderr
+    assert not db.exists()  # nothing was opened
