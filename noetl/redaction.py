@@ -26,6 +26,8 @@ from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from noetl.dsl.limits import MAX_DEPTH
+
 __all__ = [
     "MASK",
     "REDACT_KEYS",
@@ -67,15 +69,23 @@ def redact(value: Any, *, keep: Collection[str] = (), keys: Collection[str] = RE
 
     `keep` names top-level keys left as they are (fields the engine itself writes whose
     names happen to match, such as an event's idempotency `key`); nested keys are always
-    checked.
+    checked. A map or list nested more than `MAX_DEPTH` levels deep (data from before
+    the limits of `noetl.dsl.limits`) is shown as a short text saying so: what is shown
+    must never be too deep to serialize.
     """
+    return _redact(value, keep, keys, 0)
+
+
+def _redact(value: Any, keep: Collection[str], keys: Collection[str], depth: int) -> Any:
+    if isinstance(value, Mapping | list | tuple) and depth >= MAX_DEPTH:
+        return f"<nested deeper than {MAX_DEPTH} levels: not shown>"
     if isinstance(value, Mapping):
         return {
-            k: (v if k in keep else MASK if sensitive(k, keys) else redact(v, keys=keys))
+            k: (v if k in keep else MASK if sensitive(k, keys) else _redact(v, (), keys, depth + 1))
             for k, v in value.items()
         }
     if isinstance(value, list | tuple):
-        return [redact(item, keys=keys) for item in value]
+        return [_redact(item, (), keys, depth + 1) for item in value]
     return value
 
 

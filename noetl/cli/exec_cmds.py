@@ -16,10 +16,10 @@ from rich.table import Table
 from rich.text import Text
 
 from noetl.cli.client import ApiError, Client, Server, server_option
-from noetl.cli.inputs import apply_sets, parse_value, read_workload
+from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
 from noetl.cli.live import _STYLE, _bar_text, print_summary
 from noetl.engine.types import ExecutionStatus, StepStatus
-from noetl.runtime.embedded import RunResult
+from noetl.runtime.records import RunResult
 
 id_option = click.option("--id", "execution_id", required=True, help="Execution id.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -74,7 +74,7 @@ def start_cmd(
 ) -> None:
     """Start an execution and print its id."""
     workload = read_workload(workload_file) if workload_file else {}
-    workload = apply_sets(workload, sets)
+    workload = check_workload(apply_sets(workload, sets))
     if trace:
         workload["trace"] = True
     local = Path(workflow)

@@ -10,6 +10,8 @@ import click
 from ruamel.yaml import YAML
 from ruamel.yaml.error import YAMLError
 
+from noetl.dsl.limits import MAX_DEPTH, check_data
+
 
 def parse_value(text: str) -> Any:
     """A `--set` value: YAML scalars and flow collections (`3`, `true`, `[1, 2]`), else text."""
@@ -17,6 +19,11 @@ def parse_value(text: str) -> Any:
         value = YAML(typ="safe", pure=True).load(text)
     except YAMLError:
         return text
+    except RecursionError:
+        raise click.BadParameter(
+            f"{text[:40]}...: nests more than {MAX_DEPTH} levels deep (the limit)",
+            param_hint="--set",
+        ) from None
     return text if value is None and text.strip() not in ("null", "~") else value
 
 
@@ -46,6 +53,8 @@ def read_workload(path: Path) -> dict[str, Any]:
         raise click.BadParameter(f"{path}: {exc.strerror}", param_hint="--workload") from None
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise _too_deep(path) from None
     except json.JSONDecodeError as exc:
         if path.suffix.lower() == ".json":
             raise click.BadParameter(
@@ -53,6 +62,8 @@ def read_workload(path: Path) -> dict[str, Any]:
             ) from None
         try:
             data = YAML(typ="safe", pure=True).load(text)
+        except RecursionError:
+            raise _too_deep(path) from None
         except YAMLError as yexc:
             raise click.BadParameter(
                 f"{path}: invalid YAML: {yexc}", param_hint="--workload"
@@ -63,3 +74,19 @@ def read_workload(path: Path) -> dict[str, Any]:
             param_hint="--workload",
         )
     return data
+
+
+def _too_deep(path: Path) -> click.BadParameter:
+    return click.BadParameter(
+        f"{path}: nests more than {MAX_DEPTH} levels deep (the limit)", param_hint="--workload"
+    )
+
+
+def check_workload(workload: dict[str, Any]) -> dict[str, Any]:
+    """`workload` when the server and the engine can take it: nested at most as deep as a
+    playbook may be (`noetl.dsl.limits`), no NUL character in any string (PostgreSQL
+    refuses them). Else a usage error naming where, before anything is started."""
+    problem = check_data(workload, root="workload")
+    if problem is not None:
+        raise click.BadParameter(str(problem), param_hint="--workload / --set")
+    return workload

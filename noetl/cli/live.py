@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from noetl.engine import ExecutionState, StepStatus
-from noetl.runtime.embedded import RunResult
+from noetl.runtime.records import RunResult
 
 _STYLE = {
     StepStatus.PENDING: "dim",

@@ -12,7 +12,7 @@ from typing import Any
 import click
 from rich.console import Console
 
-from noetl.cli.inputs import apply_sets, read_workload
+from noetl.cli.inputs import apply_sets, check_workload, read_workload
 from noetl.cli.live import LiveView, print_summary
 from noetl.cli.observe import (
     exporter_metrics,
@@ -29,8 +29,9 @@ from noetl.dsl.validate import load_playbook
 from noetl.engine import ExecutionStatus
 from noetl.errors import NoetlError, PlaybookError
 from noetl.observability.trace_context import sampler_of
-from noetl.runtime.embedded import EmbeddedRuntime, RunResult
+from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
+from noetl.runtime.records import RunResult
 from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]
@@ -120,7 +121,7 @@ def run_cmd(
     playbook = loaded.require()
     _warn_route_edge(playbook, settings, str(file))
     workload = read_workload(workload_file) if workload_file else {}
-    workload = apply_sets(workload, sets)
+    workload = check_workload(apply_sets(workload, sets))
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)
     exporter = None
@@ -134,6 +135,7 @@ def run_cmd(
             metrics=metrics,
             log_events=True,
             options=settings.engine_options(),
+            max_result_bytes=settings.worker.max_result_bytes,
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
             roots=settings.roots(Path.cwd()),

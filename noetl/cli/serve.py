@@ -143,6 +143,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         metrics=metrics,
         metrics_path=settings.metrics.path,
         gate=gate,
+        max_body_bytes=settings.server.max_body_bytes,
         credential_keys=Keyring(settings.credentials.key),
     )
     stop = threading.Event()

@@ -146,6 +146,7 @@ def worker_start(*, settings: Settings) -> None:
                 launcher=launcher,
                 observer=observer,
                 roots=roots,
+                max_result_bytes=settings.worker.max_result_bytes,
             )
             worker = Worker(
                 store,

@@ -223,6 +223,8 @@ class ServerSettings(Section):
     port: Port = 8083
     # The pool new tasks are queued in; null: the same as `worker.pool`.
     pool: Annotated[str, Field(min_length=1)] | None = None
+    # The largest request body the API reads (a bigger one is a 413); also `noetl ui`'s.
+    max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 16 * 1024 * 1024
 
 
 class UiSettings(Section):
@@ -268,6 +270,9 @@ class WorkerSettings(Section):
     lease_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     poll_s: Annotated[float, Field(gt=0, le=60)] = 0.5
     continue_: bool = Field(default=True, alias="continue")
+    # The largest result (as JSON) a task may return; a bigger one fails the task. Also
+    # the limit of `noetl run`'s in-process workers.
+    max_result_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 16 * 1024 * 1024
 
 
 class RunSettings(Section):

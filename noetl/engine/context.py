@@ -106,15 +106,17 @@ class TemplateContext:
         return ctx
 
     def tool_view(self) -> dict[str, Any]:
-        """The `context` a tool receives: ids, the workload, bind values and the loop item.
+        """The `context` a task carries: ids, bind values and the loop item.
 
         Saved results are passed to tools through `args` templates, so a task's size does
-        not grow with the execution's history.
+        not grow with the execution's history. The workload is not copied into each task
+        (a loop of a thousand items would store it a thousand times, in its events and
+        its queue rows): the runtime that runs the task adds it to the context the tool
+        sees, from the execution's `workflow.started` (`noetl.runtime.workloads`).
         """
         view: dict[str, Any] = {
             "execution_id": self.state.execution_id,
             "step": self.step.step,
-            "workload": self.state.workload,
         }
         view.update(self.bind)
         view.update(self._loop_names())

@@ -17,6 +17,10 @@ Pure functions over an `Engine`, an `ExecutionState` and the current turn (no I/
   fails (`loop.timed_out`).
 
 Requests the state no longer allows are recorded as `operator.refused` with the reason.
+
+* Abort (`abort`). An execution whose decision could not be made or written (the engine
+  or the store raised on its data) ends `fail`, its tasks in flight canceled, with an
+  error that names what went wrong; the runtime records it once, in place of the decision.
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.engine import loops
+from noetl.engine.state import apply
 from noetl.engine.types import (
     CancelTasks,
+    Decision,
     Event,
     EventType,
     ExecutionStatus,
@@ -282,3 +288,30 @@ def _refuse(
     if payload.get("message_id") is not None:
         refused["message_id"] = payload["message_id"]
     engine._emit(state, turn, EventType.OPERATOR_REFUSED, step, refused)
+
+
+# --- abort -------------------------------------------------------------------------------
+
+
+def abort(state: ExecutionState, error: str, now: float) -> Decision:
+    """End `state`'s execution in place of a decision that could not be made or written
+    (`error` says why): its tasks in flight are canceled and `workflow.finished` records
+    it failed, with `internal: true`. Needs no playbook, so it works where the playbook no
+    longer loads. Nothing for an execution that is finished already."""
+    if state.terminal:
+        return Decision([], [])
+    events: list[Event] = []
+
+    def emit(event_type: EventType, payload: dict[str, Any]) -> None:
+        event = Event(state.seq + 1, event_type.value, state.execution_id, now, None, payload)
+        apply(state, event)
+        events.append(event)
+
+    in_flight = tuple(sorted(state.tasks))
+    if in_flight:
+        emit(EventType.TASK_CANCELED, {"task_ids": list(in_flight)})
+    emit(
+        EventType.WORKFLOW_FINISHED,
+        {"status": ExecutionStatus.FAIL.value, "error": error, "internal": True},
+    )
+    return Decision(events, [CancelTasks(in_flight)] if in_flight else [])

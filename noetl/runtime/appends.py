@@ -59,7 +59,8 @@ def build_append(
         elif event.type == EventType.WORKFLOW_REOPENED:
             reopened = True
         elif event.type == EventType.TASK_DEAD_LETTERED:
-            dead.append(dead_letter_of(event, find_task(event.payload["task_id"]), now))
+            task = find_task(event.payload["task_id"])
+            dead.append(dead_letter_of(event, task, now, state.workload))
         elif event.type == EventType.OPERATOR_REFUSED:
             message_id = event.payload.get("message_id")
             if event.payload.get("action") == "replay" and message_id:

@@ -11,13 +11,15 @@ sequence number. A state that fell behind the log is caught by that commit
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.graph import build_graph
+from noetl.dsl.limits import check_data
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
@@ -26,14 +28,34 @@ from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
-from noetl.runtime.embedded import merge_workload, new_execution_id, new_record
+from noetl.runtime.records import merge_workload, new_execution_id, new_record
 from noetl.store.base import Append, NotFoundError, Store
+
+log = logging.getLogger("noetl.decider")
+
+
+# A state whose workload is bigger than this (as JSON) is not kept between decisions: the
+# cache holds up to `cache_size` states, and a few megabytes of JSON are ten times that
+# as Python objects. Such an execution is folded from its log when it is decided again.
+KEEP_WORKLOAD_BYTES = 1024 * 1024
 
 
 @dataclass
 class Cached:
     engine: Engine
     state: ExecutionState
+    _keep: bool | None = field(default=None, init=False, repr=False)
+
+    @property
+    def keep(self) -> bool:
+        """Whether the state is small enough to keep cached after a decision (its
+        workload, which never changes once started, is measured once)."""
+        if self._keep is None:
+            if self.state.seq == 0:
+                return True  # not started: no workload yet
+            found = check_data(self.state.workload, max_bytes=KEEP_WORKLOAD_BYTES)
+            self._keep = found is None or found.kind != "size"
+        return self._keep
 
 
 class Decider:
@@ -110,7 +132,6 @@ class Decider:
             execution_id,
             text=text,
             path=path,
-            workload=merged,
             now=now,
             parent_execution_id=parent_execution_id,
         )
@@ -118,7 +139,9 @@ class Decider:
             state, before=0, events=decision.events, commands=decision.commands, now=now
         )
         self.store.create_execution(record, initial, compiled=self._compiled(engine))
-        self.remember(execution_id, Cached(engine, state))
+        cached = Cached(engine, state)
+        if cached.keep:
+            self.remember(execution_id, cached)
         self.observer.committed(engine, state, initial.events)
         return execution_id
 
@@ -174,14 +197,20 @@ class Decider:
 
     def committed(self, appends: Iterable[Append]) -> None:
         """Tell the observer about appends just committed (their states are cached: a
-        decision is committed before its execution is forgotten)."""
-        if self.observer is NOOP:
-            return
+        decision is committed before its execution is forgotten), then forget the states
+        too big to keep (`Cached.keep`)."""
         for append in appends:
             with self._lock:
                 cached = self._states.get(append.execution_id)
+            if cached is not None and not cached.keep:
+                self.forget(append.execution_id)
+            if self.observer is NOOP:
+                continue
             if cached is not None and append.events:
-                self.observer.committed(cached.engine, cached.state, append.events)
+                try:
+                    self.observer.committed(cached.engine, cached.state, append.events)
+                except Exception:  # metrics and logs must not undo or repeat a commit
+                    log.exception("observing the commit of %s failed", append.execution_id)
 
     def forget(self, execution_id: str) -> None:
         with self._lock:

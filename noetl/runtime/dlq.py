@@ -18,22 +18,33 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from noetl.dsl.limits import check_data
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
 from noetl.engine.recovery import replay_refusal
 from noetl.errors import ConflictError
 from noetl.redaction import redact
+from noetl.runtime.workloads import context_with_workload
 from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError, Store
 
 # How much of a task's context a dead-letter entry keeps (its end; seed 000: "last 2KB").
 EXCERPT_CHARS = 2048
+# A workload bigger than this is named, not copied, in a context excerpt.
+EXCERPT_WORKLOAD_BYTES = 64 * 1024
 # What a patch may change: the tool's configuration, its inputs, its time budget.
 PATCHABLE = ("spec.", "args.")
 PATCHABLE_KEYS = frozenset({"timeout_ms"})
 
 
-def dead_letter_of(event: Event, task: Mapping[str, Any] | None, now: float) -> DeadLetter:
+def dead_letter_of(
+    event: Event,
+    task: Mapping[str, Any] | None,
+    now: float,
+    workload: Mapping[str, Any] | None = None,
+) -> DeadLetter:
     """The DLQ entry of a `task.dead_lettered` event; `task` is the task as dispatched
-    (None when it could not be found: the entry still records the failure)."""
+    (None when it could not be found: the entry still records the failure). Its context
+    excerpt shows the context the tool saw: with the execution's `workload`, which tasks
+    do not carry (noetl.runtime.workloads), unless that is big (then a note says so)."""
     payload = event.payload
     error = str(payload.get("error") or "tool failed")
     first, _, rest = error.partition("\n")
@@ -44,7 +55,14 @@ def dead_letter_of(event: Event, task: Mapping[str, Any] | None, now: float) -> 
         if key in data
     }
     shown["attempt"] = payload.get("attempts")
-    context = json.dumps(redact(data.get("context", {})), default=str, separators=(",", ":"))
+    seen = dict(data.get("context") or {})
+    if workload is not None and "workload" not in seen:
+        too_big = check_data(workload, max_bytes=EXCERPT_WORKLOAD_BYTES)
+        shown_workload: Any = workload
+        if too_big is not None and too_big.kind == "size":
+            shown_workload = f"<over {EXCERPT_WORKLOAD_BYTES} bytes: see the execution>"
+        seen = context_with_workload(seen, shown_workload)
+    context = json.dumps(redact(seen), default=str, separators=(",", ":"))
     return DeadLetter(
         message_id=str(payload["task_id"]),
         execution_id=event.execution_id,

@@ -16,8 +16,8 @@ children of the executions it waits for too, canceling those whose parent finish
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
-import secrets
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -34,57 +34,27 @@ from noetl.engine import (
     Event,
     EventType,
     ExecutionState,
-    ExecutionStatus,
     Outcome,
     Task,
 )
 from noetl.engine.options import EngineOptions
+from noetl.engine.recovery import abort
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
-from noetl.store.base import Append, ConcurrencyError, ExecutionRecord, Store
+from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
+from noetl.runtime.records import RunResult, merge_workload, new_execution_id, new_record
+from noetl.runtime.workloads import with_workload
+from noetl.store.base import Append, ConcurrencyError, Store
 from noetl.worker.tools import ToolRegistry
 
+log = logging.getLogger("noetl.runtime")
 Clock = Callable[[], float]
 # A turn with fewer outcomes than this, while more tasks are in flight, waits this long for
 # the others before it commits.
 LINGER_BELOW = 32
 LINGER_S = 0.0005
-
-
-def new_execution_id(now: float) -> str:
-    """A time-ordered numeric id (milliseconds, then 6 random digits)."""
-    return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
-
-
-@dataclass
-class RunResult:
-    """The outcome of an execution, as `noetl run --json` prints it."""
-
-    execution_id: str
-    status: ExecutionStatus
-    steps: dict[str, dict[str, Any]]
-    context: dict[str, Any]
-    started_at: float
-    finished_at: float
-    error: str | None = None
-
-    @property
-    def duration_s(self) -> float:
-        return self.finished_at - self.started_at
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "execution_id": self.execution_id,
-            "status": self.status.value,
-            "steps": self.steps,
-            "context": self.context,
-            "duration_s": round(self.duration_s, 6),
-        }
-        if self.error:
-            out["error"] = self.error
-        return out
 
 
 @dataclass
@@ -173,7 +143,6 @@ class EmbeddedRuntime:
                 execution_id,
                 text=source_text,
                 path=path,
-                workload=merged,
                 now=now,
                 parent_execution_id=parent_execution_id,
             )
@@ -286,7 +255,7 @@ class EmbeddedRuntime:
 
     def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
-        decisions: list[tuple[_Execution, int, Decision]] = []
+        turn: TurnDecisions[_Execution] = TurnDecisions(now)
         while True:
             try:
                 execution_id = self._cancel_requests.get_nowait()
@@ -294,13 +263,10 @@ class EmbeddedRuntime:
                 break
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
-                before = execution.state.seq
                 event = Event(
                     0, EventType.CANCEL_REQUESTED, execution_id, now, None, {"by": "user"}
                 )
-                decisions.append(
-                    (execution, before, execution.engine.decide(execution.state, event, now))
-                )
+                turn.decide(execution, event)
         while True:
             try:
                 execution_id, payload = self._timers.get_nowait()
@@ -308,29 +274,81 @@ class EmbeddedRuntime:
                 break
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
-                before = execution.state.seq
-                event = Event(0, EventType.TIMER_FIRED, execution_id, now, None, payload)
-                decision = execution.engine.decide(execution.state, event, now)
-                if decision.events:
-                    decisions.append((execution, before, decision))
+                turn.decide(
+                    execution, Event(0, EventType.TIMER_FIRED, execution_id, now, None, payload)
+                )
         for task, outcome in batch:
             execution = self._executions.get(task.execution_id)
             if execution is None:
                 continue
-            before = execution.state.seq
             event = Event(
                 0, EventType.TOOL_PROCESSED, task.execution_id, now, task.step, outcome.to_payload()
             )
-            decision = execution.engine.decide(execution.state, event, now)
-            if decision.events:
-                decisions.append((execution, before, decision))
+            turn.decide(execution, event)
+        decisions = turn.kept()
+        for execution_id, exc in turn.failed.items():
+            decisions.extend(self._aborted(execution_id, exc, now))
         if decisions:
             self._commit(decisions, now)
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
-        self.store.commit(self._appends(decisions, now))
+        try:
+            self.store.commit(self._appends(decisions, now))
+        except Exception as exc:
+            if not isolatable(exc):
+                raise
+            # The store refused the batch for the data of some execution in it.
+            decisions = self._commit_each(decisions, now)
         self._observe(decisions)
         self._dispatch(decisions)
+
+    def _commit_each(
+        self, decisions: list[tuple[_Execution, int, Decision]], now: float
+    ) -> list[tuple[_Execution, int, Decision]]:
+        """Commit each execution's decisions on their own; one the store refuses ends
+        failed instead. The decisions written, to observe and dispatch."""
+        grouped: dict[str, list[tuple[_Execution, int, Decision]]] = {}
+        for entry in decisions:
+            grouped.setdefault(entry[0].state.execution_id, []).append(entry)
+        written: list[tuple[_Execution, int, Decision]] = []
+        for execution_id, group in grouped.items():
+            try:
+                self.store.commit(self._appends(group, now))
+                written.extend(group)
+                continue
+            except Exception as exc:
+                if not isolatable(exc):
+                    raise
+                aborted = self._aborted(execution_id, exc, now)
+            try:
+                self.store.commit(self._appends(aborted, now))
+                written.extend(aborted)
+            except Exception as again:
+                if not isolatable(again):
+                    raise
+                log.error(
+                    "execution %s: its failure could not be recorded: %s", execution_id, again
+                )
+        return written
+
+    def _aborted(
+        self, execution_id: str, exc: Exception, now: float
+    ) -> list[tuple[_Execution, int, Decision]]:
+        """The decision that ends an execution that could not be decided or written:
+        logged once with the traceback, its state folded afresh from the store (the one in
+        memory may hold events never written), failed with the error (noetl.runtime.failures)."""
+        log.error(
+            "execution %s failed: deciding or writing its decision raised %s",
+            execution_id,
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        execution = self._executions[execution_id]
+        state = refold(execution.engine, execution_id, self.store.load_events(execution_id))
+        execution.state = state
+        before = state.seq
+        decision = abort(state, internal_error(exc), now)
+        return [(execution, before, decision)] if decision.events else []
 
     def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         if self.observer is not NOOP:
@@ -472,6 +490,8 @@ class EmbeddedRuntime:
                 task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
             )
         else:
+            # Tasks do not carry the workload (noetl.runtime.workloads): it is the state's.
+            task = with_workload(task, self._executions[task.execution_id].state.workload)
             outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
         self._outcomes.put((task, outcome))
 
@@ -490,38 +510,3 @@ class EmbeddedRuntime:
             graph = build_graph(playbook)
             self._graphs[id(playbook)] = graph
         return graph
-
-
-def new_record(
-    playbook: Playbook,
-    execution_id: str,
-    *,
-    text: str,
-    path: str | None,
-    workload: dict[str, Any],
-    now: float,
-    parent_execution_id: str | None,
-) -> ExecutionRecord:
-    """The `execution` row of a new execution of `playbook`."""
-    return ExecutionRecord(
-        execution_id=execution_id,
-        playbook_name=playbook.metadata.name,
-        playbook_path=path or playbook.metadata.path,
-        playbook_text=text,
-        workload=workload,
-        created_at=now,
-        updated_at=now,
-        parent_execution_id=parent_execution_id,
-    )
-
-
-def merge_workload(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """The playbook's workload with the request's values merged over it (deep for maps)."""
-    merged = dict(defaults)
-    for key, value in overrides.items():
-        base = merged.get(key)
-        if isinstance(base, dict) and isinstance(value, dict):
-            merged[key] = merge_workload(base, value)
-        else:
-            merged[key] = value
-    return merged

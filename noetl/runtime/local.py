@@ -26,7 +26,7 @@ from noetl.store.base import ExecutionRecord, NotFoundError, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.secrets import default_provider
-from noetl.worker.tools import default_registry
+from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry
 
 if TYPE_CHECKING:
     from noetl.observability.metrics import Metrics
@@ -51,6 +51,7 @@ def embedded_runtime(
     tracing: Tracing | None = None,
     sampler: TraceSampler | None = None,
     roots: Roots | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
@@ -61,7 +62,7 @@ def embedded_runtime(
     `options`: the engine's defaults (the configuration's, see
     `noetl.config.Settings.engine_options`; None: the engine's own).
     `roots`: where the file sink writes and the `playbook` tool reads (None: the working
-    directory; see noetl.paths)."""
+    directory; see noetl.paths). A task whose result is over `max_result_bytes` fails."""
     count = workers or os.cpu_count() or 2
     default_provider(secrets_file, credentials=credentials)  # bad files fail before the store
     store = open_store(db)
@@ -81,7 +82,12 @@ def embedded_runtime(
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
             registry = default_registry(
-                pool, secrets=provider, launcher=launcher, observer=observer, roots=roots
+                pool,
+                secrets=provider,
+                launcher=launcher,
+                observer=observer,
+                roots=roots,
+                max_result_bytes=max_result_bytes,
             )
             runtime = EmbeddedRuntime(
                 store,

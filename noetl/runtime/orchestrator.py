@@ -15,6 +15,9 @@ Any number of orchestrators (one per `noetl server`) may run against one databas
   without the inputs another commit consumed already (they were decided there). So a step
   is never dispatched twice, an input is decided once, and a restarted server resumes
   from the inbox and the log.
+* One execution's failure stays its own: if its decision raises, or the store refuses its
+  events, the others of the batch are committed without it and it ends `fail`, recorded
+  once (noetl.runtime.failures); only an unavailable store makes the whole turn wait.
 
 A scoped orchestrator (`scope`: the executions it decides for, asked at every turn) is
 what a command working for one execution on a shared database runs: it takes only their
@@ -32,12 +35,14 @@ from typing import Any
 
 from noetl.engine import Decision, Engine, Event, EventType
 from noetl.engine.options import EngineOptions
+from noetl.engine.recovery import abort
 from noetl.engine.types import Command
 from noetl.errors import ConflictError
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.decider import Cached, Decider
 from noetl.runtime.dlq import DeadLetterQueue
+from noetl.runtime.failures import internal_error, isolatable, refold
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -260,17 +265,10 @@ class Orchestrator:
 
         If some executions advanced elsewhere (a worker continued them, or another server
         decided first), nothing is written: the others' decisions still hold and are
-        committed again without them, and those are decided again on fresh state."""
-        appends: dict[str, Append] = {}
-        now = self.clock()
-        try:
-            for execution_id, items in groups.items():
-                append = self._decide(execution_id, items, now)
-                if append is not None:
-                    appends[execution_id] = append
-        except Exception:
-            self._forget_all(appends)  # their states hold events that were not written
-            raise
+        committed again without them, and those are decided again on fresh state. An
+        execution whose decision raises, or that the store refuses to write, fails on its
+        own (`_fail`): the others are decided and committed without it."""
+        appends = self._decide_each(groups)
         again: list[str] = []
         consumed: set[int] = set()
         for _ in range(3):
@@ -288,9 +286,14 @@ class Orchestrator:
                     self.decider.forget(execution_id)
                     del appends[execution_id]
                     again.append(execution_id)
-            except Exception:
-                self._forget_all(appends)
-                raise
+            except Exception as exc:
+                if not isolatable(exc):
+                    self._forget_all(appends)
+                    raise
+                # The store refused the batch for the data of some execution in it: each
+                # is committed on its own, so only the ones it refuses fail.
+                again.extend(self._commit_each(appends, groups, consumed))
+                appends = {}
         else:
             self._forget_all(appends)
             again.extend(appends)
@@ -298,6 +301,51 @@ class Orchestrator:
             self._decide_inputs(
                 execution_id, [i for i in groups[execution_id] if i.id not in consumed]
             )
+
+    def _decide_each(self, groups: dict[str, list[Input]]) -> dict[str, Append]:
+        """The append of each execution's decision; one whose decision raises fails on its
+        own (`_fail`) and has none."""
+        appends: dict[str, Append] = {}
+        now = self.clock()
+        for execution_id, items in groups.items():
+            try:
+                append = self._decide(execution_id, items, now)
+                if append is not None:
+                    appends[execution_id] = append
+            except Exception as exc:
+                self.decider.forget(execution_id)  # its state holds a half-made decision
+                try:
+                    if not isolatable(exc):
+                        raise
+                    self._fail(execution_id, items, exc)
+                except BaseException:
+                    self._forget_all(appends)  # their states hold events not written
+                    raise
+        return appends
+
+    def _commit_each(
+        self, appends: dict[str, Append], groups: dict[str, list[Input]], consumed: set[int]
+    ) -> list[str]:
+        """Commit each append in a transaction of its own; the executions that advanced
+        elsewhere (to decide again, without the inputs another commit consumed: added to
+        `consumed`) are returned, the ones the store refuses fail."""
+        stale: list[str] = []
+        pending = list(appends.items())
+        for index, (execution_id, append) in enumerate(pending):
+            try:
+                self.store.commit([append])
+                self.decider.committed([append])
+            except ConcurrencyError as exc:
+                self.decider.forget(execution_id)
+                consumed.update(exc.input_ids)
+                stale.append(execution_id)
+            except Exception as exc:
+                self.decider.forget(execution_id)
+                if not isolatable(exc):
+                    self._forget_all(e for e, _ in pending[index:])
+                    raise
+                self._fail(execution_id, groups[execution_id], exc)
+        return stale
 
     def _forget_all(self, execution_ids: Iterable[str]) -> None:
         for execution_id in list(execution_ids):
@@ -333,10 +381,10 @@ class Orchestrator:
         for _ in range(attempts):
             if not items:
                 return
-            append = self._decide(execution_id, items, self.clock())
-            if append is None:
-                return
             try:
+                append = self._decide(execution_id, items, self.clock())
+                if append is None:
+                    return
                 self.store.commit([append])
                 self.decider.committed([append])
                 return
@@ -344,12 +392,78 @@ class Orchestrator:
                 log.info("execution %s advanced elsewhere; deciding again", execution_id)
                 self.decider.forget(execution_id)
                 items = [i for i in items if i.id not in exc.input_ids]
-            except Exception:
+            except Exception as exc:
                 # The cached state already holds the events that were not written.
                 self.decider.forget(execution_id)
-                raise
+                if not isolatable(exc):
+                    raise
+                self._fail(execution_id, items, exc)
+                return
         log.warning("gave up deciding %d inputs of %s for now", len(items), execution_id)
         self.decider.forget(execution_id)
+
+    def _fail(self, execution_id: str, items: Sequence[Input], exc: Exception) -> None:
+        """Record, once, that the execution could not be decided or written: it ends
+        `fail` with an event naming the error, its inputs are consumed, and the log has
+        one line with the traceback (see noetl.runtime.failures)."""
+        log.error(
+            "execution %s failed: deciding %d inputs or writing the decision raised %s",
+            execution_id,
+            len(items),
+            type(exc).__name__,
+            exc_info=exc,
+        )
+        done = [i.id for i in items]
+        error = internal_error(exc)
+        for _ in range(3):
+            try:
+                append = self._abort_append(execution_id, error, done)
+                if append is not None:
+                    self.store.commit([append])
+                    self.decider.committed([append])
+                    self.decider.forget(execution_id)  # finished: nothing more to decide
+                return
+            except ConcurrencyError as moved:
+                self.decider.forget(execution_id)  # it moved meanwhile: fold it again
+                done = [i for i in done if i not in moved.input_ids]
+            except Exception as again:
+                self.decider.forget(execution_id)
+                if not isolatable(again):
+                    raise
+                log.error(
+                    "execution %s: its failure could not be recorded: %s", execution_id, again
+                )
+                break
+        # At least consume its inputs, so they are not decided (and fail) again and again.
+        with contextlib.suppress(Exception):
+            self._drop_inputs(execution_id, items)
+
+    def _abort_append(self, execution_id: str, error: str, inputs_done: list[int]) -> Append | None:
+        """The append that ends the execution failed with `error` (on its state folded
+        afresh from the log); None when it is gone."""
+        record = self.store.get_execution(execution_id)
+        if record is None:
+            return None
+        try:
+            engine: Engine | None = self.engine_of(record)
+        except Exception:  # the playbook does not load: the steps come from the log
+            engine = None
+        events = self.store.load_events(execution_id)
+        state = refold(engine, execution_id, events)
+        before = state.seq
+        now = self.clock()
+        decision = abort(state, error, now)
+        append = self.decider.append(
+            state,
+            before=before,
+            events=decision.events,
+            commands=decision.commands,
+            inputs_done=inputs_done,
+            now=now,
+        )
+        if engine is not None:  # cached, so the observer sees the end of the execution
+            self.decider.remember(execution_id, Cached(engine, state))
+        return append
 
     def _decide_one(self, cached: Cached, item: Input, now: float) -> Decision:
         state = cached.state

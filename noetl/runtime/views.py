@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 from noetl.dsl.graph import EdgeSource, Graph, build_graph
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, Event, EventType, ExecutionState, StepRun, fold
-from noetl.runtime.embedded import RunResult
+from noetl.runtime.records import RunResult
 from noetl.store.base import ExecutionRecord, NotFoundError, Store
 
 log = logging.getLogger("noetl.views")
@@ -93,7 +93,7 @@ class ExecutionView:
         out.update(
             playbook_name=record.playbook_name,
             playbook_path=record.playbook_path,
-            workload=dict(record.workload),
+            workload=dict(state.workload),
             created_at=record.created_at,
             updated_at=record.updated_at,
             finished_at=record.finished_at,

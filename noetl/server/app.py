@@ -19,6 +19,7 @@ from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
+from noetl.server.limits import DEFAULT_MAX_BODY_BYTES, EdgeLimits
 from noetl.server.routes import (
     admin,
     credentials,
@@ -48,6 +49,9 @@ token (`noetl auth token create --role viewer|operator|admin`) or a session toke
 
 Errors have one shape: `{"error": code, "message": text}`, plus `diagnostics` (file, line,
 step, key, code, message) for an invalid playbook and `errors` for an invalid request.
+A request body over the server's limit (`server.max_body_bytes`, 16 MiB by default) is a
+413 `too_large`; a NUL character in any string, or data nested more than 64 levels deep,
+is a 422 naming the field.
 Values under sensitive keys (password, token, secret, auth, key...) are shown as `***`.
 
 The operator console, a web page over this API, is served at `/ui/`.
@@ -63,15 +67,18 @@ def create_app(
     metrics: Metrics | None = None,
     metrics_path: str = "/metrics",
     gate: Gate | None = None,
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     credential_keys: Keyring | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
 
     `gate` checks credentials; by default authentication is ON, against `store.tokens`,
-    with sessions in `store.sessions`. `credential_keys` encrypt the credentials stored
-    through the API (none: `POST /api/credentials` answers 503). RuntimeError if a route
-    declares no role and is not public (noetl.server.auth)."""
+    with sessions in `store.sessions`. RuntimeError if a route declares no role and is not
+    public (noetl.server.auth). A request body over `max_body_bytes` is a 413, and a NUL
+    character in the URL a 422, before any route sees the request (noetl.server.limits).
+    `credential_keys` encrypt the credentials stored through the API (none: `POST
+    /api/credentials` answers 503)."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -90,6 +97,8 @@ def create_app(
         keyring=credential_keys or Keyring(),
     )
     install_error_handlers(app)
+    # Added last, so outermost: an oversized body is refused before anything reads it.
+    app.add_middleware(EdgeLimits, max_body_bytes=max_body_bytes)
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)

@@ -10,7 +10,7 @@
     ConflictError                  409 conflict          (the state does not allow it)
     StoreUnavailableError          503 unavailable       (Retry-After when transient)
     CredentialKeyError             503 no_credentials_key (the server has no usable key)
-    HTTPException (routing, 405)   its own status
+    HTTPException (routing, 405)   its own status (a body too deep to parse: 422)
     anything else                  500 internal          (logged; the message is generic)
 
 Every error body has the same shape (`schemas.ErrorBody`): `error` and `message`.
@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from noetl.credentials.keys import CredentialKeyError
+from noetl.dsl.limits import MAX_DEPTH
 from noetl.errors import (
     AuthenticationError,
     ConfigError,
@@ -135,6 +136,11 @@ async def _no_key(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
+    if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
+        # FastAPI's own JSON parsing gave up on a body nested thousands of levels deep.
+        message = f"body: nests more than {MAX_DEPTH} levels deep (the limit)"
+        errors = [{"loc": ["body"], "msg": message, "type": "too_deep"}]
+        return error_response(422, "invalid_request", message, errors=errors)
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     return error_response(exc.status_code, code, str(exc.detail), headers=exc.headers)
 

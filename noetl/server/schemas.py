@@ -8,13 +8,29 @@ from __future__ import annotations
 
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from noetl.dsl.limits import check_data
 from noetl.engine.types import ExecutionStatus
 
 
 class Request(BaseModel):
+    """A request body. Every field is checked for what the store cannot hold or later
+    steps cannot walk: a NUL character in any string (PostgreSQL refuses it) and data
+    nested deeper than playbooks may be (`noetl.dsl.limits`), each a 422 naming where."""
+
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _storable(cls, value: Any, info: ValidationInfo) -> Any:
+        if isinstance(value, str | dict | list):
+            name = info.field_name or "value"
+            problem = check_data(value, root=name)
+            if problem is not None:
+                where = "" if problem.path == name else f" (at {problem.path})"
+                raise ValueError(f"{problem.message}{where}")
+        return value
 
 
 class Response(BaseModel):
@@ -47,7 +63,7 @@ class ErrorBody(Response):
 
     error: str = Field(
         description="not_found, invalid_request, invalid_playbook, bad_config, conflict, "
-        "unavailable or internal"
+        "too_large, unavailable or internal"
     )
     message: str
     diagnostics: list[DiagnosticOut] | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS, WORKER_COLUMNS
 
 EXECUTION_COLUMNS = (
-    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, i.workload, "
+    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, "
     "e.status, e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at, "
     "e.finished_at"
 )
@@ -24,8 +24,8 @@ WITH e AS (
     ON CONFLICT (execution_id) DO NOTHING
     RETURNING execution_id
 )
-INSERT INTO execution_input (execution_id, playbook_text, workload, compiled)
-SELECT execution_id, %(playbook_text)s, %(workload)s::jsonb, %(compiled)s FROM e
+INSERT INTO execution_input (execution_id, playbook_text, compiled)
+SELECT execution_id, %(playbook_text)s, %(compiled)s FROM e
 RETURNING execution_id
 """
 # NO KEY UPDATE: serializes writers of one execution, yet lets inserts that only reference

@@ -57,13 +57,15 @@ class StoreUnavailableError(NoetlError):
 
 @dataclass(frozen=True, slots=True)
 class ExecutionRecord:
-    """One row of `execution`: what ran, its input, status and timestamps (epoch seconds)."""
+    """One row of `execution`: what ran, its status and timestamps (epoch seconds).
+
+    The workload is not here: it is stored once, in the execution's `workflow.started`
+    event (`noetl.runtime.workloads.stored_workload` reads it back)."""
 
     execution_id: str
     playbook_name: str
     playbook_path: str | None
     playbook_text: str
-    workload: dict[str, Any]
     status: ExecutionStatus = ExecutionStatus.RUNNING
     created_at: float = 0.0
     updated_at: float = 0.0

@@ -166,14 +166,13 @@ def _record(row: tuple[Any, ...]) -> ExecutionRecord:
         playbook_name=row[1],
         playbook_path=row[2],
         playbook_text=row[3],
-        workload=row[4],
-        status=ExecutionStatus(row[5]),
-        context=row[6],
-        parent_execution_id=row[7],
-        last_seq=row[8],
-        created_at=_epoch(row[9]),
-        updated_at=_epoch(row[10]),
-        finished_at=_epoch_or_none(row[11]),
+        status=ExecutionStatus(row[4]),
+        context=row[5],
+        parent_execution_id=row[6],
+        last_seq=row[7],
+        created_at=_epoch(row[8]),
+        updated_at=_epoch(row[9]),
+        finished_at=_epoch_or_none(row[10]),
     )
 
 

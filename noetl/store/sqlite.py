@@ -63,7 +63,9 @@ BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
 POLL_S = 0.05
 
-_INPUT_COLUMNS = ("playbook_text", "workload")
+# execution_input.workload is no longer written (the workload lives in the log's
+# workflow.started): new rows keep its default, '{}'.
+_INPUT_COLUMNS = ("playbook_text",)
 _ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
 _COLUMNS = ", ".join(f"i.{c}" if c in _INPUT_COLUMNS else f"e.{c}" for c in EXECUTION_COLUMNS)
 _FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
@@ -72,8 +74,8 @@ _INSERT_EXECUTION = (
     f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
 )
 _INSERT_INPUT = (
-    "INSERT INTO execution_input (execution_id, playbook_text, workload, compiled) "
-    "VALUES (:execution_id, :playbook_text, :workload, :compiled)"
+    "INSERT INTO execution_input (execution_id, playbook_text, compiled) "
+    "VALUES (:execution_id, :playbook_text, :compiled)"
 )
 _SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
 _INSERT_EVENT = (

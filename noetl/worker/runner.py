@@ -55,6 +55,7 @@ from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer, ReportPath
 from noetl.runtime.decider import Decider
+from noetl.runtime.workloads import Workloads, stored_workload
 from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
 from noetl.worker.continuation import Continuation
@@ -118,6 +119,7 @@ class Worker:
         # The executions this worker may take tasks of, asked before each claim (None: any).
         self.scope = scope
         self.worker_id = config.worker_id or default_worker_id(config.pool)
+        self.workloads = Workloads(lambda execution_id: stored_workload(store, execution_id))
         self.stats = WorkerStats()
         self._in_flight: dict[str, InFlight] = {}
         self._lock = threading.Lock()
@@ -418,9 +420,16 @@ class Worker:
     def _run_and_report(self, lease: Lease) -> list[Lease]:
         task = lease.task
         try:
-            outcome = self.tools.run(task)
+            # Tasks do not carry the workload: it is read once per execution from its log.
+            outcome = self.tools.run(self.workloads.attach(task))
         except Exception as exc:  # the registry already guards; this is the last line
-            outcome = Outcome(task.task_id, ok=False, error=str(exc), error_type=type(exc).__name__)
+            outcome = Outcome(
+                task.task_id,
+                ok=False,
+                error=str(exc),
+                error_type=type(exc).__name__,
+                retryable=getattr(exc, "retryable", False) is True,
+            )
         with self._lock:
             entry = self._in_flight.get(task.task_id)
             lost = entry.lost if entry else True

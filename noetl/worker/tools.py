@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Protocol
 
 from noetl.dsl.kinds import plugin_tools
+from noetl.dsl.limits import check_data
 from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
@@ -31,6 +32,9 @@ __all__ = [
     "UnknownTool",
     "default_registry",
 ]
+
+# The largest result a task may return (its JSON), unless the registry is given another.
+DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
 
 
 class Tool(Protocol):
@@ -97,11 +101,15 @@ class ToolRegistry:
         secrets: SecretProvider | None = None,
         observer: Observer = NOOP,
         sinks: SinkRegistry | None = None,
+        max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self.secrets = secrets
         # The sink writers of its tasks (None: the shared default registry).
         self.sinks = sinks
+        # What a tool returns is refused past this size (or nested too deep, or holding a
+        # number JSON cannot hold): see `bounded`.
+        self.max_result_bytes = max_result_bytes
         # Told when each task's tool starts and finishes, and about each sink it writes.
         self.observer = observer
         for tool in tools:
@@ -184,7 +192,7 @@ class ToolRegistry:
         scope = SecretScope(self.secrets)
         token = enter_scope(scope)
         try:
-            outcome = tool.run(scope.resolve(task))
+            outcome = self.bounded(tool.run(scope.resolve(task)))
             if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
                 report = run_sinks(task, outcome.this, registry=self.sinks, observer=self.observer)
                 outcome = report.apply(outcome)
@@ -194,13 +202,37 @@ class ToolRegistry:
             leave_scope(token)
         return scope.mask_outcome(outcome)
 
-    @staticmethod
-    def _run_plain(tool: Tool, task: Task) -> Outcome:
+    def _run_plain(self, tool: Tool, task: Task) -> Outcome:
         started = time.perf_counter()
         try:
-            return tool.run(task)
+            return self.bounded(tool.run(task))
         except Exception as exc:  # a tool bug must cost one task, not the worker
             return _crashed(task, exc, started)
+
+    def bounded(self, outcome: Outcome) -> Outcome:
+        """The outcome as it may be reported: a result nested deeper than a playbook may
+        be, holding a NaN or an infinity (JSON, and PostgreSQL, cannot hold them) or over
+        `max_result_bytes` of JSON fails the task, fatally, saying which and where.
+        Checked before any sink writes the result, and before it reaches the store, the
+        engine or the API, which would otherwise fail on it far from its cause. (A NUL
+        character is kept: the stores hold it, see noetl.store._pg_nul.)"""
+        problem = check_data(
+            outcome.this, root="result", max_bytes=self.max_result_bytes, nul=False
+        )
+        if problem is None:
+            return outcome
+        refused = f"the tool's result was refused: {problem}"
+        if not outcome.ok and outcome.error:
+            refused = f"{outcome.error} ({refused})"
+        return Outcome(
+            task_id=outcome.task_id,
+            ok=False,
+            error=refused,
+            error_type="ResultRefused",
+            retryable=False,
+            stdout=outcome.stdout,
+            duration_ms=outcome.duration_ms,
+        )
 
 
 def _crashed(task: Task, exc: Exception, started: float) -> Outcome:
@@ -222,12 +254,14 @@ def default_registry(
     launcher: ChildLauncher | None = None,
     observer: Observer = NOOP,
     roots: Roots | None = None,
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
-    reads files (None: the working directory; see noetl.paths)."""
+    reads files (None: the working directory; see noetl.paths). A result over
+    `max_result_bytes` fails its task."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
@@ -247,7 +281,13 @@ def default_registry(
         builtins.append(PlaybookTool(launcher, root=roots.playbooks))
     # Its own file writer (with the root); every other kind from the shared registry.
     sinks = SinkRegistry([FileWriter(roots.sinks)], builtins=False, parent=REGISTRY)
-    registry = ToolRegistry(builtins, secrets=secrets, observer=observer, sinks=sinks)
+    registry = ToolRegistry(
+        builtins,
+        secrets=secrets,
+        observer=observer,
+        sinks=sinks,
+        max_result_bytes=max_result_bytes,
+    )
     for tool in plugin_tools().values():
         registry.register(tool)
     return registry

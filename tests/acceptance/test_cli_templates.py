@@ -4,6 +4,7 @@ limit they break, and keys named like dict methods read as data everywhere."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -22,7 +23,13 @@ from tests.helpers.template_playbooks import (
 )
 
 
-def run_json(path: Path, db: Path, *extra: str, timeout: float = 90) -> tuple[int, dict[str, Any]]:
+def run_json(
+    path: Path,
+    db: Path,
+    *extra: str,
+    timeout: float = 90,
+    env: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
     # Before the render limits, the first of these steps alone ran for many minutes.
     proc = subprocess.run(
         [sys.executable, "-m", "noetl", "run", str(path), "--json", "--db", str(db), *extra],
@@ -31,6 +38,7 @@ def run_json(path: Path, db: Path, *extra: str, timeout: float = 90) -> tuple[in
         text=True,
         timeout=timeout,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
@@ -53,7 +61,13 @@ def test_mapping_keys_named_like_dict_methods_are_data(
 ) -> None:
     out_dir = tmp_path / "out"
     path = write_playbook(data_first_playbook(str(out_dir)))
-    code, out = run_json(path, tmp_path / "db.sqlite", "--workload", _workload(tmp_path))
+    code, out = run_json(
+        path,
+        tmp_path / "db.sqlite",
+        "--workload",
+        _workload(tmp_path),
+        env={"NOETL_SINKS_FILE_ROOT": str(tmp_path)},  # the sink writes under tmp_path
+    )
     assert code == 0, out
     assert {k: v for k, v in out["context"].items() if k in DATA_CONTEXT} == DATA_CONTEXT
     assert {name: s["status"] for name, s in out["steps"].items()} == {

@@ -1,6 +1,6 @@
 """Every adapter keeps NUL characters: in keys and values of every JSON column it writes
-(events, context, step states, workload, task payloads, inbox payloads, timers, dead
-letters) and in a dead letter's free text. PostgreSQL holds them only escaped
+(events, the workload in workflow.started, context, step states, task payloads, inbox
+payloads, timers, dead letters) and in a dead letter's free text. PostgreSQL holds them only escaped
 (`noetl.store._pg_nul`); the escape character itself must come back unchanged too, and so
 must a backslash that merely looks like an escape."""
 
@@ -45,16 +45,17 @@ def test_nul_characters_round_trip_through_every_json_column(store: Store) -> No
         playbook_name="demo",
         playbook_path=None,
         playbook_text="name: demo\n",
-        workload=nul_value("workload"),
         created_at=100.0,
         updated_at=100.0,
         context=nul_value("context0"),
     )
-    first = Event(1, "workflow.started", "e1", 1.0, payload=nul_value("event1"))
+    first = Event(1, "workflow.started", "e1", 1.0, payload={"workload": nul_value("workload")})
     store.create_execution(record, Append("e1", 0, [first], enqueue=[Enqueue(task)], now=1.0))
     stored = store.get_execution("e1")
     assert stored is not None
-    assert (stored.workload, stored.context) == (record.workload, record.context)
+    assert stored.context == record.context
+    # The workload is stored once, in workflow.started.
+    assert store.load_events("e1")[0].payload == {"workload": nul_value("workload")}
 
     second = Event(2, "step.finished", "e1", 2.0, "a", nul_value("event2"))
     store.commit(
@@ -95,7 +96,7 @@ def test_nul_characters_round_trip_through_every_json_column(store: Store) -> No
 def test_nul_characters_round_trip_through_a_continuation(store: Store) -> None:
     first = make_task("a")
     store.create_execution(
-        ExecutionRecord("e1", "demo", None, "x", {}, created_at=1.0, updated_at=1.0),
+        ExecutionRecord("e1", "demo", None, "x", created_at=1.0, updated_at=1.0),
         Append("e1", 0, [Event(1, "workflow.started", "e1", 1.0)], enqueue=[Enqueue(first)]),
     )
     (lease,) = store.claim("w1", lease_s=60.0)
@@ -118,7 +119,7 @@ def test_nul_characters_round_trip_through_a_continuation(store: Store) -> None:
 
 def test_nul_characters_round_trip_through_dead_letters(store: Store) -> None:
     store.create_execution(
-        ExecutionRecord("e1", "demo", None, "x", {}, created_at=1.0, updated_at=1.0),
+        ExecutionRecord("e1", "demo", None, "x", created_at=1.0, updated_at=1.0),
         Append("e1", 0, [Event(1, "workflow.started", "e1", 1.0)]),
     )
     written: DeadLetter = entry(

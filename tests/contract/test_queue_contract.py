@@ -45,7 +45,6 @@ def make_record(execution_id: str = "e1") -> ExecutionRecord:
         playbook_name="demo",
         playbook_path="playbooks/demo.yaml",
         playbook_text="name: demo\n",
-        workload={},
         created_at=100.0,
         updated_at=100.0,
     )

@@ -29,7 +29,6 @@ def make_record(execution_id: str = "e1", **changes: Any) -> ExecutionRecord:
         "playbook_name": "demo",
         "playbook_path": "playbooks/demo.yaml",
         "playbook_text": "name: demo\nsteps: []\n",
-        "workload": {"n": 3},
         "created_at": 100.0,
         "updated_at": 100.0,
     }
@@ -67,7 +66,6 @@ def test_create_and_get_round_trip(store: Store) -> None:
         "ex-ü",
         playbook_path=None,
         playbook_text="name: ünï\n# 日本語\n",
-        workload={"nested": {"list": [1, 2.5, None, True], "text": "é 😀"}, "empty": {}},
         context={"vars": {"a": [{"b": "c"}]}},
         parent_execution_id="parent-1",
         created_at=12.5,

@@ -162,6 +162,7 @@ def test_runaway_templates_never_hold_the_server(
 def test_keys_named_like_dict_methods_are_data_on_server_and_worker(
     cluster: Cluster, tmp_path: Path, pg_database: str
 ) -> None:
+    cluster.env["NOETL_SINKS_FILE_ROOT"] = str(tmp_path)  # the sink writes under tmp_path
     cluster.start_server()
     cluster.start_worker("w1", concurrency=2)
     out_dir = tmp_path / "out"

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from noetl.dsl import build_graph, load_playbook
-from noetl.engine import Engine, Event, EventType, fold
+from noetl.engine import Engine, Event, EventType, Task, fold
+from noetl.runtime.workloads import with_workload
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = sorted((HERE / "playbooks").glob("*.yaml"))
@@ -83,3 +84,27 @@ def test_logs_are_in_committed_form(name: str) -> None:
     path = HERE / "logs" / f"{name}.json"
     text = path.read_text("utf-8")
     assert text == json.dumps(json.loads(text), sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+
+
+# Logs written before tasks stopped carrying a copy of the workload (their `context`
+# held it; now the runtime adds it where the task runs, see noetl.runtime.workloads).
+LEGACY = sorted((HERE / "legacy").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", LEGACY, ids=[p.stem for p in LEGACY])
+def test_older_logs_still_fold_and_their_tasks_keep_their_workload(path: Path) -> None:
+    log = json.loads(path.read_text("utf-8"))
+    events = [Event.from_dict(d) for d in log["events"]]
+    name = path.stem.split("_")[0]
+    state = fold(_engine(name).new_state(events[0].execution_id), events)
+    final = {
+        "status": state.status.value,
+        "steps": state.step_summaries(),
+        "context": state.context,
+    }
+    assert final == log["final"]
+    assert state.workload == events[0].payload["workload"]
+    tasks = [Task.from_dict(e.payload["task"]) for e in events if "task" in e.payload]
+    assert tasks and all(t.context["workload"] == state.workload for t in tasks)
+    # Such a task, still queued after an upgrade, runs with the copy it carries.
+    assert all(with_workload(t, {"other": 1}) is t for t in tasks)

@@ -15,6 +15,7 @@ from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.workloads import stored_workload
 from noetl.store import SqliteStore
 from noetl.store.base import ExecutionRecord, Store
 from noetl.tools.playbook import PlaybookTool, child_execution_id
@@ -76,6 +77,9 @@ def children(store: Store, parent_id: str) -> list[ExecutionRecord]:
     return [r for r in store.list_executions(limit=1000) if r.parent_execution_id == parent_id]
 
 
+WORKLOADS: dict[str, dict[str, Any]] = {}
+
+
 def run_parent(tmp_path: Path, text: str, *, workers: int = 2, register: str | None = None) -> Any:
     roots = Roots(tmp_path, tmp_path)  # the child playbooks are written there
     with embedded_runtime(str(tmp_path / "noetl.db"), workers=workers, roots=roots) as runtime:
@@ -84,7 +88,11 @@ def run_parent(tmp_path: Path, text: str, *, workers: int = 2, register: str | N
             runtime.store.register_playbook("tests/child", "child", CHILD, time.time())
         playbook = load_playbook_text(text, "parent.yaml").require()
         result = runtime.run(playbook, source_text=text)
-        return result, children(runtime.store, result.execution_id)
+        kids = children(runtime.store, result.execution_id)
+        # The workloads the children started with, from their logs (stored only there).
+        for kid in kids:
+            WORKLOADS[kid.execution_id] = stored_workload(runtime.store, kid.execution_id)
+        return result, kids
 
 
 def test_a_child_runs_with_the_workload_override_and_its_context_is_saved(
@@ -103,7 +111,7 @@ def test_a_child_runs_with_the_workload_override_and_its_context_is_saved(
     assert kid.parent_execution_id == result.execution_id
     assert kid.status is ExecutionStatus.OK
     assert kid.playbook_path == child_path
-    assert kid.workload == {"n": 21, "sleep": 0}
+    assert WORKLOADS[kid.execution_id] == {"n": 21, "sleep": 0}
     assert kid.execution_id == child_execution_id(f"{result.execution_id}:call")
 
 

@@ -247,7 +247,6 @@ def make_record(execution_id: str = "e1") -> ExecutionRecord:
         playbook_name="demo",
         playbook_path=None,
         playbook_text="name: demo\n",
-        workload={},
         created_at=1.0,
         updated_at=1.0,
     )

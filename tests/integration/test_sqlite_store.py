@@ -183,7 +183,7 @@ def raw(path: Path) -> sqlite3.Connection:
 
 
 def record(execution_id: str = "e1") -> ExecutionRecord:
-    return ExecutionRecord(execution_id, "demo", None, "name: demo\n", {}, created_at=1.0)
+    return ExecutionRecord(execution_id, "demo", None, "name: demo\n", created_at=1.0)
 
 
 def migration_rows(path: Path) -> list[tuple[int, float]]:

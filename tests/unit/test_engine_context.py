@@ -9,6 +9,7 @@ from engine_harness import Harness
 
 from noetl.engine import EventType, ExecutionStatus
 from noetl.engine.render import Renderer
+from noetl.runtime.workloads import with_workload
 
 E = EventType
 
@@ -132,7 +133,13 @@ def test_names_in_scope_workload_execution_id_and_saved_values() -> None:
     )
     h.complete("start", this={"k": "v"})
     assert h.task("use").args == {"w": 5, "eid": "e1", "saved": "v"}
-    assert h.task("use").context == {"execution_id": "e1", "step": "use", "workload": {"n": 5}}
+    # The task carries no copy of the workload: the runtime that runs it adds it.
+    assert h.task("use").context == {"execution_id": "e1", "step": "use"}
+    assert with_workload(h.task("use"), h.state.workload).context == {
+        "execution_id": "e1",
+        "step": "use",
+        "workload": {"n": 5},
+    }
 
 
 def test_workload_defaults_are_merged_under_the_request() -> None:
@@ -214,7 +221,7 @@ def test_bind_is_rendered_at_dispatch_and_visible_to_args_and_pick() -> None:
     assert started.payload["bind"] == {"x": 6, "label": "n is 3"}
     task = h.task("start")
     assert task.args == {"x": 6, "label": "n is 3"}
-    assert task.context == {
+    assert with_workload(task, h.state.workload).context == {
         "execution_id": "e1",
         "step": "start",
         "workload": {"n": 3},
@@ -274,7 +281,8 @@ def test_loop_names_element_and_underscore_loop() -> None:
     first, second = h.dispatched
     assert first.args == {"id": 10, "loop": {"index": 0, "item": {"id": 1}, "key": 0}}
     assert second.args == {"id": 20, "loop": {"index": 1, "item": {"id": 2}, "key": 1}}
-    assert first.context == {
+    assert "workload" not in first.context
+    assert with_workload(first, h.state.workload).context == {
         "execution_id": "e1",
         "step": "start",
         "workload": {"users": [{"id": 1}, {"id": 2}]},

@@ -156,4 +156,4 @@ def test_a_later_step_reads_saved_values_through_args() -> None:
     h.complete("start", this={"rows": ["r1", "r2"]})
     assert h.task("use").args == {"count": 2, "first": "r1"}
     # saved values reach tools through args only: the task context stays small
-    assert h.task("use").context == {"execution_id": "e1", "step": "use", "workload": {}}
+    assert h.task("use").context == {"execution_id": "e1", "step": "use"}

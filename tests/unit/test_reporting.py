@@ -15,7 +15,7 @@ from tests.contract.test_queue_contract import make_task
 def leased(store: MemoryStore, *steps: str) -> list[Any]:
     tasks = [make_task(step) for step in steps]
     store.create_execution(
-        ExecutionRecord("e1", "demo", None, "x", {}, created_at=1.0, updated_at=1.0),
+        ExecutionRecord("e1", "demo", None, "x", created_at=1.0, updated_at=1.0),
         Append(
             "e1", 0, [Event(1, "workflow.started", "e1", 1.0)], enqueue=[Enqueue(t) for t in tasks]
         ),

@@ -25,7 +25,7 @@ def scrape(collector: Any) -> dict[tuple[str, tuple[tuple[str, str], ...]], floa
 
 def test_gauges_from_the_store() -> None:
     store = MemoryStore()
-    record = ExecutionRecord("e1", "orders", None, "", {}, created_at=100.0, updated_at=100.0)
+    record = ExecutionRecord("e1", "orders", None, "", created_at=100.0, updated_at=100.0)
     task = Task("e1.a", "e1", "a", "noop", {}, {}, {}, "e1:a")
     started = Event(1, "workflow.started", "e1", 100.0, payload={"workload": {}})
     store.create_execution(record, Append("e1", 0, [started], enqueue=[Enqueue(task)], now=100.0))
@@ -56,7 +56,7 @@ def test_execution_counters_and_empty_queues_come_from_the_store() -> None:
         [("orders", "ok"), ("orders", "ok"), ("orders", "fail"), ("orders", None), ("load", "ok")]
     ):
         execution_id = f"e{index}"
-        record = ExecutionRecord(execution_id, name, None, "", {}, created_at=1.0, updated_at=1.0)
+        record = ExecutionRecord(execution_id, name, None, "", created_at=1.0, updated_at=1.0)
         started = Event(1, "workflow.started", execution_id, 1.0, payload={"workload": {}})
         store.create_execution(record, Append(execution_id, 0, [started], now=1.0))
         if status is not None:

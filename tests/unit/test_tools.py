@@ -145,3 +145,32 @@ def test_default_registry_has_the_playbook_tool_given_a_launcher() -> None:
 def test_tools_satisfy_the_protocol() -> None:
     checked: list[Tool] = [NoopTool(), EchoTool(), PythonTool(cast(PythonPool, FakePool()))]
     assert [tool.kind for tool in checked] == ["noop", "echo", "python"]
+
+
+def _nested(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("result", "needle"),
+    [
+        (_nested(900), "result[0][0]"),
+        ({"v": float("nan")}, "result.v: is nan"),
+        ("x" * 5000, "over the limit of 4096 bytes"),
+    ],
+)
+def test_a_result_the_store_cannot_hold_fails_its_task_fatally(result: Any, needle: str) -> None:
+    registry = ToolRegistry([EchoTool(result=result)], max_result_bytes=4096)
+    outcome = registry.run(make_task("echo"))
+    assert not outcome.ok and outcome.this is None
+    assert outcome.error_type == "ResultRefused" and not outcome.retryable
+    assert outcome.error is not None
+    assert "the tool's result was refused" in outcome.error and needle in outcome.error
+
+
+def test_a_nul_character_in_a_result_is_kept() -> None:
+    kept = Outcome("t1", ok=True, this={"text": "a\x00b"}, stdout="x\x00y")
+    assert ToolRegistry().bounded(kept) is kept

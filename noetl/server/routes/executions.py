@@ -7,6 +7,7 @@ from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, Path, Query, Response
 from fastapi import status as http
+from fastapi.exceptions import RequestValidationError
 
 from noetl.auth import Role
 from noetl.engine.types import ExecutionStatus
@@ -65,13 +66,19 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
     response_model=ExecutionCreated,
     responses={
         404: {"model": ErrorBody, "description": "No such registered playbook"},
-        422: {"model": ErrorBody, "description": "Invalid playbook or request"},
+        413: {"model": ErrorBody, "description": "The body is over server.max_body_bytes"},
+        422: {
+            "model": ErrorBody,
+            "description": "Invalid playbook or request (a NUL character, data nested more "
+            "than 64 levels, an unknown options.parent_execution_id)",
+        },
     },
 )
 def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> ExecutionCreated:
     """Run a registered playbook (`path`, optionally `version`) or an inline one
     (`playbook`) with `workload` merged over its defaults. The execution is created and its
-    first tasks queued in one transaction; workers pick them up."""
+    first tasks queued in one transaction; workers pick them up. `options.parent_execution_id`
+    must name an existing execution."""
     if body.path is not None:
         playbook = deps.store.get_playbook(body.path, body.version)
         if playbook is None:
@@ -81,11 +88,23 @@ def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> Exe
     else:
         assert body.playbook is not None  # the model requires one of the two
         text, path = body.playbook, None
+    parent = body.options.parent_execution_id
+    if parent is not None and deps.store.get_execution(parent) is None:
+        # A parent that does not exist would be a dangling link the console follows.
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "options", "parent_execution_id"),
+                    "msg": f"no execution {parent!r} exists",
+                    "type": "not_found",
+                }
+            ]
+        )
     execution_id = deps.orchestrator.start_execution(
         text,
         path=path,
         workload=body.workload,
-        parent_execution_id=body.options.parent_execution_id,
+        parent_execution_id=parent,
     )
     response.headers["Location"] = f"{router.prefix}/{execution_id}"
     return ExecutionCreated(execution_id=execution_id)

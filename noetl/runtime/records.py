@@ -1,0 +1,82 @@
+"""What every runtime builds when it starts an execution: its id, its row, its workload,
+and the result `noetl run` reports."""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+from noetl.dsl.model import Playbook
+from noetl.engine import ExecutionStatus
+from noetl.store.base import ExecutionRecord
+
+__all__ = ["RunResult", "merge_workload", "new_execution_id", "new_record"]
+
+
+def new_execution_id(now: float) -> str:
+    """A time-ordered numeric id (milliseconds, then 6 random digits)."""
+    return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
+
+
+@dataclass
+class RunResult:
+    """The outcome of an execution, as `noetl run --json` prints it."""
+
+    execution_id: str
+    status: ExecutionStatus
+    steps: dict[str, dict[str, Any]]
+    context: dict[str, Any]
+    started_at: float
+    finished_at: float
+    error: str | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.finished_at - self.started_at
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "execution_id": self.execution_id,
+            "status": self.status.value,
+            "steps": self.steps,
+            "context": self.context,
+            "duration_s": round(self.duration_s, 6),
+        }
+        if self.error:
+            out["error"] = self.error
+        return out
+
+
+def new_record(
+    playbook: Playbook,
+    execution_id: str,
+    *,
+    text: str,
+    path: str | None,
+    now: float,
+    parent_execution_id: str | None,
+) -> ExecutionRecord:
+    """The `execution` row of a new execution of `playbook` (its workload is recorded by
+    its first event, `workflow.started`, and nowhere else)."""
+    return ExecutionRecord(
+        execution_id=execution_id,
+        playbook_name=playbook.metadata.name,
+        playbook_path=path or playbook.metadata.path,
+        playbook_text=text,
+        created_at=now,
+        updated_at=now,
+        parent_execution_id=parent_execution_id,
+    )
+
+
+def merge_workload(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The playbook's workload with the request's values merged over it (deep for maps)."""
+    merged = dict(defaults)
+    for key, value in overrides.items():
+        base = merged.get(key)
+        if isinstance(base, dict) and isinstance(value, dict):
+            merged[key] = merge_workload(base, value)
+        else:
+            merged[key] = value
+    return merged
