@@ -17,9 +17,8 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   names another), header as the header it names. Its values are masked in the outcome
   (the encoded `Basic` value too). A spec header of the same name is refused rather than
   silently replaced; the header is dropped from a redirect to another origin (scheme,
-  host or port). A
-  credential of another type (snowflake, a cloud service account, ...) fails the task,
-  fatally, naming its type.
+  host or port). A credential of another type (snowflake, a cloud service account, ...)
+  fails the task, fatally, naming its type.
 
 The result (`this`) is `{"status_code", "headers", "data"}`: headers with lower-case names;
 data the parsed JSON when the content type says JSON (None for an empty body, the text
