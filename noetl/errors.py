@@ -15,6 +15,7 @@
     ├── FatalError             permanent: retrying cannot help
     │   ├── TemplateError      a template failed to render
     │   ├── SinkError          a sink write failed for good
+    │   ├── CredentialError    a credential that cannot be used (noetl.credentials)
     │   └── PathRefusedError   a file path resolves outside its configured root
     └── CancelError            the execution was canceled
 
@@ -193,6 +194,7 @@ FATAL_ERROR_TYPES = frozenset(
         "SinkError",
         "PathRefusedError",
         "SecretError",
+        "CredentialError",
         "PlaybookError",
         "ConfigError",
         "ConflictError",

@@ -195,6 +195,7 @@ class LocalBackend:
             self.store,
             execution_id,
             secrets_file=self.secrets_file,
+            credentials=self.settings.credentials.config(),
             options=self.settings.engine_options(),
             # Run here as `noetl run` ran it: paths from the working directory.
             roots=self.settings.roots(Path.cwd()),

@@ -13,6 +13,7 @@ import click
 from noetl import __version__
 from noetl.cli.auth_cmds import auth_group
 from noetl.cli.config_cmds import config_group
+from noetl.cli.credential_cmds import credential_group
 from noetl.cli.db_cmds import db_group
 from noetl.cli.dlq_cmds import dlq_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
@@ -51,6 +52,7 @@ cli.add_command(worker_group)
 cli.add_command(config_group)
 cli.add_command(ui_cmd)
 cli.add_command(auth_group)
+cli.add_command(credential_group)
 
 
 def main(argv: list[str] | None = None) -> None:

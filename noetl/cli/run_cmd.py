@@ -87,6 +87,12 @@ def json_errors(func: Callable[..., None]) -> Callable[..., None]:
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
 @setting_option(
+    "credentials.file",
+    "--credentials-file",
+    type=click.Path(dir_okay=False),
+    help="YAML or JSON file of named credential records ({type, data}, upstream's format).",
+)
+@setting_option(
     "dsl.allow_legacy",
     "--legacy/--no-legacy",
     help="Accept legacy forms (iter/iterator/over/coll, save) with a deprecation warning.",
@@ -125,6 +131,7 @@ def run_cmd(
             settings.db.url,
             workers=settings.run.workers,
             secrets_file=settings.secrets.file,
+            credentials=settings.credentials.config(),
             metrics=metrics,
             log_events=True,
             options=settings.engine_options(),

@@ -101,6 +101,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     until SIGTERM / Ctrl-C; `note` is printed after the address."""
     import uvicorn
 
+    from noetl.credentials.keys import Keyring
     from noetl.observability import observer_for
     from noetl.observability.trace_context import sampler_of
     from noetl.server.app import create_app
@@ -143,6 +144,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         metrics_path=settings.metrics.path,
         gate=gate,
         max_body_bytes=settings.server.max_body_bytes,
+        credential_keys=Keyring(settings.credentials.key),
     )
     stop = threading.Event()
     loop = threading.Thread(

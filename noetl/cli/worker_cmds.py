@@ -75,6 +75,12 @@ def worker_group() -> None:
     type=click.Path(dir_okay=False),
     help="YAML or JSON file with `secrets:` and `credentials:` (besides NOETL_SECRET_<NAME>).",
 )
+@setting_option(
+    "credentials.file",
+    "--credentials-file",
+    type=click.Path(dir_okay=False),
+    help="YAML or JSON file of named credential records ({type, data}, upstream's format).",
+)
 @log_options("INFO")
 @metrics_options(port=True)
 @db_option
@@ -102,6 +108,9 @@ def worker_start(*, settings: Settings) -> None:
     # Metrics are recorded only where they can be scraped.
     metrics = exporter_metrics(settings)
     exporter = None
+    credentials = settings.credentials.config()
+    # A bad secrets or credentials file stops the worker before it opens anything.
+    default_provider(settings.secrets.file, credentials=credentials)
     tracing = setup_tracing(settings, "noetl-worker")
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
     store = open_store(settings.db.url, connections=count + 4)
@@ -131,7 +140,9 @@ def worker_start(*, settings: Settings) -> None:
             launcher = StoreLauncher(decider, stopping=stop.is_set)
             tools = default_registry(
                 python_pool,
-                secrets=default_provider(settings.secrets.file),
+                secrets=default_provider(
+                    settings.secrets.file, credentials=credentials, store=store.credentials
+                ),
                 launcher=launcher,
                 observer=observer,
                 roots=roots,

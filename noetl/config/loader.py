@@ -48,7 +48,9 @@ FOREIGN = frozenset({"NOETL_SERVER_URL"})  # the server the `exec` commands talk
 # Keys whose values may carry credentials: never shown in errors, masked by `config show`.
 SECRET_KEYS = frozenset({"db.url", "tracing.endpoint", "sessions.nats_url"})
 # Keys whose names look sensitive but whose values are not secrets.
-HARMLESS_KEYS = frozenset({"secrets.file", "logging.redact_keys", "auth.enabled"})
+HARMLESS_KEYS = frozenset(
+    {"secrets.file", "credentials.file", "logging.redact_keys", "auth.enabled"}
+)
 _MAX_SHOWN = 80
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from noetl.credentials import CredentialConfig
+from noetl.credentials.keys import check_key
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN
 from noetl.engine.options import EngineOptions
 from noetl.engine.retry import RetryDefaults
@@ -285,6 +287,39 @@ class SecretsSettings(Section):
     file: str | None = None
 
 
+class CredentialsSettings(Section):
+    """Named credentials (docs/tools.md, "Secrets and credentials"): `file`, a YAML or
+    JSON file of records in upstream NoETL's format; `key`, the Fernet key (or keys,
+    comma-separated: the first encrypts, all decrypt) of the credentials kept in the
+    database. The key is a secret: never shown, and never repeated in an error."""
+
+    file: Annotated[str, Field(min_length=1)] | None = None
+    key: tuple[str, ...] = ()
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _split(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("key")
+    @classmethod
+    def _fernet(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for position, key in enumerate(value, start=1):
+            try:
+                check_key(key)
+            except ValueError as exc:
+                raise ValueError(
+                    f"key {position} is not a Fernet key: it {exc}; make one with "
+                    "`noetl credential keygen`"
+                ) from None
+        return value
+
+    def config(self) -> CredentialConfig:
+        return CredentialConfig(file=self.file, keys=self.key)
+
+
 class FileSinkSettings(Section):
     """Where the file sink writes: every `path` resolves under `root` (`..`, absolute
     paths elsewhere and symlinks out of it are refused). null: the working directory of
@@ -325,6 +360,7 @@ class Settings(Section):
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
     secrets: SecretsSettings = SecretsSettings()
+    credentials: CredentialsSettings = CredentialsSettings()
     sinks: SinksSettings = SinksSettings()
     playbooks: PlaybooksSettings = PlaybooksSettings()
 

@@ -17,8 +17,8 @@ __all__ = ["masked", "render"]
 
 
 def _mask(path: str, value: Any) -> Any:
-    if value is None:
-        return None
+    if value is None or value == []:  # nothing set: nothing to hide (and it reads back)
+        return value
     named = path not in SECRET_KEYS and path not in HARMLESS_KEYS
     if named and any(sensitive(part) for part in path.split(".")):
         return MASK

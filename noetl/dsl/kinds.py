@@ -47,6 +47,11 @@ class HttpSpec(SpecModel):
     body: str | None = None
     follow_redirects: bool = True
     timeout: float | None = Field(default=None, gt=0, description="seconds (default 30)")
+    credential: str | None = Field(
+        default=None,
+        description="a credential of the worker (bearer, basic, api_key or header), sent as "
+        "a request header (Authorization for bearer and basic)",
+    )
 
     @field_validator("method", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from noetl.config.model import DEFAULT_DB
+from noetl.credentials import CredentialConfig
 from noetl.engine.options import EngineOptions
 from noetl.errors import NoetlError
 from noetl.observability import observer_for
@@ -43,6 +44,7 @@ def embedded_runtime(
     *,
     workers: int | None = None,
     secrets_file: str | None = None,
+    credentials: CredentialConfig | None = None,
     metrics: Metrics | None = None,
     log_events: bool = False,
     options: EngineOptions | None = None,
@@ -53,14 +55,16 @@ def embedded_runtime(
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
-    `NOETL_SECRETS_FILE`). `metrics` records its metrics (and the store's state gauges);
-    `log_events` writes seed 000's log events (see noetl.observability); `tracing` writes
-    spans, of the executions `sampler` traces. `options`: the engine's defaults (the
-    configuration's, see `noetl.config.Settings.engine_options`; None: the engine's own).
+    `NOETL_SECRETS_FILE`); credentials also from the credentials file and the database
+    (`credentials`: the file and the keys; see noetl.credentials). `metrics` records its
+    metrics (and the store's state gauges); `log_events` writes seed 000's log events (see
+    noetl.observability); `tracing` writes spans, of the executions `sampler` traces.
+    `options`: the engine's defaults (the configuration's, see
+    `noetl.config.Settings.engine_options`; None: the engine's own).
     `roots`: where the file sink writes and the `playbook` tool reads (None: the working
     directory; see noetl.paths). A task whose result is over `max_result_bytes` fails."""
     count = workers or os.cpu_count() or 2
-    provider = default_provider(secrets_file)
+    default_provider(secrets_file, credentials=credentials)  # bad files fail before the store
     store = open_store(db)
     observer = observer_for(
         metrics=metrics,
@@ -74,6 +78,7 @@ def embedded_runtime(
 
         metrics.registry.register(StoreGauges(store))
     try:
+        provider = default_provider(secrets_file, credentials=credentials, store=store.credentials)
         with PythonPool(processes=count) as pool:
             launcher = EmbeddedLauncher()  # child executions run in this same runtime
             registry = default_registry(
@@ -133,6 +138,7 @@ def local_cluster(
     *,
     workers: int | None = None,
     secrets_file: str | None = None,
+    credentials: CredentialConfig | None = None,
     options: EngineOptions | None = None,
     roots: Roots | None = None,
 ) -> Iterator[Orchestrator]:
@@ -157,7 +163,9 @@ def local_cluster(
         decider = Decider(store, options=options)
         registry = default_registry(
             pool,
-            secrets=default_provider(secrets_file),
+            secrets=default_provider(
+                secrets_file, credentials=credentials, store=store.credentials
+            ),
             launcher=StoreLauncher(decider, stopping=stop_worker.is_set),
             roots=roots,
         )

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from fastapi import Depends, FastAPI, Response
 
 from noetl.auth import Role
+from noetl.credentials.keys import Keyring
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
@@ -21,6 +22,7 @@ from noetl.server.errors import install_error_handlers
 from noetl.server.limits import DEFAULT_MAX_BODY_BYTES, EdgeLimits
 from noetl.server.routes import (
     admin,
+    credentials,
     dlq,
     executions,
     health,
@@ -66,6 +68,7 @@ def create_app(
     metrics_path: str = "/metrics",
     gate: Gate | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+    credential_keys: Keyring | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
@@ -73,7 +76,9 @@ def create_app(
     `gate` checks credentials; by default authentication is ON, against `store.tokens`,
     with sessions in `store.sessions`. RuntimeError if a route declares no role and is not
     public (noetl.server.auth). A request body over `max_body_bytes` is a 413, and a NUL
-    character in the URL a 422, before any route sees the request (noetl.server.limits)."""
+    character in the URL a 422, before any route sees the request (noetl.server.limits).
+    `credential_keys` encrypt the credentials stored through the API (none: `POST
+    /api/credentials` answers 503)."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -89,6 +94,7 @@ def create_app(
         clock=clock,
         views=ViewCache(store),
         gate=gate,
+        keyring=credential_keys or Keyring(),
     )
     install_error_handlers(app)
     # Added last, so outermost: an oversized body is refused before anything reads it.
@@ -101,6 +107,7 @@ def create_app(
     app.include_router(dlq.router)
     app.include_router(admin.router)
     app.include_router(tokens.router)
+    app.include_router(credentials.router)
     app.include_router(sessions.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)

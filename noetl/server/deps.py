@@ -8,6 +8,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from noetl.credentials.keys import Keyring
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate
@@ -22,6 +23,7 @@ class Services:
     clock: Callable[[], float]
     views: ViewCache
     gate: Gate
+    keyring: Keyring  # encrypts what POST /api/credentials stores
 
 
 def services(request: Request) -> Services:

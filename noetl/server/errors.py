@@ -9,6 +9,7 @@
     ConcurrencyError               409 conflict          (retry)
     ConflictError                  409 conflict          (the state does not allow it)
     StoreUnavailableError          503 unavailable       (Retry-After when transient)
+    CredentialKeyError             503 no_credentials_key (the server has no usable key)
     HTTPException (routing, 405)   its own status (a body too deep to parse: 422)
     anything else                  500 internal          (logged; the message is generic)
 
@@ -27,6 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from noetl.credentials.keys import CredentialKeyError
 from noetl.dsl.limits import MAX_DEPTH
 from noetl.errors import (
     AuthenticationError,
@@ -128,6 +130,10 @@ async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
     return error_response(503, "unavailable", str(exc), headers=headers)
 
 
+async def _no_key(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(503, "no_credentials_key", f"this server: {exc}")
+
+
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     if exc.status_code == 400 and isinstance(exc.__cause__, RecursionError):
@@ -182,6 +188,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PlaybookError, _playbook)
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConfigError, _config)
+    app.add_exception_handler(CredentialKeyError, _no_key)
     app.add_exception_handler(ConcurrencyError, _conflict)
     app.add_exception_handler(ConflictError, _state_conflict)
     app.add_exception_handler(StoreUnavailableError, _unavailable)

@@ -465,3 +465,35 @@ class TokenCreated(TokenOut):
 
 class TokenList(Response):
     items: list[TokenOut]
+
+
+class CredentialIn(Request):
+    """A credential record in upstream NoETL's format; `description` and `tags` are
+    accepted and not kept."""
+
+    name: str = Field(min_length=1, max_length=128)
+    type: str = Field(min_length=1, max_length=64, description="postgres, bearer, basic, ...")
+    data: dict[str, Any] = Field(description="The fields; never shown again")
+    description: str | None = None
+    tags: list[str] | None = None
+
+
+class CredentialOut(Response):
+    """A stored credential: never its values."""
+
+    name: str
+    type: str
+    key_id: str = Field(description="The id of the key that encrypted it")
+    created_at: float
+    updated_at: float
+    created: bool | None = Field(None, description="On a write: whether the name was new")
+    warning: str | None = None
+
+
+class CredentialList(Response):
+    items: list[CredentialOut]
+
+
+class CredentialDeleted(Response):
+    name: str
+    deleted: bool

@@ -10,8 +10,10 @@ not exist rather than running anything. Maps and lists are written as `jsonb`.
 `INSERT ... ON CONFLICT (key) DO UPDATE SET <the other columns>`, so the table needs a
 unique constraint on the key columns, and a re-run writes nothing twice.
 
-The connection comes from the credential named by `spec.credential` (its `dsn`, or libpq
-keywords such as host, dbname, user, password), else from `spec.dsn`. A lost or refused
+The connection comes from the credential named by `spec.credential` (an upstream
+`{type: postgres, data: {db_host, ...}}` record, or a map with a `dsn` or libpq keywords
+such as host, dbname, user, password; see `noetl.credentials.records`), else from
+`spec.dsn`. A lost or refused
 connection, a serialization failure and a deadlock are retryable; the rest is final.
 """
 
@@ -22,9 +24,10 @@ from typing import Any
 
 import psycopg
 from psycopg import errors, sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
+from noetl.credentials.records import postgres_conninfo
 from noetl.dsl.kinds import PostgresSink
 from noetl.errors import RetryableError, SinkError
 from noetl.sinks._data import check_name, columns_of, key_columns, table_parts, table_rows
@@ -89,13 +92,8 @@ def _adapt(value: Any) -> Any:
 def _dsn(config: PostgresSink) -> str:
     scope = current_scope()
     if config.credential:
-        found = scope.credential(config.credential)
-        dsn = found.get("dsn")
-        if not isinstance(dsn, str):
-            params = {k: str(v) for k, v in found.items() if isinstance(v, str | int)}
-            if not params:
-                raise SinkError(f"credential {config.credential!r} has no dsn")
-            dsn = make_conninfo(**params)
+        dsn = postgres_conninfo(scope.record(config.credential))
+        scope.remember(dsn)
     elif config.dsn:
         dsn = config.dsn
     else:

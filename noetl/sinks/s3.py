@@ -2,8 +2,9 @@
 
 `put_object` replaces an object whole, so a re-run writes the same object again rather than
 a second one. The client takes `region` and `endpoint_url` (MinIO, LocalStack, moto) from
-the spec, and keys from the credential named by `spec.credential`
-(`aws_access_key_id`, `aws_secret_access_key`, optional `aws_session_token`), else from
+the spec, and keys from the credential named by `spec.credential` (an untyped map, or a
+record of type s3 or aws: `aws_access_key_id`, `aws_secret_access_key`, optional
+`aws_session_token`), else from
 boto3's usual chain (environment, profile, instance role). botocore's own retries are off:
 the sink's retry policy is the only one.
 """
@@ -27,6 +28,7 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
     ReadTimeoutError,
 )
 
+from noetl.credentials.records import s3_keys
 from noetl.dsl.kinds import S3Sink
 from noetl.errors import RetryableError, SinkError
 from noetl.sinks._data import CONTENT_TYPES, write_body
@@ -89,15 +91,7 @@ class S3Writer:
 def _client(config: S3Sink) -> Any:
     keys: dict[str, str] = {}
     if config.credential:
-        found = current_scope().credential(config.credential)
-        for name in ("aws_access_key_id", "aws_secret_access_key", "aws_session_token"):
-            if isinstance(found.get(name), str):
-                keys[name] = found[name]
-        if "aws_access_key_id" not in keys or "aws_secret_access_key" not in keys:
-            raise SinkError(
-                f"credential {config.credential!r} needs aws_access_key_id and "
-                "aws_secret_access_key"
-            )
+        keys = s3_keys(current_scope().record(config.credential))
     # A session per write: boto3's default session is not safe to share between threads.
     session = boto3.session.Session(**keys)
     return session.client(

@@ -18,6 +18,7 @@ from noetl.errors import NoetlError
 
 if TYPE_CHECKING:
     from noetl.auth import TokenStore
+    from noetl.credentials.store import CredentialStore
     from noetl.sessions.base import SessionStore
 
 
@@ -327,6 +328,10 @@ class Store(Protocol):
     @property
     def sessions(self) -> SessionStore:
         """The database session store (noetl.sessions), in the same database."""
+
+    @property
+    def credentials(self) -> CredentialStore:
+        """Encrypted named credentials (noetl.credentials), in the same database."""
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None

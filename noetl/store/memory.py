@@ -15,6 +15,7 @@ from collections.abc import Collection, Sequence
 from typing import Any
 
 from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._rows import (
@@ -86,6 +87,7 @@ class MemoryStore:
         auth_lock = threading.Lock()
         self.tokens = MemoryTokens(auth_lock)
         self.sessions = MemorySessions(auth_lock)
+        self.credentials = MemoryCredentials(auth_lock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
         # Tokens of the input holders open on this store (all of them live in this process).
         self._holders = LocalHolders()

@@ -44,6 +44,7 @@ from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_auth import PgSessions, PgTokens
+from noetl.store._pg_credentials import PgCredentials
 from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
 from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
 from noetl.store._pg_nul import json_in, json_out, jsonb_loads, pg_dumps
@@ -358,6 +359,7 @@ class PostgresStore:
         self._holders: dict[str, PgHolder] = {}
         self.tokens = PgTokens(self._connection, self._transaction)
         self.sessions = PgSessions(self._connection, self._transaction)
+        self.credentials = PgCredentials(self._connection, self._transaction)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"

@@ -22,6 +22,7 @@ from typing import Any
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
+from noetl.store._credentials import SqliteCredentials
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
@@ -113,6 +114,7 @@ class SqliteStore:
         self._conn = self._connect()
         self.tokens = SqliteTokens(self._use, self._transaction)
         self.sessions = SqliteSessions(self._use, self._transaction)
+        self.credentials = SqliteCredentials(self._use, self._transaction)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"

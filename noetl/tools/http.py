@@ -12,6 +12,13 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   context's (when well formed); else a new one (`new_traceparent`).
 * Timeout: `spec.timeout` seconds, else the task's `timeout_ms`, else 30 s; it bounds each
   phase (connect, write, wait for a byte) and, once more, the reading of the whole body.
+* `spec.credential` names a credential of the worker (`noetl.credentials.records`): bearer
+  and basic are sent as `Authorization`, api_key as its header (`X-API-Key` unless it
+  names another), header as the header it names. Its values are masked in the outcome
+  (the encoded `Basic` value too). A spec header of the same name is refused rather than
+  silently replaced; the header is dropped from a redirect to another origin (scheme,
+  host or port). A credential of another type (snowflake, a cloud service account, ...)
+  fails the task, fatally, naming its type.
 
 The result (`this`) is `{"status_code", "headers", "data"}`: headers with lower-case names;
 data the parsed JSON when the content type says JSON (None for an empty body, the text
@@ -40,9 +47,12 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import ValidationError
 
+from noetl.credentials.records import http_auth
 from noetl.dsl.kinds import HttpSpec
 from noetl.engine.types import Outcome, Task
+from noetl.errors import NoetlError
 from noetl.observability.trace_context import plugin_traceparent
+from noetl.worker.secrets import current_scope
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_BODY_BYTES", "HttpTool", "new_traceparent", "safe_url"]
 
@@ -130,6 +140,7 @@ class HttpTool:
                         transport=self._transport,
                         # A shared jar would hand one task's cookies to the next.
                         cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+                        event_hooks={"request": [_keep_credential_home]},
                     )
         return client
 
@@ -204,14 +215,18 @@ class HttpTool:
             body["content"] = spec.body.encode("utf-8")
         elif spec.method in _BODY_METHODS and task.args:
             body["json"] = task.args
+        headers = _headers(spec.headers, task)
+        header = None if spec.credential is None else _authorize(headers, spec.credential)
         try:
             # Merged here: httpx would replace the URL's own query with `params`.
             url = httpx.URL(spec.url).copy_merge_params(_params(spec.params))
+            home = None if header is None else {_CREDENTIAL_HOME: (header, _origin(url))}
             return self.client.build_request(
                 spec.method,
                 url,
-                headers=_headers(spec.headers, task),
+                headers=headers,
                 timeout=timeout,
+                extensions=home,
                 **body,
             )
         except httpx.InvalidURL:
@@ -286,6 +301,44 @@ def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:
         else:  # none, or malformed: W3C says start a new trace
             headers["traceparent"] = new_traceparent()
     return headers
+
+
+# A request extension (kept by httpx on each redirect): the credential's header and the
+# origin it was meant for.
+_CREDENTIAL_HOME = "noetl.credential_home"
+
+
+def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
+    parsed = httpx.URL(url)
+    return parsed.scheme, parsed.host, parsed.port
+
+
+def _keep_credential_home(request: httpx.Request) -> None:
+    """Drop a credential's header from a redirect to another origin (httpx drops only
+    `Authorization`, and keeps it from http to https; an api key must not follow a
+    redirect either)."""
+    home = request.extensions.get(_CREDENTIAL_HOME)
+    if home is not None and _origin(request.url) != home[1]:
+        request.headers.pop(home[0], None)
+
+
+def _authorize(headers: dict[str, str], name: str) -> str:
+    """Add the header of credential `name` (its name is returned); its values are masked
+    in the outcome."""
+    scope = current_scope()
+    try:
+        auth = http_auth(scope.record(name))
+    except NoetlError as exc:  # unknown, unusable or unreadable: the message names it
+        raise _Failure(str(exc), type(exc).__name__, retryable=exc.retryable) from None
+    for value in auth.derived:  # the credential's own values are remembered already
+        scope.remember(value)
+    if auth.header.lower() in {header.lower() for header in headers}:
+        raise _Failure(
+            f"spec.headers sets {auth.header} and spec.credential {name!r} sends it too; keep one",
+            "FatalError",
+        )
+    headers[auth.header] = auth.value
+    return auth.header
 
 
 def _params(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,9 +2,11 @@
 
 What runs, from the task's `spec` (`PostgresSpec`) and `args`:
 
-* The database: `spec.credential` names a credential of the worker (its `dsn`), or
-  `spec.dsn` gives the DSN itself; exactly one of the two. The password in the DSN is
-  masked in the outcome either way (`SecretScope.remember`).
+* The database: `spec.credential` names a credential of the worker (an upstream
+  `{type: postgres, data: {db_host, db_port, db_user, db_password, db_name}}` record, or a
+  map with a `dsn`; see `noetl.credentials.records`), or `spec.dsn` gives the DSN itself;
+  exactly one of the two. The password is masked in the outcome either way
+  (`SecretScope.remember`).
 * `spec.query` is ONE statement, taken literally (never rendered as a template). Its values
   come from `args` as psycopg named parameters, `%(name)s`: they travel apart from the SQL,
   so no value can change the statement. Since the query always goes through parameter
@@ -50,6 +52,7 @@ from psycopg import conninfo as pg_conninfo
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
+from noetl.credentials.records import postgres_conninfo
 from noetl.dsl.kinds import PostgresSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
@@ -166,10 +169,9 @@ def _database(spec: PostgresSpec) -> _Database:
     if spec.credential is not None and spec.dsn is not None:
         raise FatalError("postgres tool takes spec.credential or spec.dsn, not both")
     if spec.credential is not None:
-        dsn = scope.credential(spec.credential).get("dsn")
-        if not isinstance(dsn, str) or not dsn:
-            raise FatalError(f"postgres: credential {spec.credential!r} has no `dsn`")
-        origin = f"the dsn of credential {spec.credential!r}"
+        dsn = postgres_conninfo(scope.record(spec.credential))
+        scope.remember(dsn)
+        origin = f"the connection of credential {spec.credential!r}"
     elif spec.dsn:
         dsn = spec.dsn
         scope.remember(dsn)

@@ -9,8 +9,12 @@ Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, su
   not a letter or a digit as `_` (`secrets.api_token` reads `NOETL_SECRET_API_TOKEN`).
 * `FileSecrets`: a YAML or JSON file with `secrets: {NAME: value}` and
   `credentials: {NAME: {...}}` (`noetl worker start --secrets-file`, `NOETL_SECRETS_FILE`).
-* `ChainSecrets`: the first provider that knows a name wins. A vault or a cloud secret
-  manager is one more class with the same two methods.
+* `CredentialsFile` (`noetl.credentials.file`): a file of named credential records in
+  upstream NoETL's format (`credentials.file`, NOETL_CREDENTIALS_FILE, `--credentials-file`).
+* `DatabaseCredentials` (`noetl.credentials.store`): credentials kept encrypted in the
+  database (`noetl credential set`), decrypted with `credentials.key`.
+* `ChainSecrets`: the first provider that knows a name wins, in the order above. A vault
+  or a cloud secret manager is one more class with the same two methods.
 
 `SecretScope` is what one task sees: it resolves the markers of the task's secret names
 (`noetl.engine.secrets`) in the spec and args, hands credentials to tools, remembers every
@@ -33,6 +37,11 @@ from typing import Any, Protocol
 
 import yaml
 
+from noetl.credentials import CredentialConfig
+from noetl.credentials.file import CredentialsFile
+from noetl.credentials.keys import Keyring
+from noetl.credentials.records import Credential, parse_credential, secret_values
+from noetl.credentials.store import CredentialStore, DatabaseCredentials
 from noetl.engine.secrets import MARKER
 from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError, FatalError
@@ -143,12 +152,25 @@ class ChainSecrets:
         return None
 
 
-def default_provider(secrets_file: str | None = None) -> SecretProvider:
-    """The environment, then the secrets file (`NOETL_SECRETS_FILE` when not given)."""
+def default_provider(
+    secrets_file: str | None = None,
+    *,
+    credentials: CredentialConfig | None = None,
+    store: CredentialStore | None = None,
+) -> SecretProvider:
+    """The environment, then the secrets file (`NOETL_SECRETS_FILE` when not given), then
+    the credentials file of `credentials`, then the credentials kept in `store` (the
+    database), decrypted with the keys of `credentials`. The files are read (and checked:
+    ConfigError naming the file) and the keys checked now; the database at each call."""
     path = secrets_file or os.environ.get("NOETL_SECRETS_FILE")
+    config = credentials or CredentialConfig()
     providers: list[SecretProvider] = [EnvSecrets()]
     if path:
         providers.append(FileSecrets(path))
+    if config.file:
+        providers.append(CredentialsFile(config.file))
+    if store is not None:
+        providers.append(DatabaseCredentials(store, Keyring(config.keys)))
     return ChainSecrets(providers)
 
 
@@ -190,18 +212,23 @@ class SecretScope:
         return original if original is not None and original.task_id == task.task_id else task
 
     def credential(self, name: str) -> dict[str, Any]:
-        """A named credential; its values are masked in the outcome like secrets."""
+        """A named credential as found (a map: an upstream record `{type, data}` or an
+        untyped map); its secret values are masked in the outcome like secrets."""
         found = self._provider.credential(name) if self._provider is not None else None
         if found is None:
             raise SecretError(
                 f"credential {name!r} is not configured on this worker "
-                f"(set {' or '.join(env_names('NOETL_CREDENTIAL_', name))} "
-                "or add it to the secrets file)"
+                f"(set {' or '.join(env_names('NOETL_CREDENTIAL_', name))}, add it to "
+                "the credentials file or the secrets file, or store it with "
+                "`noetl credential set`)"
             )
-        for value in found.values():
-            if isinstance(value, str):
-                self._remember(value)
+        for value in secret_values(parse_credential(name, found)):
+            self._remember(value)
         return dict(found)
+
+    def record(self, name: str) -> Credential:
+        """A named credential, parsed (`noetl.credentials.records`); values masked."""
+        return parse_credential(name, self.credential(name))
 
     def remember(self, value: str) -> None:
         """Mask this value too (a tool found it, e.g. a password inside a DSN)."""

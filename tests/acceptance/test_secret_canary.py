@@ -18,14 +18,17 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
+from noetl.credentials.keys import new_key
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import ROOT
 from tests.helpers.auth import auth_headers
+from tests.helpers.fake_pg import RefusingPostgres
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 with warnings.catch_warnings():
@@ -132,6 +135,7 @@ def api_texts(db: Path) -> str:
             f"/api/executions/{execution_id}",
             f"/api/executions/{execution_id}/events?limit=1000",
             f"/api/executions/{execution_id}/graph",
+            "/api/credentials",
         ]
         entries = client.get("/api/dlq", params={"status": "pending"}).json()["items"]
         paths += ["/api/dlq?status=pending"]
@@ -230,3 +234,133 @@ def test_secrets_from_a_file_and_a_bad_file_named(tmp_path: Path) -> None:
     assert failed.returncode == 3  # an environment problem
     assert f"secrets file {bad} is not valid YAML (line" in failed.stderr
     assert "Traceback" not in failed.stderr
+
+
+# --- credentials by name: from the credentials file and from the database ----------------
+
+CREDENTIAL_PLAYBOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: credential_canary}}
+workload: {{pg_auth: warehouse}}
+workflow:
+  - step: call
+    tool:
+      kind: http
+      url: "{url}"
+      credential: api
+    result: {{as: called}}
+    next: query
+  - step: query
+    tool:
+      kind: postgres
+      credential: "{{{{ workload.pg_auth }}}}"
+      query: "SELECT current_user AS who"
+    result: {{as: queried}}
+"""
+
+
+def credential_records(
+    pg_dsn: str, token: str, password: str, refusing_port: int
+) -> dict[str, Any]:
+    """Upstream records: the http bearer token and two postgres credentials, one for the
+    real database (the password is never checked there) and one for a server that refuses
+    the password and quotes it in its error."""
+    parts = urlsplit(pg_dsn)
+
+    def pg(host: str, port: int, user: str, db: str) -> dict[str, Any]:
+        data = {"db_host": host, "db_port": str(port), "db_user": user}
+        return {"type": "postgres", "data": {**data, "db_password": password, "db_name": db}}
+
+    return {
+        "api": {"type": "bearer", "data": {"token": token}},
+        "warehouse": pg(
+            parts.hostname or "", parts.port or 5432, parts.username or "", parts.path[1:]
+        ),
+        "guarded": pg("127.0.0.1", refusing_port, "app", "wh"),
+    }
+
+
+@pytest.mark.parametrize("outcome", ["success", "wrong_password"])
+@pytest.mark.parametrize("source", ["file", "database"])
+def test_a_credential_reaches_its_services_and_nothing_else(
+    source: str, outcome: str, tmp_path: Path, http_url: str, pg_dsn: str
+) -> None:
+    token = f"tok-canary-{uuid.uuid4().hex}"
+    password = f"pw-canary-{uuid.uuid4().hex}"
+    key = new_key()
+    playbook = tmp_path / "credential_canary.yaml"
+    playbook.write_text(CREDENTIAL_PLAYBOOK.format(url=f"{http_url}/ok"), encoding="utf-8")
+    db = tmp_path / "data" / "noetl.db"
+    env = {"NOETL_LOG_LEVEL": "DEBUG", **CONSOLE_TRACING}
+    extra = ("--set", "pg_auth=guarded") if outcome == "wrong_password" else ()
+    with RefusingPostgres() as refusing:
+        records = credential_records(pg_dsn, token, password, refusing.port)
+        if source == "file":
+            creds = tmp_path / "credentials.json"
+            creds.write_text(json.dumps(records), encoding="utf-8")
+            env["NOETL_CREDENTIALS_FILE"] = str(creds)
+        else:
+            env["NOETL_CREDENTIALS_KEY"] = key
+            for name, record in records.items():
+                stored = subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "noetl",
+                        "credential",
+                        "set",
+                        name,
+                        "--data-file",
+                        "-",
+                        "--db",
+                        str(db),
+                    ],
+                    cwd=ROOT,
+                    input=json.dumps(record),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                    env={**os.environ, **env},
+                )
+                assert stored.returncode == 0, stored.stderr
+        proc = run(playbook, db, env, *extra)
+        refused = list(refusing.passwords)
+
+    # The values were really used where they were needed...
+    assert Recorder.seen == [f"Bearer {token}"]
+    result = json.loads(proc.stdout)
+    assert result["context"]["called"]["data"] == {"you_sent": "Bearer ***"}
+    if outcome == "success":
+        assert proc.returncode == 0, proc.stderr
+        assert result["context"]["queried"]["rows"] == [{"who": urlsplit(pg_dsn).username}]
+        assert refused == []
+    else:
+        assert proc.returncode == 1 and result["status"] == "fail"
+        assert refused == [password]  # the server got it, and quoted it back
+        assert 'password authentication failed for user \\"app\\" (sent \\"***\\")' in proc.stdout
+        shown = subprocess.run(
+            [sys.executable, "-m", "noetl", "dlq", "list", "--json", "--db", str(db)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert shown.returncode == 0, shown.stderr
+        (entry,) = json.loads(shown.stdout)["items"]
+        assert entry["step"] == "query"
+        assert password not in shown.stdout and token not in shown.stdout
+    # ...and appear nowhere else: not in the output, the logs, the spans, the database's
+    # files (stored credentials are encrypted) or the API; nor does the key.
+    assert "worker.plugin.postgres" in {span["name"] for span in console_spans(proc.stderr)}
+    texts = {
+        "stdout": proc.stdout,
+        "stderr": proc.stderr,
+        "the database": files_of(db).decode("utf-8", "replace"),
+        "the API": api_texts(db),
+    }
+    for where, text in texts.items():
+        for value in (token, password, key):
+            assert value not in text, f"a credential value leaked into {where}"

@@ -5,16 +5,28 @@ after a failure it must appear in no table, no process log and no API response."
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 import psycopg
 import pytest
 
-from tests.acceptance.test_secret_canary import PLAYBOOK, Recorder, http_url  # noqa: F401
-from tests.distributed.cluster import Cluster
+from noetl.credentials.keys import new_key
+from tests.acceptance.test_secret_canary import (  # noqa: F401 - http_url: the fixture
+    CREDENTIAL_PLAYBOOK,
+    PLAYBOOK,
+    Recorder,
+    credential_records,
+    http_url,
+)
+from tests.distributed.cluster import ROOT, Cluster
+from tests.helpers.fake_pg import RefusingPostgres
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 
@@ -99,3 +111,86 @@ def test_a_secret_on_the_worker_reaches_its_services_and_nothing_else(
         ("the API", "\n".join(responses)),
     ):
         assert canary not in text, f"the secret leaked into {where}"
+
+
+@pytest.mark.parametrize("outcome", ["success", "wrong_password"])
+@pytest.mark.parametrize("source", ["file", "database"])
+def test_a_credential_on_the_worker_reaches_its_services_and_nothing_else(
+    source: str,
+    outcome: str,
+    cluster: Cluster,
+    http_url: str,  # noqa: F811 - the fixture, imported above
+    pg_dsn: str,
+) -> None:
+    token = f"tok-canary-{uuid.uuid4().hex}"
+    password = f"pw-canary-{uuid.uuid4().hex}"
+    key = new_key()
+    with RefusingPostgres() as refusing:
+        records = credential_records(pg_dsn, token, password, refusing.port)
+        worker_env = {**CONSOLE_TRACING, "NOETL_LOG_LEVEL": "DEBUG"}
+        if source == "file":
+            creds = cluster.workdir / "credentials.json"
+            creds.write_text(json.dumps(records), encoding="utf-8")
+            worker_env["NOETL_CREDENTIALS_FILE"] = str(creds)
+        else:  # stored by the CLI; the key is given to it and to the worker, not the server
+            for name, record in records.items():
+                stored = subprocess.run(
+                    [sys.executable, "-m", "noetl", "credential", "set", name, "--data-file", "-"],
+                    cwd=ROOT,
+                    input=json.dumps(record),
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                    check=False,
+                    env={**os.environ, "NOETL_DB": cluster.db, "NOETL_CREDENTIALS_KEY": key},
+                )
+                assert stored.returncode == 0, stored.stderr
+            worker_env["NOETL_CREDENTIALS_KEY"] = key
+        cluster.env = dict(CONSOLE_TRACING)
+        cluster.start_server()
+        cluster.env = worker_env  # the worker alone can read the credentials
+        cluster.start_worker("w1")
+        playbook = CREDENTIAL_PLAYBOOK.format(url=f"{http_url}/ok")
+        workload = {"pg_auth": "guarded" if outcome == "wrong_password" else "warehouse"}
+        execution_id = cluster.start_execution(playbook, workload)
+        result = cluster.wait_finished(execution_id, timeout=60)
+        refused = list(refusing.passwords)
+
+    assert Recorder.seen == [f"Bearer {token}"]
+    assert result["context"]["called"]["data"] == {"you_sent": "Bearer ***"}
+    if outcome == "success":
+        assert result["status"] == "ok", result
+        assert result["context"]["queried"]["rows"] == [{"who": urlsplit(pg_dsn).username}]
+    else:
+        assert result["status"] == "fail", result
+        assert refused == [password]  # the server got it, and quoted it back
+    paths = [
+        "/api/executions",
+        f"/api/executions/{execution_id}",
+        f"/api/executions/{execution_id}/events?limit=1000",
+        "/api/dlq?status=pending",
+        "/api/credentials",
+    ]
+    entries = httpx.get(f"{cluster.url}/api/dlq", headers=cluster.headers, timeout=30).json()[
+        "items"
+    ]
+    assert len(entries) == (0 if outcome == "success" else 1)
+    paths += [f"/api/dlq/{entry['message_id']}" for entry in entries]
+    responses = [
+        httpx.get(f"{cluster.url}{path}", headers=cluster.headers, timeout=30).text
+        for path in paths
+    ]
+    if outcome == "wrong_password":
+        assert 'password authentication failed for user \\"app\\" (sent \\"***\\")' in "".join(
+            responses
+        )
+    cluster.stop_all()
+    logs = "\n".join(proc.output() for proc in cluster.procs)
+    assert "worker.plugin.postgres" in {span["name"] for span in console_spans(logs)}
+    for where, text in (
+        ("the database", database_text(cluster.db)),
+        ("the logs", logs),
+        ("the API", "\n".join(responses)),
+    ):
+        for value in (token, password, key):
+            assert value not in text, f"a credential value leaked into {where}"

@@ -117,6 +117,7 @@ def concrete(path: str, client: TestClient, tokens: dict[Role, str]) -> str:
         .replace("{path:path}", "tests/no_tools")
         .replace("{message_id}", "no-such-message")
         .replace("{token_id}", "tok_none")
+        .replace("/api/credentials/{name}", "/api/credentials/no-such-credential")
         .replace("{name:path}", "console.css")
     )
 
@@ -184,6 +185,9 @@ def test_the_roles_of_the_routes_are_as_documented(app: FastAPI) -> None:
     force = "/api/admin/executions/{execution_id}/steps/{step}/force-complete"
     assert declared[("POST", force)] is Role.ADMIN
     assert declared[("POST", "/api/admin/tokens")] is Role.ADMIN
+    for method in ("GET", "POST"):
+        assert declared[(method, "/api/credentials")] is Role.ADMIN
+    assert declared[("DELETE", "/api/credentials/{name}")] is Role.ADMIN
     assert {role for (method, _), role in declared.items() if method == "GET"} <= {
         Role.VIEWER,
         Role.ADMIN,

@@ -156,6 +156,14 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("revoked", "boolean", "NO"),
         ("revoked_at", TZ, "YES"),
     ],
+    "credential": [
+        ("name", "text", "NO"),
+        ("type", "text", "NO"),
+        ("ciphertext", "text", "NO"),
+        ("key_id", "text", "NO"),
+        ("created_at", TZ, "NO"),
+        ("updated_at", TZ, "NO"),
+    ],
     "session": [
         ("session_key", "text", "NO"),
         ("revision", "integer", "NO"),
@@ -182,6 +190,7 @@ EXPECTED_PRIMARY_KEYS = {
     "dlq": ["message_id"],
     "api_token": ["token_id"],
     "session": ["session_key", "revision"],
+    "credential": ["name"],
 }
 
 
@@ -277,12 +286,13 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0003_compiled",
         "0004_dlq",
         "0005_auth",
+        "0006_credentials",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5], [], 5)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6], [], 6)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -317,8 +327,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -351,12 +361,13 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    assert "applied 0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth" in first.stdout
-    assert "already initialized (schema version 5)" in second.stdout
+    applied = "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials"
+    assert f"applied {applied}" in first.stdout
+    assert "already initialized (schema version 6)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 5" in migrate.stdout
+    assert "at schema version 6" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
-        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth",
+        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials",
         "pending:  none",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
@@ -368,7 +379,7 @@ def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> Non
     assert status.returncode == 0, status.stderr
     assert status.stdout.splitlines()[1:] == [
         "applied:  none",
-        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth",
+        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials",
     ]
     assert columns(pg_empty_database) == {}  # status changes nothing
 

@@ -127,6 +127,14 @@ EXPECTED_COLUMNS = {
         ("revoked", "INTEGER", 1, 0),
         ("revoked_at", "REAL", 0, 0),
     ],
+    "credential": [
+        ("name", "TEXT", 0, 1),
+        ("type", "TEXT", 1, 0),
+        ("ciphertext", "TEXT", 1, 0),
+        ("key_id", "TEXT", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
     "session": [
         ("session_key", "TEXT", 1, 1),
         ("revision", "INTEGER", 1, 2),
@@ -299,6 +307,7 @@ def test_packaged_migrations() -> None:
         (3, "compiled"),
         (4, "dlq"),
         (5, "auth"),
+        (6, "credentials"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -343,7 +352,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -380,7 +389,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -393,7 +402,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (5)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (6)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from noetl.config import Settings, env_name, leaves, load_settings, render, resolve
+from noetl.credentials.keys import new_key
 from noetl.engine import EngineOptions
 from noetl.engine.retry import RetryDefaults
 from noetl.errors import ConfigError
@@ -427,3 +428,22 @@ def test_the_operations_guide_documents_every_key_and_variable() -> None:
         assert f"`{leaf.path}`" in guide, leaf.path
         for name in (leaf.env, *leaf.aliases):
             assert f"`{name}`" in guide, name
+
+
+def test_the_credentials_key_is_checked_masked_and_never_repeated(tmp_path: Path) -> None:
+    one, two = new_key(), new_key()
+    from_env = load_settings(None, {"NOETL_CREDENTIALS_KEY": f" {one} , {two} "})
+    assert from_env.credentials.key == (one, two)
+    in_file = write(tmp_path, f"credentials:\n  file: creds.yaml\n  key: [{one}]\n")
+    settings = load_settings(in_file, NO_ENV)
+    assert settings.credentials.config().keys == (one,)
+    assert settings.credentials.file == "creds.yaml"
+    text, data = shown(resolve(in_file, NO_ENV))
+    assert data["config"]["credentials"] == {"file": "creds.yaml", "key": "***"}
+    assert one not in text
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, {"NOETL_CREDENTIALS_KEY": f"{one},hunter2-not-a-key"})
+    assert str(caught.value) == (
+        "NOETL_CREDENTIALS_KEY: credentials.key: key 2 is not a Fernet key: it is not "
+        "url-safe base64; make one with `noetl credential keygen`"
+    )
