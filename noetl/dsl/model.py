@@ -14,6 +14,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     PositiveInt,
     StringConstraints,
     ValidatorFunctionWrapHandler,
@@ -89,7 +90,12 @@ def _template_in_upstream(value: Any, handler: ValidatorFunctionWrapHandler, inf
     return handler(value)
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
 LoopValue = WrapValidator(_template_in_upstream)
+AsIs = PlainSerializer(_as_is, return_type=Any)  # a template stays the text it is
 
 
 class Loop(Model):
@@ -98,8 +104,8 @@ class Loop(Model):
 
     collection: str | list[Any]
     element: Identifier = "item"
-    mode: Annotated[Literal["sequential", "parallel"], LoopValue] = "sequential"
-    max_concurrency: Annotated[PositiveInt, LoopValue] | None = None
+    mode: Annotated[Literal["sequential", "parallel"], LoopValue, AsIs] = "sequential"
+    max_concurrency: Annotated[PositiveInt, LoopValue, AsIs] | None = None
     key: str | None = None
     until: Condition | None = None
     item_timeout_ms: PositiveInt | None = None

@@ -64,7 +64,7 @@ def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
 class TemplateContext:
     """Builds the mapping a template is rendered against, for one step (and loop item)."""
 
-    __slots__ = ("bind", "index", "item", "key", "state", "step")
+    __slots__ = ("bind", "index", "item", "key", "state", "step", "upstream")
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class TemplateContext:
         item: Any = None,
         *,
         key: Any = None,
+        upstream: bool = False,
     ) -> None:
         self.state = state
         self.step = step
@@ -82,6 +83,19 @@ class TemplateContext:
         self.index = index
         self.item = item
         self.key = key
+        self.upstream = upstream
+
+    def _upstream_names(self) -> dict[str, Any]:
+        """Upstream NoETL's names: each workload key bare (`{{ message }}` is
+        `workload.message`), then each finished step's result under the step's name
+        (`{{ fetch.rows }}`), then the saved values; later ones win."""
+        state = self.state
+        names: dict[str, Any] = dict(state.workload)
+        for name, run in state.steps.items():
+            if run.status is StepStatus.OK:
+                names[name] = run.result
+        names.update(state.context)
+        return names
 
     def _loop_names(self) -> dict[str, Any]:
         if self.index is None or self.step.loop is None:
@@ -94,7 +108,7 @@ class TemplateContext:
 
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
-        ctx: dict[str, Any] = dict(state.context)
+        ctx: dict[str, Any] = self._upstream_names() if self.upstream else dict(state.context)
         ctx.update(helpers(state))
         ctx["workload"] = state.workload
         ctx["execution_id"] = state.execution_id
@@ -105,13 +119,15 @@ class TemplateContext:
         ctx.update(extra)
         return ctx
 
-    def tool_view(self) -> dict[str, Any]:
+    def tool_view(self, *, full: bool = False) -> dict[str, Any]:
         """The `context` a tool receives: ids, the workload, bind values and the loop item.
 
         Saved results are passed to tools through `args` templates, so a task's size does
-        not grow with the execution's history.
+        not grow with the execution's history; `full` (the python code of an upstream
+        NoETL playbook, which reads `context.get('<step>')`) adds upstream's names too.
         """
-        view: dict[str, Any] = {
+        view: dict[str, Any] = self._upstream_names() if full else {}
+        view |= {
             "execution_id": self.state.execution_id,
             "step": self.step.step,
             "workload": self.state.workload,
