@@ -32,14 +32,12 @@ def usable_name(name: str) -> bool:
 
 def _statements(body: Iterable[ast.stmt]) -> Iterator[ast.AST]:
     """Every node of the top-level code, not descending into functions and classes."""
-    for node in body:
-        stack: list[ast.AST] = [node]
-        while stack:
-            current = stack.pop()
-            yield current
-            stack.extend(
-                child for child in ast.iter_child_nodes(current) if not isinstance(child, _SCOPES)
-            )
+    stack: list[ast.AST] = list(body)
+    while stack:
+        current = stack.pop()
+        yield current
+        if not isinstance(current, _SCOPES):
+            stack.extend(ast.iter_child_nodes(current))
 
 
 def has_toplevel_return(module: ast.Module) -> bool:

@@ -98,10 +98,9 @@ LoopValue = WrapValidator(_template_in_upstream)
 AsIs = PlainSerializer(_as_is, return_type=Any)  # a template stays the text it is
 
 
+# In upstream's dialect a loop's `mode` and `max_concurrency` may be templates, rendered
+# when the loop starts (noetl.engine.loops).
 class Loop(Model):
-    """A loop block. In upstream's dialect `mode` and `max_concurrency` may be templates,
-    rendered when the loop starts (`noetl.engine.loops`)."""
-
     collection: str | list[Any]
     element: Identifier = "item"
     mode: Annotated[Literal["sequential", "parallel"], LoopValue, AsIs] = "sequential"

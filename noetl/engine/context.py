@@ -87,10 +87,13 @@ class TemplateContext:
 
     def _upstream_names(self) -> dict[str, Any]:
         """Upstream NoETL's names: each workload key bare (`{{ message }}` is
-        `workload.message`), then each finished step's result under the step's name
-        (`{{ fetch.rows }}`), then the saved values; later ones win."""
+        `workload.message`), `result` (the result of the step that finished last: the
+        step that called this one, in a chain), then each finished step's result under
+        the step's name (`{{ fetch.rows }}`), then the saved values; later ones win."""
         state = self.state
         names: dict[str, Any] = dict(state.workload)
+        if state.completed:
+            names["result"] = state.steps[state.completed[-1]].result
         for name, run in state.steps.items():
             if run.status is StepStatus.OK:
                 names[name] = run.result
