@@ -267,6 +267,20 @@ def test_postgres_command_runs_its_statements_in_one_transaction(
             next:
               spec: {mode: exclusive}
               arcs:
+                - step: safe
+          - step: safe
+            desc: a value with a quote goes in as a parameter, never into the SQL text
+            tool:
+              kind: postgres
+              auth: pg_local
+              input:
+                name: "O'Brien"
+              command: |
+                INSERT INTO items VALUES (7, %(name)s);
+                SELECT name FROM items WHERE id = 7;
+            next:
+              spec: {mode: exclusive}
+              arcs:
                 - step: broken
           - step: broken
             tool:
@@ -281,11 +295,12 @@ def test_postgres_command_runs_its_statements_in_one_transaction(
     assert results["start"]["statement_count"] == 3
     assert results["start"]["command_0"]["rows"] == []
     assert results["check"] == {"inserted": 2}
+    assert results["safe"]["rows"] == [{"name": "O'Brien"}]
     assert summary["status"] == "fail"
     assert "division by zero" in summary["steps"]["broken"]["error"]
     with psycopg.connect(pg_database) as conn:
         ids = [row[0] for row in conn.execute("SELECT id FROM items ORDER BY id")]
-    assert ids == [1, 2]  # the failed command's insert was rolled back with it
+    assert ids == [1, 2, 7]  # the failed command's insert was rolled back with it
 
 
 def test_duckdb_command_shares_a_database_through_the_execution(tmp_path: Path) -> None:
