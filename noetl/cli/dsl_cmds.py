@@ -50,6 +50,7 @@ def _report(results: list[LoadResult], *, warnings: bool, as_json: bool) -> int:
         shown.extend(result.errors)
         if warnings:
             shown.extend(result.warnings)
+            shown.extend(result.notes)
     errors = sum(len(r.errors) for r in results)
     bad = sum(1 for r in results if not r.ok)
     if as_json:

@@ -9,13 +9,18 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from noetl.dsl.case_checks import RESERVED_NAMES, check_case
-from noetl.dsl.code_checks import python_syntax, python_template, sql_template
+from noetl.dsl.code_checks import (
+    python_syntax,
+    python_template,
+    rendered_python_syntax,
+    sql_template,
+)
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path, has_errors
 from noetl.dsl.graph import build_graph
 from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS
 from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
-from noetl.dsl.model import Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
+from noetl.dsl.model import UPSTREAM, Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
 from noetl.dsl.routing import BackEdge, Join, analyze
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
@@ -47,8 +52,9 @@ def _step_of(tree: YMap, path: Path) -> str | None:
 
 
 def _literal(tree: YMap, path: Path) -> bool:
-    """Whether the string at `path` is a tool spec field taken literally (code, SQL)."""
-    if len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
+    """Whether the string at `path` is a tool spec field taken literally (code, SQL; an
+    upstream NoETL playbook renders them)."""
+    if tree.get("dialect") == UPSTREAM or len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
         return False
     node: Any = tree
     for part in path[:-2]:
@@ -125,6 +131,7 @@ class _Checker:
         self.known = frozenset(self.names)  # membership without a scan per reference
         self.tasks = [name for _, name in parts.task_names]
         self.saved = _saved_names(parts)
+        self.upstream = tree.get("dialect") == UPSTREAM
 
     def add(
         self,
@@ -255,9 +262,10 @@ class _Checker:
             )
         code = getattr(spec, "code", None)
         if tool.kind == "python" and isinstance(code, str):
-            self.python_code(code, (*path, "spec", "code"))
+            toplevel = getattr(spec, "style", "main") == "toplevel"
+            self.python_code(code, (*path, "spec", "code"), toplevel=toplevel)
         query = getattr(spec, "query", None)
-        if tool.kind in ("postgres", "duckdb") and isinstance(query, str):
+        if tool.kind in ("postgres", "duckdb") and isinstance(query, str) and not self.upstream:
             line = sql_template(query)
             if line is not None:
                 field = self.field(path, "query")
@@ -275,14 +283,20 @@ class _Checker:
         (`tool.spec.code`, `tool.code`, `case[0].then.tool.spec.code`)."""
         return format_path(source_path(self.tree, (*tool_path, "spec", key))[2:])
 
-    def python_code(self, code: str, path: Path) -> None:
+    def python_code(self, code: str, path: Path, *, toplevel: bool = False) -> None:
         """E312 for a syntax error in inline code, at the line of the offending code line;
-        W412 for a template written into it (code is never rendered)."""
+        W412 for a template written into it (code is never rendered, except in an
+        upstream NoETL playbook, whose code is a template checked as it will run)."""
         field = self.field(path[:-2], "code")
-        problem = python_syntax(code)
+        if self.upstream:
+            problem = rendered_python_syntax(code)
+        else:
+            problem = python_syntax(code, toplevel=toplevel)
         if problem is not None:
             message = f"python syntax error in {field}: {problem.message}"
             self.add("E312", message, path, lineno=problem.lineno)
+            return
+        if self.upstream:
             return
         line = python_template(code)
         if line is not None:

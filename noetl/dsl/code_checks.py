@@ -15,9 +15,12 @@ import re
 import tokenize
 from dataclasses import dataclass
 
+from noetl.pyscript import compile_toplevel
+
 # A quoted SQL literal or identifier, or a comment: where `{{` is only text.
 _SQL_TEXT = re.compile(r"'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|--[^\n]*|/\*.*?\*/", re.DOTALL)
 _TEMPLATE_MARK = re.compile(r"\{\{|\{%")
+_EXPRESSION = re.compile(r"\{\{.*?\}\}", re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,17 +31,32 @@ class CodeProblem:
     lineno: int
 
 
-def python_syntax(code: str) -> CodeProblem | None:
-    """The syntax error of python source, with its line in the source."""
+def python_syntax(code: str, *, toplevel: bool = False) -> CodeProblem | None:
+    """The syntax error of python source, with its line in the source. `toplevel`: code
+    in upstream NoETL's convention, which may `return` at top level (noetl.pyscript)."""
     try:
-        compile(code, "<inline>", "exec")
+        if toplevel:
+            compile_toplevel(code, "<inline>")
+        else:
+            compile(code, "<inline>", "exec")
     except SyntaxError as exc:
         lineno = exc.lineno or 1
         hint = ""
-        if _TEMPLATE_MARK.search(code):
+        if _TEMPLATE_MARK.search(code) and not toplevel:
             hint = "; code is not a template: pass values in tool.args"
         return CodeProblem(f"{exc.msg} (code line {lineno}){hint}", lineno)
     return None
+
+
+def rendered_python_syntax(code: str) -> CodeProblem | None:
+    """The syntax error of python code that is rendered as a template before it runs
+    (upstream NoETL's dialect): each `{{ ... }}` stands for a name, on its own lines, so
+    the code can be compiled as written. Code with `{% ... %}` statements is only known
+    once rendered, so it is not checked."""
+    if "{%" in code:
+        return None
+    placeholder = _EXPRESSION.sub(lambda m: "_" + "\n" * m.group().count("\n"), code)
+    return python_syntax(placeholder, toplevel=True)
 
 
 def python_template(code: str) -> int | None:

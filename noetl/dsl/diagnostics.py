@@ -12,6 +12,7 @@ Path = tuple[str | int, ...]
 class Severity(StrEnum):
     ERROR = "error"
     WARNING = "warning"
+    INFO = "info"  # a note `lint` shows (how a file was read); never fails, even --strict
 
 
 def format_path(path: Path) -> str:
@@ -27,7 +28,7 @@ def format_path(path: Path) -> str:
 
 @dataclass(frozen=True, slots=True)
 class Diagnostic:
-    """One error or warning about a playbook.
+    """One error, warning or note about a playbook.
 
     `code` is stable and documented in docs/dsl.md; `message` is for people.
     """

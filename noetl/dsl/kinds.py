@@ -7,9 +7,20 @@ kinds registered through the `noetl.tools` entry point group add their own model
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+import re
+from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+_DOTTED = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$"
 
 
 class SpecModel(BaseModel):
@@ -19,12 +30,35 @@ class SpecModel(BaseModel):
 # --- tools -------------------------------------------------------------------------------
 
 
+class LibImport(SpecModel):
+    """`from <from> import <import>`, bound to the alias that names it in `libs`."""
+
+    from_: str = Field(alias="from", pattern=_DOTTED)
+    import_: str = Field(alias="import", pattern=_NAME)
+
+
 class PythonSpec(SpecModel):
-    """Inline `code` defining `main(context, args)`, or `module` plus `callable`."""
+    """Inline `code` defining `main(context, args)`, or `module` plus `callable`.
+
+    `style: toplevel` runs the code top to bottom instead (upstream NoETL's convention):
+    each arg is a plain name, the outcome is a top-level `result` variable or `return`.
+    `libs` imports modules for the code, by the alias the code uses."""
 
     code: str | None = None
     module: str | None = None
     callable: str = "main"
+    style: Literal["main", "toplevel"] = "main"
+    libs: dict[Annotated[str, StringConstraints(pattern=_NAME)], str | LibImport] = Field(
+        default_factory=dict
+    )
+
+    @field_validator("libs")
+    @classmethod
+    def _module_names(cls, libs: dict[str, str | LibImport]) -> dict[str, str | LibImport]:
+        for alias, target in libs.items():
+            if isinstance(target, str) and not re.fullmatch(_DOTTED, target):
+                raise ValueError(f"libs.{alias} must name a module (like os or google.cloud)")
+        return libs
 
     @model_validator(mode="after")
     def _one_source(self) -> PythonSpec:
@@ -65,17 +99,54 @@ class HttpSpec(SpecModel):
         return self
 
 
-class PostgresSpec(SpecModel):
-    """A parameterized query; values come from `args`, never from string formatting."""
+Statements = str | list[str]
 
-    query: str
+
+def _command_or_query(data: Any) -> Any:
+    """`command` stands in for `query`: a spec with a command and no query gets
+    `query: null`, so a spec with neither still reports the missing query."""
+    if isinstance(data, dict) and "command" in data and "query" not in data:
+        return {**data, "query": None}
+    return data
+
+
+def _one_of_query_command(query: str | None, command: Statements | None, kind: str) -> None:
+    if (query is None) == (command is None):
+        raise ValueError(f"{kind} tool needs exactly one of spec.query and spec.command")
+
+
+class PostgresSpec(SpecModel):
+    """A parameterized query; values come from `args`, never from string formatting.
+
+    `command` (instead of `query`): several statements, run in order in one transaction;
+    the result keeps each statement's rows (`command_0`, `command_1`, ...)."""
+
+    query: str | None
+    command: Statements | None = None
     credential: str | None = None
     dsn: str | None = None
 
+    _command = model_validator(mode="before")(_command_or_query)
+
+    @model_validator(mode="after")
+    def _one_sql(self) -> PostgresSpec:
+        _one_of_query_command(self.query, self.command, "postgres")
+        return self
+
 
 class DuckdbSpec(SpecModel):
-    query: str
+    """One statement in `query`, or several in `command` (as for postgres)."""
+
+    query: str | None
+    command: Statements | None = None
     database: str = ":memory:"
+
+    _command = model_validator(mode="before")(_command_or_query)
+
+    @model_validator(mode="after")
+    def _one_sql(self) -> DuckdbSpec:
+        _one_of_query_command(self.query, self.command, "duckdb")
+        return self
 
 
 class PlaybookSpec(SpecModel):
@@ -230,10 +301,11 @@ SINK_SPECS: dict[str, type[SpecModel]] = {
 
 # Spec fields taken literally, never rendered as templates: code, and SQL (its values come
 # from `args` as query parameters, so a template cannot inject SQL).
+# Playbooks in upstream NoETL's dialect render code and SQL (see noetl.dsl.upstream).
 LITERAL_SPEC_FIELDS: dict[str, frozenset[str]] = {
-    "python": frozenset({"code", "module", "callable"}),
-    "postgres": frozenset({"query"}),
-    "duckdb": frozenset({"query"}),
+    "python": frozenset({"code", "module", "callable", "style", "libs"}),
+    "postgres": frozenset({"query", "command"}),
+    "duckdb": frozenset({"query", "command"}),
 }
 
 

@@ -98,7 +98,8 @@ def allowed_keys(model: type[BaseModel], path: Path) -> set[str]:
             return set()
     current = _unwrap(current)
     if isinstance(current, type) and issubclass(current, BaseModel):
-        return {f.alias or name for name, f in current.model_fields.items()}
+        keys = {f.alias or name for name, f in current.model_fields.items()}
+        return keys - {"dialect"} if current is Playbook else keys  # set by the loader
     return set()
 
 

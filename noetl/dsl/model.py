@@ -14,10 +14,14 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    PlainSerializer,
     PositiveInt,
     StringConstraints,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from noetl.dsl.normalize import (
     desugar_loop,
@@ -27,6 +31,10 @@ from noetl.dsl.normalize import (
     desugar_step,
     desugar_tool,
 )
+
+Dialect = Literal["native", "upstream"]
+NATIVE: Dialect = "native"
+UPSTREAM: Dialect = "upstream"  # upstream NoETL's current playbook dialect (noetl.dsl.upstream)
 
 NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 StepName = Annotated[str, StringConstraints(pattern=NAME_PATTERN, max_length=128)]
@@ -71,11 +79,32 @@ class Tool(Model):
 ToolField = Annotated[Tool, BeforeValidator(desugar_tool, json_schema_input_type=str | Tool)]
 
 
+def _template_in_upstream(value: Any, handler: ValidatorFunctionWrapHandler, info: Any) -> Any:
+    """A template where a loop takes a fixed value: allowed in upstream NoETL's dialect
+    (rendered when the loop starts), and when a validated model is read back (no
+    context); otherwise validated as the value itself, with its usual error."""
+    context = info.context
+    allowed = context is None or context.get("dialect") == UPSTREAM
+    if allowed and isinstance(value, str) and "{{" in value:
+        return value
+    return handler(value)
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+LoopValue = WrapValidator(_template_in_upstream)
+AsIs = PlainSerializer(_as_is, return_type=Any)  # a template stays the text it is
+
+
+# In upstream's dialect a loop's `mode` and `max_concurrency` may be templates, rendered
+# when the loop starts (noetl.engine.loops).
 class Loop(Model):
     collection: str | list[Any]
     element: Identifier = "item"
-    mode: Literal["sequential", "parallel"] = "sequential"
-    max_concurrency: PositiveInt | None = None
+    mode: Annotated[Literal["sequential", "parallel"], LoopValue, AsIs] = "sequential"
+    max_concurrency: Annotated[PositiveInt, LoopValue, AsIs] | None = None
     key: str | None = None
     until: Condition | None = None
     item_timeout_ms: PositiveInt | None = None
@@ -271,6 +300,14 @@ class Playbook(Model):
     workbook: list[WorkbookTask] = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
     workflow: list[Step] = Field(min_length=1)
+    # How the file was written: set by the loader (a file cannot write it), kept in the
+    # model so a validated playbook read back from JSON keeps its dialect's behaviour.
+    dialect: SkipJsonSchema[Dialect] = NATIVE
+
+    @property
+    def upstream(self) -> bool:
+        """Whether the playbook was written in upstream NoETL's dialect."""
+        return self.dialect == UPSTREAM
 
     @property
     def entry(self) -> str:
@@ -291,5 +328,5 @@ class Playbook(Model):
         raise KeyError(name)
 
 
-ROOT_KEYS = frozenset((f.alias or n) for n, f in Playbook.model_fields.items())
+ROOT_KEYS = frozenset((f.alias or n) for n, f in Playbook.model_fields.items()) - {"dialect"}
 STEP_KEYS = frozenset(Step.model_fields)

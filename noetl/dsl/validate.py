@@ -1,8 +1,9 @@
 """Load and validate a playbook, collecting every problem with its file, line, step and key.
 
-Passes, in order: read the file (`source`), normalize shorthand and legacy forms
-(`normalize`), check structure and types (the pydantic model, errors translated by
-`messages`), then semantic checks that need the whole document (`checks`).
+Passes, in order: read the file (`source`), recognise upstream NoETL's dialect and rewrite
+it (`upstream`), normalize shorthand and legacy forms (`normalize`), check structure and
+types (the pydantic model, errors translated by `messages`), then semantic checks that
+need the whole document (`checks`).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from noetl.dsl import upstream
 from noetl.dsl.checks import partial_checks, semantic_checks, template_checks
 from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
 from noetl.dsl.messages import translate_errors, type_name
-from noetl.dsl.model import Playbook
+from noetl.dsl.model import NATIVE, Playbook
 from noetl.dsl.normalize import normalize_document
+from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, YMap, parse_source, read_source
 from noetl.errors import PlaybookError
 
@@ -45,6 +48,11 @@ class LoadResult:
     @property
     def warnings(self) -> list[Diagnostic]:
         return [d for d in self.diagnostics if d.severity is Severity.WARNING]
+
+    @property
+    def notes(self) -> list[Diagnostic]:
+        """Information `lint` shows (how the file was read); never a failure."""
+        return [d for d in self.diagnostics if d.severity is Severity.INFO]
 
     def require(self) -> Playbook:
         """The playbook, or PlaybookError listing the errors."""
@@ -102,11 +110,15 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
             line=getattr(source.tree, "line", 0) or _first_content_line(source.text),
         )
         return LoadResult(file=file, playbook=None, diagnostics=[diag], source=source)
-    tree, diags = normalize_document(source.tree, file, allow_legacy=allow_legacy)
+    tree, diags = _dialect(source.tree, file)
+    if tree is None:
+        return LoadResult(file=file, playbook=None, diagnostics=diags, source=source)
+    tree, normalized = normalize_document(tree, file, allow_legacy=allow_legacy)
+    diags.extend(normalized)
     diags.extend(template_checks(tree, source))
     playbook: Playbook | None = None
     try:
-        playbook = Playbook.model_validate(tree)
+        playbook = Playbook.model_validate(tree, context={"dialect": tree.get("dialect", NATIVE)})
     except ValidationError as exc:
         diags.extend(translate_errors(exc.errors(), tree, file))
         if not has_errors(diags):  # pragma: no cover - every pydantic error is reported
@@ -115,13 +127,41 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
     else:
         diags.extend(semantic_checks(playbook, tree, source, graph=not has_errors(diags)))
     diags = _dedupe(diags)
-    diags.sort(key=lambda d: (d.line or 0, d.severity is Severity.WARNING, d.code))
+    diags.sort(key=lambda d: (d.line or 0, d.severity is not Severity.ERROR, d.code))
     return LoadResult(
         file=file,
         playbook=playbook if not has_errors(diags) else None,
         diagnostics=diags,
         source=source,
     )
+
+
+def _dialect(tree: YMap, file: str) -> tuple[Any, list[Diagnostic]]:
+    """The tree in this engine's form and the diagnostics of reading its dialect: for an
+    upstream NoETL file the note naming its dialect, and either its rewritten tree or
+    (None and) the one error naming what this engine does not support yet."""
+    diags: list[Diagnostic] = []
+    if "dialect" in tree:  # set by the loader only, never by the file
+        diags.append(
+            Diagnostic(
+                code="E100",
+                message="unknown root key 'dialect'",
+                file=file,
+                line=tree.key_line("dialect"),
+                path=("dialect",),
+            )
+        )
+        tree = new_map(tree, {k: v for k, v in tree.items() if k != "dialect"})
+    evidence = upstream.detect(tree)
+    if evidence is None:
+        return tree, diags
+    diags.append(upstream.dialect_note(evidence, tree, file))
+    findings = upstream.unsupported(tree)
+    if findings:
+        diags.append(upstream.unsupported_diagnostic(findings, tree, file))
+        return None, diags
+    rewritten, problems = upstream.rewrite(tree, file)
+    return rewritten, diags + problems
 
 
 def _first_content_line(text: str) -> int:

@@ -64,7 +64,7 @@ def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
 class TemplateContext:
     """Builds the mapping a template is rendered against, for one step (and loop item)."""
 
-    __slots__ = ("bind", "index", "item", "key", "state", "step")
+    __slots__ = ("bind", "index", "item", "key", "state", "step", "upstream")
 
     def __init__(
         self,
@@ -75,6 +75,7 @@ class TemplateContext:
         item: Any = None,
         *,
         key: Any = None,
+        upstream: bool = False,
     ) -> None:
         self.state = state
         self.step = step
@@ -82,6 +83,22 @@ class TemplateContext:
         self.index = index
         self.item = item
         self.key = key
+        self.upstream = upstream
+
+    def _upstream_names(self, *, workload: bool = True) -> dict[str, Any]:
+        """Upstream NoETL's names: each workload key bare (`{{ message }}` is
+        `workload.message`), `result` (the result of the step that finished last: the
+        step that called this one, in a chain), then each finished step's result under
+        the step's name (`{{ fetch.rows }}`), then the saved values; later ones win."""
+        state = self.state
+        names: dict[str, Any] = dict(state.workload) if workload else {}
+        if state.completed:
+            names["result"] = state.steps[state.completed[-1]].result
+        for name, run in state.steps.items():
+            if run.status is StepStatus.OK:
+                names[name] = run.result
+        names.update(state.context)
+        return names
 
     def _loop_names(self) -> dict[str, Any]:
         if self.index is None or self.step.loop is None:
@@ -94,7 +111,7 @@ class TemplateContext:
 
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
-        ctx: dict[str, Any] = dict(state.context)
+        ctx: dict[str, Any] = self._upstream_names() if self.upstream else dict(state.context)
         ctx.update(helpers(state))
         ctx["workload"] = state.workload
         ctx["execution_id"] = state.execution_id
@@ -105,16 +122,20 @@ class TemplateContext:
         ctx.update(extra)
         return ctx
 
-    def tool_view(self) -> dict[str, Any]:
+    def tool_view(self, *, full: bool = False) -> dict[str, Any]:
         """The `context` a task carries: ids, bind values and the loop item.
 
         Saved results are passed to tools through `args` templates, so a task's size does
-        not grow with the execution's history. The workload is not copied into each task
-        (a loop of a thousand items would store it a thousand times, in its events and
-        its queue rows): the runtime that runs the task adds it to the context the tool
-        sees, from the execution's `workflow.started` (`noetl.runtime.workloads`).
+        not grow with the execution's history; `full` (the python code of an upstream
+        NoETL playbook, which reads `context.get('<step>')`) adds upstream's names too,
+        but for the workload's keys. The workload is not copied into each task (a loop of
+        a thousand items would store it a thousand times, in its events and its queue
+        rows): the runtime that runs the task adds it to the context the tool sees, from
+        the execution's `workflow.started` (`noetl.runtime.workloads`), and the python
+        tool's top-level style spreads its keys as upstream does.
         """
-        view: dict[str, Any] = {
+        view: dict[str, Any] = self._upstream_names(workload=False) if full else {}
+        view |= {
             "execution_id": self.state.execution_id,
             "step": self.step.step,
         }

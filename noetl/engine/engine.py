@@ -336,7 +336,7 @@ class Engine:
         taken: list[str] = []
         evaluated: list[dict[str, Any]] = []
         mode = step.next.mode if step.next else "inclusive"
-        ctx = self._ctx(state, step).build() if step.edges else {}
+        ctx = self._ctx(state, step).build(**self._arc_names(state, step, ok)) if step.edges else {}
         for edge in step.edges:
             fires, note = self._edge_fires(edge.when, ok, ctx)
             evaluated.append({"to": edge.step, "fired": fires, **note})
@@ -401,6 +401,17 @@ class Engine:
         )
         self._dispatch(state, turn, target)
 
+    def _arc_names(self, state: ExecutionState, step: Step, ok: bool) -> dict[str, Any]:
+        """What an arc's `when` reads in upstream NoETL's dialect: the event the step
+        ended with (`call.done`, or `loop.done` once a loop's items are all done; this
+        engine evaluates a step's arcs once, when it finishes) and its own `result` (for
+        a failed step `{status: error, error}`)."""
+        if not self.playbook.upstream:
+            return {}
+        run = state.steps[step.step]
+        result = run.result if ok else {"status": "error", "error": run.error}
+        return {"event": {"name": "loop.done" if step.loop else "call.done"}, "result": result}
+
     def _edge_fires(
         self, when: Condition | None, ok: bool, ctx: dict[str, Any]
     ) -> tuple[bool, dict[str, Any]]:
@@ -439,7 +450,8 @@ class Engine:
     ) -> TemplateContext:
         if key is None and index is not None:
             key = state.steps[step.step].keys.get(index)
-        return TemplateContext(state, step, bind or {}, index, item, key=key)
+        upstream = self.playbook.upstream
+        return TemplateContext(state, step, bind or {}, index, item, key=key, upstream=upstream)
 
     def _emit(
         self,

@@ -53,9 +53,14 @@ def begin(
             state, turn, name, ok=False, error=f"loop.collection must be a list, got {got}"
         )
         return
-    engine._emit(
-        state, turn, EventType.LOOP_STARTED, name, {"items": list(items), "mode": loop.mode}
-    )
+    payload: dict[str, Any] = {"items": list(items), "mode": loop.mode}
+    if _templated(loop.mode) or _templated(loop.max_concurrency):
+        try:
+            payload.update(_window(engine, state, step, bind))
+        except TemplateError as exc:
+            engine._finish_step(state, turn, name, ok=False, error=f"loop.spec: {exc}")
+            return
+    engine._emit(state, turn, EventType.LOOP_STARTED, name, payload)
     budget = loop.total_timeout_ms or engine.options.loop_total_timeout_ms
     if budget and items:
         loop_seq = state.steps[name].loop_seq
@@ -63,12 +68,43 @@ def begin(
     advance(engine, state, turn, step)
 
 
+def _templated(value: Any) -> bool:
+    return isinstance(value, str) and "{{" in value
+
+
+def _window(
+    engine: Engine, state: ExecutionState, step: Step, bind: dict[str, Any]
+) -> dict[str, Any]:
+    """A loop's `mode` and `max_concurrency` written as templates (upstream NoETL's
+    `spec.mode` / `spec.max_in_flight`), rendered once when the loop starts; the values
+    travel in its `loop.started` event, so a replay windows it the same way."""
+    loop = step.loop
+    assert loop is not None
+    values = engine._ctx(state, step, bind).build()
+    mode = engine.renderer.render(loop.mode, values, field="loop.mode")
+    if mode not in ("sequential", "parallel"):
+        raise TemplateError(f"loop.mode must be sequential or parallel; got {mode!r}")
+    out: dict[str, Any] = {"mode": mode}
+    if loop.max_concurrency is not None:
+        limit = engine.renderer.render(loop.max_concurrency, values, field="loop.max_concurrency")
+        try:
+            number = int(limit)
+        except (TypeError, ValueError):
+            number = 0
+        if number < 1 or isinstance(limit, bool):
+            raise TemplateError(f"loop.max_concurrency must be a positive integer; got {limit!r}")
+        out["max_concurrency"] = number
+    return out
+
+
 def advance(engine: Engine, state: ExecutionState, turn: _Turn, step: Step) -> None:
     """Dispatch items while the window has room; finish the loop when it has drained."""
     run = state.steps[step.step]
     loop = step.loop
     assert loop is not None
-    window = 1 if loop.mode == "sequential" else (loop.max_concurrency or len(run.items))
+    mode = run.loop_mode or loop.mode
+    limit = run.loop_limit or loop.max_concurrency
+    window = 1 if mode == "sequential" else (int(limit or 0) or len(run.items))
     while (
         run.status is StepStatus.RUNNING
         and not run.stopped

@@ -167,11 +167,17 @@ class Renderer:
 
 
 def render_spec(
-    renderer: Renderer, kind: str, spec: Mapping[str, Any], context: Mapping[str, Any]
+    renderer: Renderer,
+    kind: str,
+    spec: Mapping[str, Any],
+    context: Mapping[str, Any],
+    *,
+    literal_code: bool = True,
 ) -> dict[str, Any]:
     """A tool's spec with its templates rendered, except the fields of its kind that are
-    taken literally (`LITERAL_SPEC_FIELDS`: code and SQL)."""
-    literal = LITERAL_SPEC_FIELDS.get(kind, frozenset())
+    taken literally (`LITERAL_SPEC_FIELDS`: code and SQL). `literal_code=False` renders
+    those too, as upstream NoETL does for the playbooks of its dialect."""
+    literal = LITERAL_SPEC_FIELDS.get(kind, frozenset()) if literal_code else frozenset()
     return {
         key: value if key in literal else renderer.render(value, context, field=f"spec.{key}")
         for key, value in spec.items()

@@ -65,6 +65,10 @@ class StepRun:
     before_finish: StepStatus | None = None
     # The seq of its `loop.started`: a loop's total-budget timer names the run it is for.
     loop_seq: int = 0
+    # A loop's mode and window as rendered when it started (templates in upstream
+    # NoETL's dialect); None: the playbook's own values.
+    loop_mode: str | None = None
+    loop_limit: int | None = None
     # Its `case`, once evaluated in this run (None for every step without one).
     case: CaseRun | None = None
 
@@ -220,6 +224,9 @@ def _loop_started(state: ExecutionState, event: Event) -> None:
     run.loop_seq = event.seq
     run.items = list(event.payload.get("items", []))
     run.total = len(run.items)
+    if "max_concurrency" in event.payload or "mode" in event.payload:
+        run.loop_mode = event.payload.get("mode")
+        run.loop_limit = event.payload.get("max_concurrency")
 
 
 def _iteration_started(state: ExecutionState, event: Event) -> None:

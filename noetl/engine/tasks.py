@@ -44,7 +44,8 @@ def build(
         args = {**task_def.tool.args, **args}
     values = ctx.build()
     rendered_args = engine.renderer.render(args, values, field="args") if args else {}
-    rendered_spec = render_spec(engine.renderer, kind, spec, values)
+    upstream = engine.playbook.upstream
+    rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)
     sinks = result_sinks(engine, step, values)
     secrets: set[str] = set()
     if may_reference_secrets(engine, step.step, kind, spec, args):
@@ -65,7 +66,8 @@ def build(
         kind=kind,
         spec=rendered_spec,
         args=rendered_args,
-        context=ctx.tool_view(),
+        # upstream's python code reads the whole context (`context.get('<step>')`)
+        context=ctx.tool_view(full=upstream and kind == "python"),
         key=task_key,
         index=index,
         attempt=1,

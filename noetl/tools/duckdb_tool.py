@@ -4,7 +4,7 @@ What runs, from the task's `spec` (`DuckdbSpec`) and `args`:
 
 * `spec.database`: `:memory:` (the default; a fresh database per task, gone when the task
   ends) or the path of a database file (`~` expanded, relative paths from the worker's
-  working directory), opened for the task and closed after it.
+  working directory, missing directories made), opened for the task and closed after it.
 * `spec.query`: ONE statement, taken literally (never rendered as a template). Files are
   read with DuckDB's own functions: `read_csv_auto('x.csv')`, `read_parquet('x.parquet')`,
   `read_json_auto('x.json')`; `COPY ... TO` writes them.
@@ -15,7 +15,11 @@ What runs, from the task's `spec` (`DuckdbSpec`) and `args`:
   `$name` parameters take their values from the args of those names (a rows arg too, as a
   list of structs); an arg the query does not name is not a parameter. An empty list is no
   table: it has no columns.
-* The statement and the table loads run in one transaction, committed when the result is
+* `spec.command` instead holds several statements (a string, or a list), run in order;
+  each takes the `$name` parameters it names. The result keeps each statement's
+  (`command_0`, `command_1`, ... and the last one's `rows` at the top), as the postgres
+  tool's does.
+* The statements and the table loads run in one transaction, committed when the result is
   complete: a failed task changes nothing in a database file.
 * `task.timeout_ms` interrupts the query when it runs out (a retryable `TaskTimeoutError`).
 
@@ -44,7 +48,7 @@ from noetl.dsl.kinds import DuckdbSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
-from noetl.tools.jsonsafe import MAX_ROWS, command_result, query_result
+from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result
 
 __all__ = ["DuckdbTool"]
 
@@ -65,8 +69,12 @@ class DuckdbTool:
 
     def _run(self, task: Task) -> dict[str, Any]:
         spec = _spec(task.spec)
-        statement = _statement(spec.query)
-        params = _params(statement, task.args)
+        if spec.command is not None:
+            statements = _statements(spec.command)
+        else:
+            assert spec.query is not None  # the spec has one of the two
+            statements = [_statement(spec.query)]
+        params = [_params(statement, task.args) for statement in statements]
         tables = {name: value for name, value in task.args.items() if _is_rows(value)}
         try:
             con = duckdb.connect(_database_path(spec.database))
@@ -77,7 +85,11 @@ class DuckdbTool:
             con.begin()
             for name, rows in tables.items():
                 _load_table(con, name, rows)
-            result = self._execute(con, spec.query, statement, params)
+            results = [
+                self._execute(con, statement, statement, values)
+                for statement, values in zip(statements, params, strict=True)
+            ]
+            result = commands_result(results) if spec.command is not None else results[0]
             con.commit()
             return result
         except duckdb.Error as exc:
@@ -89,7 +101,7 @@ class DuckdbTool:
     def _execute(
         self,
         con: duckdb.DuckDBPyConnection,
-        query: str,
+        query: str | duckdb.Statement,
         statement: duckdb.Statement,
         params: dict[str, Any],
     ) -> dict[str, Any]:
@@ -165,6 +177,18 @@ def _statement(query: str) -> duckdb.Statement:
     return statements[0]
 
 
+def _statements(command: str | list[str]) -> list[duckdb.Statement]:
+    """The statements of a `command`, in order; FatalError for a syntax error."""
+    texts = [command] if isinstance(command, str) else command
+    found: list[duckdb.Statement] = []
+    try:
+        for text in texts:
+            found.extend(duckdb.extract_statements(text))
+    except duckdb.Error as exc:
+        raise FatalError(f"duckdb: {_reason(exc)}") from None
+    return found
+
+
 def _params(statement: duckdb.Statement, args: Mapping[str, Any]) -> dict[str, Any]:
     """The values of the query's `$name` parameters (DuckDB refuses values it was not asked
     for, so only those)."""
@@ -183,7 +207,17 @@ def _is_rows(value: Any) -> bool:
 
 
 def _database_path(database: str) -> str:
-    return str(Path(database).expanduser()) if database.startswith("~") else database
+    """The path to open; a database file's missing directories are made (an upstream
+    NoETL playbook's default, one file per execution, lives under `.noetl/duckdb/`)."""
+    path = str(Path(database).expanduser()) if database.startswith("~") else database
+    if path != ":memory:" and not path.startswith(":memory:"):
+        parent = Path(path).parent
+        if not parent.exists():
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise FatalError(f"duckdb: cannot make the directory of {path!r}: {exc}") from None
+    return path
 
 
 def _load_table(con: duckdb.DuckDBPyConnection, name: str, rows: list[Any]) -> None:

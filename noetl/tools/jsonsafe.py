@@ -33,7 +33,14 @@ from decimal import Decimal
 from typing import Any
 from uuid import UUID
 
-__all__ = ["MAX_ROWS", "command_result", "query_result", "to_json_safe", "unique_columns"]
+__all__ = [
+    "MAX_ROWS",
+    "command_result",
+    "commands_result",
+    "query_result",
+    "to_json_safe",
+    "unique_columns",
+]
 
 MAX_ROWS = 100_000  # rows a query may return into the event log; more is a fatal error
 
@@ -112,3 +119,19 @@ def command_result(rowcount: int) -> dict[str, Any]:
     """The result of a statement that returned no rows (a negative count, 'not known',
     is 0)."""
     return {"rows": [], "rowcount": max(rowcount, 0), "columns": []}
+
+
+def commands_result(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The result of several statements (a `command`), in upstream NoETL's shape: each
+    statement's result under `command_<i>` (0-based, in order; with `row_count` and
+    `status` as upstream names them), and the last statement's `rows`, `rowcount`,
+    `columns` at the top, with `statement_count`."""
+    out: dict[str, Any] = {}
+    for index, result in enumerate(results):
+        out[f"command_{index}"] = {**result, "row_count": result["rowcount"], "status": "success"}
+    last = results[-1] if results else command_result(0)
+    out.update(last)
+    out["row_count"] = last["rowcount"]
+    out["statement_count"] = len(results)
+    out["status"] = "success"
+    return out

@@ -13,7 +13,13 @@ What runs, from the task's `spec` (`PostgresSpec`) and `args`:
   substitution, a literal `%` is written `%%` (`LIKE 'a%%'`). A dict arg (or a list holding
   dicts) is sent as jsonb; a list of scalars as an array. Several statements are refused
   by the server: the query is sent as a prepared statement, which holds one.
-* The statement runs in a transaction of its own, committed when the result is complete:
+* `spec.command` instead holds several statements (a string, or a list of statements),
+  run in order as one simple query: PostgreSQL splits them. With args their values are
+  bound by psycopg on the client, quoted (`%(name)s` as for a query). The result keeps
+  each statement's: `{"command_0": {...}, "command_1": {...}, ...}` (each as a query's
+  result, with upstream's `row_count` and `status`), and the last statement's `rows`,
+  `rowcount` and `columns` at the top with `statement_count`.
+* The statements run in a transaction of their own, committed when the result is complete:
   a failed task (an error, too many rows) changes nothing. Statements PostgreSQL refuses
   inside a transaction block (VACUUM, CREATE DATABASE, ... CONCURRENTLY) cannot be run.
 * `task.timeout_ms` becomes the transaction's `statement_timeout`.
@@ -57,7 +63,7 @@ from noetl.dsl.kinds import PostgresSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
-from noetl.tools.jsonsafe import MAX_ROWS, command_result, query_result
+from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result
 from noetl.worker.secrets import current_scope
 
 __all__ = ["CONNECT_TIMEOUT_S", "PostgresTool"]
@@ -74,6 +80,7 @@ _RETRYABLE_SQLSTATES = frozenset(
         "57P03",  # cannot_connect_now
     }
 )
+_EMPTY_QUERY = 0  # libpq's PGRES_EMPTY_QUERY: a command of comments only
 _TIMEOUT_SQLSTATE = "57014"  # query_canceled: statement_timeout ran out
 # A login the server refused: another attempt is refused the same way.
 _LOGIN_REFUSED = ("authentication failed", "does not exist", "pg_hba.conf", "password")
@@ -120,6 +127,9 @@ class PostgresTool:
             raise _connect_error(exc, database) from None
         try:
             with conn:  # commits when the block completes, else rolls back; then closes
+                if spec.command is not None:
+                    return self._commands(conn, spec.command, params, task.timeout_ms)
+                assert spec.query is not None  # the spec has one of the two
                 return self._execute(conn, spec.query, params, task.timeout_ms)
         except psycopg.Error as exc:
             raise _query_error(exc, database, task.timeout_ms) from None
@@ -144,6 +154,40 @@ class PostgresTool:
             raise FatalError(
                 f"postgres: the query returned {cur.rowcount} rows, more than the "
                 f"{self.max_rows} a task may return; add a LIMIT or read the table in pages"
+            )
+        return query_result([column.name for column in cur.description], cur.fetchall())
+
+    def _commands(
+        self,
+        conn: psycopg.Connection[Any],
+        command: str | list[str],
+        params: dict[str, Any],
+        timeout_ms: int | None,
+    ) -> dict[str, Any]:
+        """Several statements, in order, in the task's one transaction. Sent as one
+        simple query, so PostgreSQL itself splits them (dollar quotes and all); with
+        args, psycopg binds the values client-side, quoted, before sending."""
+        sql = command if isinstance(command, str) else ";\n".join(c.rstrip("; \n") for c in command)
+        if timeout_ms:
+            conn.execute(
+                "SELECT set_config('statement_timeout', %s, true)", (str(int(timeout_ms)),)
+            )
+        cur: psycopg.Cursor[Any] = psycopg.ClientCursor(conn) if params else conn.cursor()
+        cur.execute(sql, params or None)
+        results: list[dict[str, Any]] = []
+        while True:
+            if cur.pgresult is not None and cur.pgresult.status != _EMPTY_QUERY:
+                results.append(self._statement_result(cur, len(results)))
+            if not cur.nextset():
+                return commands_result(results)
+
+    def _statement_result(self, cur: psycopg.Cursor[Any], index: int) -> dict[str, Any]:
+        if cur.description is None:
+            return command_result(cur.rowcount)
+        if cur.rowcount > self.max_rows:
+            raise FatalError(
+                f"postgres: statement {index} of the command returned {cur.rowcount} rows, "
+                f"more than the {self.max_rows} a task may return; add a LIMIT"
             )
         return query_result([column.name for column in cur.description], cur.fetchall())
 

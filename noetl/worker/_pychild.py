@@ -1,12 +1,16 @@
 """The child side of the `python` tool: a loop that runs user code sent over a pipe.
 
 The fork server (see `python_pool`) imports this module before it forks children, so it
-imports only the standard library and nothing of NoETL beyond its package markers.
+imports only the standard library and nothing of NoETL beyond its package markers (and
+`noetl.pyscript`, standard library only too).
+
+`style` is `main` (call `callable(context, args)`) or `toplevel` (upstream NoETL's
+convention: the code runs top to bottom with its inputs bound as names; see `_toplevel`).
 
 Protocol over two one-way pipes, one call at a time, pickled by `Connection.send`:
 
     child  -> parent   READY                                  once, when the loop starts
-    parent -> child    (code, module, callable, args, context)
+    parent -> child    (code, module, callable, args, context, style, libs)
     child  -> parent   (True, result_json, stdout)
                        (False, error, error_type, retryable, stdout)
 """
@@ -14,6 +18,7 @@ Protocol over two one-way pipes, one call at a time, pickled by `Connection.send
 from __future__ import annotations
 
 import builtins
+import datetime
 import importlib
 import inspect
 import io
@@ -22,11 +27,14 @@ import logging
 import os
 import signal
 import traceback
+import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from multiprocessing.connection import Connection
 from typing import Any
+
+from noetl.pyscript import FUNCTION, NO_RESULT, compile_toplevel, usable_name
 
 READY = "ready"
 INLINE_FILENAME = "<inline code>"
@@ -163,7 +171,8 @@ class Runner:
     """Resolves specs to callables (cached) and runs one call."""
 
     def __init__(self) -> None:
-        self._cache: OrderedDict[object, tuple[Callable[..., Any], int]] = OrderedDict()
+        # callables (with their arity) and compiled top-level code, by source
+        self._cache: OrderedDict[object, Any] = OrderedDict()
 
     def _remember(self, key: object, func: Callable[..., Any]) -> tuple[Callable[..., Any], int]:
         entry = (func, _arity(func))
@@ -176,7 +185,7 @@ class Runner:
         self, code: str | None, module: str | None, name: str
     ) -> tuple[Callable[..., Any], int]:
         key: object = (code, name) if code is not None else (module, name, None)
-        entry = self._cache.get(key)
+        entry: tuple[Callable[..., Any], int] | None = self._cache.get(key)
         if entry is not None:
             self._cache.move_to_end(key)
             return entry
@@ -194,14 +203,67 @@ class Runner:
             raise _SpecError(f"{where} does not define a callable {name!r}")
         return self._remember(key, func)
 
+    def _compiled(self, code: str, names: tuple[str, ...]) -> tuple[Any, bool]:
+        """Top-level code compiled (cached by source and the names it is given)."""
+        key = ("toplevel", code, names)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = compile_toplevel(code, INLINE_FILENAME, names)
+            self._cache[key] = entry
+            if len(self._cache) > CACHE_SIZE:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(key)
+        return entry
+
+    def _toplevel(
+        self, code: str | None, name: str, args: Any, context: Any, libs: dict[str, Any]
+    ) -> Any:
+        """Upstream NoETL's convention: the code runs top to bottom with the preloaded
+        modules (`json`, `os`, `datetime`, `uuid`), its `libs`, `context`, the inputs as
+        `input_data` and each input as a plain name (later ones win). The outcome is a
+        top-level `return`, else a function `name` the code defines, called with its
+        parameters bound by name, else the code's `result` variable (None without one)."""
+        if code is None:
+            raise _SpecError("python tool with style: toplevel needs spec.code")
+        inputs = args if isinstance(args, dict) else {}
+        bindings: dict[str, Any] = {"json": json, "os": os, "datetime": datetime, "uuid": uuid}
+        bindings.update(_imports(libs))
+        if isinstance(context, dict) and isinstance(context.get("workload"), dict):
+            # Upstream's context holds each workload key bare (the task carries the
+            # workload once, under `workload`).
+            context = {**context["workload"], **context}
+        bindings["context"] = context
+        bindings["input_data"] = inputs
+        bindings.update((k, v) for k, v in inputs.items() if usable_name(k))
+        names = tuple(sorted(bindings))
+        compiled, wrapped = self._compiled(code, names)
+        namespace: dict[str, Any] = {"__name__": "__noetl_inline__", "__builtins__": builtins}
+        missing = object()
+        namespace[NO_RESULT] = missing
+        if wrapped:
+            exec(compiled, namespace)
+            value = namespace[FUNCTION](**bindings)
+            return None if value is missing else value
+        namespace.update(bindings)
+        exec(compiled, namespace)
+        func = namespace.get(name)
+        if callable(func) and name not in bindings:
+            return func(**_by_name(func, inputs, context))
+        return namespace.get("result")
+
     def run(self, request: Reply) -> Reply:
         """Run one request; never raises (a user's `sys.exit` included)."""
-        code, module, name, args, context = request
+        code, module, name, args, context = request[:5]
+        style, libs = request[5:7] if len(request) >= 7 else ("main", {})
         capture = _Capture()
         try:
             with redirect_stdout(capture), redirect_stderr(capture), _logs_into(capture):
-                func, arity = self._resolve(code, module, name)
-                result = func(context, args) if arity == 2 else func(args) if arity else func()
+                if style == "toplevel":
+                    result = self._toplevel(code, name, args, context, libs or {})
+                else:
+                    func, arity = self._resolve(code, module, name)
+                    result = func(context, args) if arity == 2 else func(args) if arity else func()
                 if inspect.iscoroutine(result):
                     import asyncio  # noqa: PLC0415 - only async users pay for it
 
@@ -220,6 +282,52 @@ class Runner:
             error = f"result of {name}() is not JSON-serializable: {exc}"
             return (False, error, type(exc).__name__, False, capture.getvalue())
         return (True, text, capture.getvalue())
+
+
+def _imports(libs: dict[str, Any]) -> dict[str, Any]:
+    """The modules of `libs` by alias: `{alias: "module.path"}` imports the module,
+    `{alias: {from, import}}` takes `import` from the module `from` (a submodule or an
+    attribute)."""
+    out: dict[str, Any] = {}
+    for alias, target in libs.items():
+        if isinstance(target, str):
+            out[alias] = importlib.import_module(target)
+            continue
+        base, attribute = str(target["from"]), str(target["import"])
+        module = importlib.import_module(base)
+        try:
+            out[alias] = getattr(module, attribute)
+        except AttributeError:
+            out[alias] = importlib.import_module(f"{base}.{attribute}")
+    return out
+
+
+def _by_name(func: Any, inputs: dict[str, Any], context: Any) -> dict[str, Any]:
+    """The keyword arguments of `func` by parameter name, as upstream calls `main`:
+    `context`, `input_data` / `args` (every input), each input by its name, and for
+    `**kwargs` the inputs no parameter took; a parameter with a default may be left out."""
+    try:
+        parameters = list(inspect.signature(func).parameters.values())
+    except (TypeError, ValueError):
+        return dict(inputs)
+    kwargs: dict[str, Any] = {}
+    for param in parameters:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            continue
+        if param.name in inputs:
+            kwargs[param.name] = inputs[param.name]
+        elif param.name == "context":
+            kwargs[param.name] = context
+        elif param.name in ("input_data", "args"):
+            kwargs[param.name] = inputs
+        elif param.default is param.empty:
+            raise TypeError(
+                f"{func.__name__}() takes '{param.name}', which is not one of the inputs "
+                f"({', '.join(sorted(inputs)) or 'none'})"
+            )
+    if any(param.kind is param.VAR_KEYWORD for param in parameters):
+        kwargs.update((k, v) for k, v in inputs.items() if k not in kwargs)
+    return kwargs
 
 
 class _CaptureHandler(logging.Handler):

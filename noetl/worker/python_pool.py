@@ -16,10 +16,12 @@ How user code is called (the `spec` of a python task, see `noetl.dsl.kinds.Pytho
 - `module` + `callable`: `importlib.import_module(module)`, then `getattr(callable)`.
 
 The callable is called as `main(context, args)`; if it takes one positional parameter as
-`main(args)`, if it takes none as `main()`. An `async def` is run with `asyncio.run`. Its
-return value must be JSON-serializable (strict JSON: no NaN or Infinity); it crosses the
-pipe as JSON text. What it prints to stdout or stderr comes back in `Outcome.stdout`
-(the first 64 KiB).
+`main(args)`, if it takes none as `main()`. With `style: toplevel` (upstream NoETL's
+convention) the code runs top to bottom instead, its inputs bound as plain names, and its
+outcome is a top-level `return` or its `result` variable (`noetl.worker._pychild`). An
+`async def` is run with `asyncio.run`. Its return value must be JSON-serializable
+(strict JSON: no NaN or Infinity); it crosses the pipe as JSON text. What it prints to
+stdout or stderr comes back in `Outcome.stdout` (the first 64 KiB).
 """
 
 from __future__ import annotations
@@ -379,7 +381,11 @@ def _request(task: Task) -> Reply | str:
         return "python tool needs exactly one of spec.code or spec.module"
     if not isinstance(code or module, str) or not isinstance(name, str):
         return "python tool spec.code, spec.module and spec.callable must be strings"
-    return (code, module, name, task.args, task.context)
+    style = spec.get("style") or "main"
+    libs = spec.get("libs") or {}
+    if style not in ("main", "toplevel") or not isinstance(libs, dict):
+        return "python tool spec.style must be main or toplevel, and spec.libs a map"
+    return (code, module, name, task.args, task.context, style, libs)
 
 
 def _elapsed_ms(started: float) -> float:
