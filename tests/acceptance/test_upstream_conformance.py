@@ -86,7 +86,7 @@ def test_each_way_a_case_ends_embedded(pg_dsn: str) -> None:
     assert cases["slow"]["error"] == "no terminal status within 10 s"
     assert 10 <= cases["slow"]["seconds"] < 20
     assert cases["invalid"]["got"] == "INVALID" and not cases["invalid"]["passed"]
-    assert cases["invalid"]["error"] == "E100 line 8 step 'start': unknown tool key 'input'"
+    assert cases["invalid"]["error"] == "E100 line 8 step 'start': unknown tool key 'colour'"
     assert cases["invalid"]["diagnostics"] == 1
     # The local payload replaced the workload's pg_auth (the playbook asserts it), and
     # the credential reached the table the setup made.
@@ -106,7 +106,7 @@ def test_each_way_a_case_ends_embedded(pg_dsn: str) -> None:
         "soft_failed": 1,
     }
     assert [item["cause"] for item in doc["causes"]] == [
-        "invalid: E100 unknown tool key 'input'",
+        "invalid: E100 unknown tool key 'colour'",
         "timeout",
     ]
     # Nothing is left behind: no scratch database, nothing written into the kit.
