@@ -208,6 +208,11 @@ class Outcome:
 
     `sinks` holds one summary per sink the task ran (see `noetl.sinks`); the payload has
     the key only when there are some.
+
+    `ctx` is a patch of the execution's variables (`ctx.*` of upstream playbooks) that the
+    task sets, as `{name: value}`: the engine applies it when it records the outcome, so
+    later steps' templates read the values. The payload has the key only when it is not
+    empty.
     """
 
     task_id: str
@@ -219,6 +224,7 @@ class Outcome:
     stdout: str = ""
     duration_ms: float = 0.0
     sinks: tuple[dict[str, Any], ...] = ()
+    ctx: dict[str, Any] = field(default_factory=dict)
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"task_id": self.task_id, "ok": self.ok, "this": self.this}
@@ -230,6 +236,8 @@ class Outcome:
             payload["stdout"] = self.stdout
         if self.sinks:
             payload["sinks"] = list(self.sinks)
+        if self.ctx:
+            payload["ctx"] = dict(self.ctx)
         payload["duration_ms"] = round(self.duration_ms, 3)
         return payload
 
