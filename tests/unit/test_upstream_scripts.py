@@ -267,3 +267,23 @@ def test_a_worker_refuses_a_task_whose_script_was_not_read() -> None:
     outcome = registry.run(task)
     assert not outcome.ok and outcome.error_type == "FatalError"
     assert "the script file 'sql/setup.sql' was not read" in (outcome.error or "")
+
+
+def test_the_artifact_kind_says_results_are_kept_whole_here() -> None:
+    found = errors(
+        """
+        workflow:
+          - step: start
+            tool: {kind: python, input: {}, code: "result = {'n': 1}"}
+            next:
+              spec: {mode: exclusive}
+              arcs: [{step: load}]
+          - step: load
+            tool:
+              kind: artifact
+              action: get
+              input: {result_ref: "{{ start._ref }}"}
+        """
+    )
+    assert len(found) == 1 and "E331" in found[0], found
+    assert "keeps every result whole under its step's name" in found[0]
