@@ -32,6 +32,7 @@ from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.records import RunResult
+from noetl.scripts import read_scripts
 from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]
@@ -118,7 +119,8 @@ def run_cmd(
         click.echo(warning.format(), err=True)
     if not loaded.ok:
         raise PlaybookError(loaded.errors)
-    playbook = loaded.require()
+    roots = settings.roots(Path.cwd())
+    playbook = read_scripts(loaded.require(), roots.playbooks, file=str(file))
     _warn_route_edge(playbook, settings, str(file))
     workload = read_workload(workload_file) if workload_file else {}
     workload = check_workload(apply_sets(workload, sets))
@@ -138,7 +140,7 @@ def run_cmd(
             max_result_bytes=settings.worker.max_result_bytes,
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
-            roots=settings.roots(Path.cwd()),
+            roots=roots,
         ) as runtime:
             try:
                 if metrics is not None and settings.metrics.port is not None:

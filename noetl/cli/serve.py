@@ -26,7 +26,9 @@ from noetl.cli.observe import (
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
 from noetl.errors import ConfigError
+from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.scripts import script_reader
 from noetl.store import open_store
 
 log = logging.getLogger("noetl.server")
@@ -135,6 +137,8 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         ),
         options=settings.engine_options(),
         sampler=sampler_of(settings.tracing),
+        # Script files a started playbook names are read here, from playbooks.root.
+        scripts=script_reader(settings.roots(data_dir(os.environ)).playbooks),
     )
     app = create_app(
         store,

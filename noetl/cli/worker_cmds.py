@@ -22,6 +22,7 @@ from noetl.config import Settings
 from noetl.paths import data_dir
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.decider import Decider
+from noetl.scripts import script_reader
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig, default_worker_id
@@ -133,6 +134,7 @@ def worker_start(*, settings: Settings) -> None:
                 observer=observer,
                 options=settings.engine_options(),
                 sampler=sampler_of(settings.tracing),
+                scripts=script_reader(roots.playbooks),
             )
             # Child executions (the playbook tool) are created in the store, their tasks
             # in this worker's pool; a hard stop ends the waits (the lease then expires and

@@ -37,8 +37,15 @@ class LibImport(SpecModel):
     import_: str = Field(alias="import", pattern=_NAME)
 
 
+SCRIPT_DESCRIPTION = (
+    "a file under playbooks.root whose text is the code (python) or the SQL (postgres, "
+    "duckdb): read when an execution of the playbook starts, so workers need no copy"
+)
+
+
 class PythonSpec(SpecModel):
-    """Inline `code` defining `main(context, args)`, or `module` plus `callable`.
+    """Inline `code` defining `main(context, args)`, or `module` plus `callable`, or a
+    `script` file holding the code (read into `code` when an execution starts).
 
     `style: toplevel` runs the code top to bottom instead (upstream NoETL's convention):
     each arg is a plain name, the outcome is a top-level `result` variable or `return`.
@@ -46,6 +53,7 @@ class PythonSpec(SpecModel):
 
     code: str | None = None
     module: str | None = None
+    script: str | None = Field(default=None, description=SCRIPT_DESCRIPTION)
     callable: str = "main"
     style: Literal["main", "toplevel"] = "main"
     libs: dict[Annotated[str, StringConstraints(pattern=_NAME)], str | LibImport] = Field(
@@ -62,7 +70,10 @@ class PythonSpec(SpecModel):
 
     @model_validator(mode="after")
     def _one_source(self) -> PythonSpec:
-        if (self.code is None) == (self.module is None):
+        if self.script is not None:
+            if self.code is not None or self.module is not None:
+                raise ValueError("python tool takes spec.script or spec.code/module, not both")
+        elif (self.code is None) == (self.module is None):
             raise ValueError("python tool needs exactly one of spec.code or spec.module")
         return self
 
@@ -103,15 +114,20 @@ Statements = str | list[str]
 
 
 def _command_or_query(data: Any) -> Any:
-    """`command` stands in for `query`: a spec with a command and no query gets
-    `query: null`, so a spec with neither still reports the missing query."""
-    if isinstance(data, dict) and "command" in data and "query" not in data:
+    """`command` (or `script`) stands in for `query`: a spec with one and no query gets
+    `query: null`, so a spec with none of them still reports the missing query."""
+    if isinstance(data, dict) and ("command" in data or "script" in data) and "query" not in data:
         return {**data, "query": None}
     return data
 
 
-def _one_of_query_command(query: str | None, command: Statements | None, kind: str) -> None:
-    if (query is None) == (command is None):
+def _one_of_query_command(
+    query: str | None, command: Statements | None, script: str | None, kind: str
+) -> None:
+    if script is not None:
+        if query is not None or command is not None:
+            raise ValueError(f"{kind} tool takes spec.script or spec.query/command, not both")
+    elif (query is None) == (command is None):
         raise ValueError(f"{kind} tool needs exactly one of spec.query and spec.command")
 
 
@@ -123,6 +139,7 @@ class PostgresSpec(SpecModel):
 
     query: str | None
     command: Statements | None = None
+    script: str | None = Field(default=None, description=SCRIPT_DESCRIPTION)
     credential: str | None = None
     dsn: str | None = None
 
@@ -130,7 +147,7 @@ class PostgresSpec(SpecModel):
 
     @model_validator(mode="after")
     def _one_sql(self) -> PostgresSpec:
-        _one_of_query_command(self.query, self.command, "postgres")
+        _one_of_query_command(self.query, self.command, self.script, "postgres")
         return self
 
 
@@ -139,13 +156,14 @@ class DuckdbSpec(SpecModel):
 
     query: str | None
     command: Statements | None = None
+    script: str | None = Field(default=None, description=SCRIPT_DESCRIPTION)
     database: str = ":memory:"
 
     _command = model_validator(mode="before")(_command_or_query)
 
     @model_validator(mode="after")
     def _one_sql(self) -> DuckdbSpec:
-        _one_of_query_command(self.query, self.command, "duckdb")
+        _one_of_query_command(self.query, self.command, self.script, "duckdb")
         return self
 
 

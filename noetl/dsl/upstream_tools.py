@@ -11,6 +11,9 @@ What each upstream key means here (docs/dsl.md has the table):
   execution, as upstream's does.
 * python: `style: toplevel` (code run top to bottom), `libs` kept, `script` with an inline
   source -> `code`; `assert` (a declared contract upstream does not enforce either) dropped.
+* python / postgres / duckdb `script: {uri, source: {type: file}}` -> `spec.script: uri`,
+  read into `code` / `command` when an execution starts (noetl.scripts); other sources
+  (http, gcs, s3) are reported, naming the source type.
 * http: `endpoint` -> `url`; `payload`, a map `body` -> `json`; `data` -> the query of a
   GET / DELETE / HEAD, the JSON body otherwise (its own `query` / `body` keys say which).
 * playbook: `input` / `payload` -> `args` (the child's workload), `timeout` seconds ->
@@ -36,7 +39,12 @@ from noetl.dsl.rewrite import ShapeError, new_map, origin_of
 # Kinds upstream NoETL has and this engine does not, with what each does there.
 UNAVAILABLE_KINDS: dict[str, str] = {
     "agent": "`agent` runs an AI agent framework",
-    "artifact": "`artifact` reads results upstream stored externally",
+    "artifact": (
+        "`artifact` loads a result upstream stored outside its event log (by the `_ref` "
+        "a step's `output.store` / `output_select` leaves); this engine keeps every result "
+        "whole under its step's name and gives none a `_ref`, so read `{{ <step> }}` "
+        "itself instead"
+    ),
     "container": "`container` runs a Kubernetes job",
     "ducklake": "`ducklake` runs DuckDB over a DuckLake catalog",
     "gcs": "`gcs` reads and writes Google Cloud Storage",
@@ -70,6 +78,7 @@ UPSTREAM_TOOL_KEYS = (
 _DROPPED = ("name", "pool", "output_select", "output", "assert")
 _RETRYABLE_KINDS = frozenset({"timeout", "connection_error"})
 _QUERY_METHODS = frozenset({"GET", "DELETE", "HEAD", "OPTIONS"})
+_SCRIPT_KINDS = frozenset({"python", "postgres", "duckdb"})
 DUCKDB_EXECUTION_DATABASE = ".noetl/duckdb/{{ execution_id }}.duckdb"
 
 
@@ -133,8 +142,11 @@ def _kind_findings(kind: Any, tool: dict[str, Any], path: Path) -> Iterator[Find
     if auth is not None and isinstance(auth, dict | list):
         yield Finding("structured `auth:` maps (a credential name is supported)", (*path, "auth"))
     script = tool.get("script")
-    if script is not None and _inline_script(script) is None:
-        yield Finding("code or SQL loaded by `script:` from a file or URL", (*path, "script"))
+    if script is not None and _inline_script(script) is None and _file_script(script) is None:
+        yield Finding(_script_what(script), (*path, "script"))
+    elif _file_script(script) is not None and kind not in _SCRIPT_KINDS:
+        what = f"`script:` files for a {kind} tool (python, postgres and duckdb read one)"
+        yield Finding(what, (*path, "script"))
     check = _KIND_CHECKS.get(kind) if isinstance(kind, str) else None
     if check is not None:
         yield from check(tool, path)
@@ -189,6 +201,28 @@ def _inline_script(script: Any) -> str | None:
         code = source.get("code")
         return code if isinstance(code, str) else None
     return None
+
+
+def _file_script(script: Any) -> Any:
+    """The path of `script: {uri: PATH, source: {type: file}}`, else None."""
+    if not isinstance(script, dict):
+        return None
+    source = script.get("source")
+    if isinstance(source, dict) and source.get("type") == "file":
+        return script.get("uri")
+    return None
+
+
+def _script_what(script: Any) -> str:
+    """What a `script:` this engine cannot read is, naming its source type."""
+    source = script.get("source") if isinstance(script, dict) else None
+    kind_of = source.get("type") if isinstance(source, dict) else None
+    if isinstance(kind_of, str) and kind_of:
+        return (
+            f"`script:` from a '{kind_of}' source (only `file`, read from playbooks.root, "
+            f"and `inline` are read)"
+        )
+    return "`script:` without `source.type` (`file` or `inline`)"
 
 
 def _merged(tool: dict[str, Any]) -> dict[str, Any]:
@@ -283,8 +317,24 @@ def _python(out: Any) -> None:
         out["code"] = code
         set_origin(out, "code", ("script", "source", "code"))
         del out["script"]
+    _script_file(out, "code")
     if "module" not in out:
         out["style"] = "toplevel"
+
+
+def _script_file(out: Any, target: str) -> None:
+    """`script: {uri, source: {type: file}}` as `spec.script: PATH`: the file is read into
+    `target` when an execution starts (noetl.scripts)."""
+    script = out.get("script")
+    uri = _file_script(script)
+    if script is None or uri is None:
+        return
+    if not isinstance(uri, str) or not uri.strip():
+        raise ShapeError("script.uri must be the path of a file", ("script", "uri"))
+    if target in out:
+        raise ShapeError(f"tool has both 'script' and '{target}'; keep one", ("script",))
+    out["script"] = uri
+    set_origin(out, "script", ("script", "uri"))
 
 
 def _sql(out: Any, kind: str) -> None:
@@ -292,6 +342,14 @@ def _sql(out: Any, kind: str) -> None:
         _move(out, key, "command")
     if "command" not in out and "script" not in out:
         raise ShapeError(f"{kind} tool is missing required key 'command'", (), "E101")
+    sql = _inline_script(out.get("script"))
+    if sql is not None:
+        if "command" in out:
+            raise ShapeError(f"{kind} tool has both 'script' and 'command'; keep one", ("script",))
+        out["command"] = sql
+        set_origin(out, "command", ("script", "source", "code"))
+        del out["script"]
+    _script_file(out, "command")
     model = TOOL_SPECS[kind]
     if "auth" in out and _takes_credential(model):
         _move(out, "auth", "credential")

@@ -23,6 +23,7 @@ from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
+from noetl.scripts import ScriptReader
 from noetl.store.base import ConcurrencyError, InputKind, Store
 
 __all__ = ["EmbeddedLauncher", "StoreLauncher"]
@@ -81,8 +82,11 @@ class EmbeddedLauncher:
     """Starts child executions in an embedded runtime. Bound after the runtime is built
     (`bind`): the runtime takes the tool registry, which takes this launcher."""
 
-    def __init__(self, runtime: EmbeddedRuntime | None = None) -> None:
+    def __init__(
+        self, runtime: EmbeddedRuntime | None = None, *, scripts: ScriptReader | None = None
+    ) -> None:
         self._runtime = runtime
+        self._scripts = scripts  # reads the script files a child's tools name
         self._playbooks: dict[str, Playbook] = {}
         self._lock = threading.Lock()
 
@@ -135,6 +139,8 @@ class EmbeddedLauncher:
             playbook = self._playbooks.get(key)
         if playbook is None:
             playbook = load_playbook_text(text, path or "<child>").require()
+            if self._scripts is not None:
+                playbook = self._scripts(playbook, path or "<child>")
             with self._lock:
                 playbook = self._playbooks.setdefault(key, playbook)
         return playbook

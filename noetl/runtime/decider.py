@@ -29,6 +29,7 @@ from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.appends import build_append
 from noetl.runtime.records import merge_workload, new_execution_id, new_record
+from noetl.scripts import ScriptReader
 from noetl.store.base import Append, NotFoundError, Store
 
 log = logging.getLogger("noetl.decider")
@@ -70,8 +71,12 @@ class Decider:
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
+        scripts: ScriptReader | None = None,
     ) -> None:
         self.store = store
+        # Reads the script files a playbook's tools name (noetl.scripts) when it is loaded
+        # from its text; a compiled model holds them already.
+        self.scripts = scripts
         self.pool = pool
         self.observer = observer
         # Tracing on: which executions are traced, so their queued tasks carry the context.
@@ -102,6 +107,8 @@ class Decider:
                 playbook = Playbook.model_validate_json(model)
             else:
                 playbook = load_playbook_text(text, path or "<inline>").require()
+                if self.scripts is not None:
+                    playbook = self.scripts(playbook, path or "<inline>")
             engine = Engine(build_graph(playbook), options=self.options)
             with self._lock:
                 engine = self._engines.setdefault(key, engine)

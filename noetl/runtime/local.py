@@ -21,6 +21,7 @@ from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
 from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.scripts import script_reader
 from noetl.store import open_store
 from noetl.store.base import ExecutionRecord, NotFoundError, Store
 from noetl.worker.python_pool import PythonPool
@@ -80,7 +81,8 @@ def embedded_runtime(
     try:
         provider = default_provider(secrets_file, credentials=credentials, store=store.credentials)
         with PythonPool(processes=count) as pool:
-            launcher = EmbeddedLauncher()  # child executions run in this same runtime
+            # Child executions run in this same runtime.
+            launcher = EmbeddedLauncher(scripts=script_reader((roots or Roots.here()).playbooks))
             registry = default_registry(
                 pool,
                 secrets=provider,
@@ -159,8 +161,11 @@ def local_cluster(
     stop_orchestrator = threading.Event()
     owner = f"local:{os.getpid()}"
     with PythonPool(processes=count) as pool:
-        orchestrator = Orchestrator(store, owner=owner, options=options, scope=family)
-        decider = Decider(store, options=options)
+        scripts = script_reader((roots or Roots.here()).playbooks)
+        orchestrator = Orchestrator(
+            store, owner=owner, options=options, scope=family, scripts=scripts
+        )
+        decider = Decider(store, options=options, scripts=scripts)
         registry = default_registry(
             pool,
             secrets=default_provider(

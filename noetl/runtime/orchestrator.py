@@ -43,6 +43,7 @@ from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.decider import Cached, Decider
 from noetl.runtime.dlq import DeadLetterQueue
 from noetl.runtime.failures import internal_error, isolatable, refold
+from noetl.scripts import ScriptReader
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -86,6 +87,7 @@ class Orchestrator:
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
         scope: Callable[[], Collection[str]] | None = None,
+        scripts: ScriptReader | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -104,6 +106,7 @@ class Orchestrator:
             observer=observer,
             options=options,
             sampler=sampler,
+            scripts=scripts,
         )
         self.dlq = DeadLetterQueue(store, self.engine_of)
         self._holder: InputHolder | None = None

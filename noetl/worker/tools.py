@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from noetl.dsl.kinds import plugin_tools
 from noetl.dsl.limits import check_data
@@ -17,6 +17,7 @@ from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
 from noetl.paths import Roots
+from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
@@ -184,6 +185,9 @@ class ToolRegistry:
 
     def _run(self, task: Task) -> Outcome:
         tool = self.get(task.kind)
+        script = task.spec.get("script") if task.kind in SCRIPT_CODE else None
+        if script is not None:
+            return _unread_script(task, script)
         if not (task.secrets or task.sinks or getattr(tool, "uses_credentials", True)):
             # Nothing to resolve, hand out or mask: skip the scope (a hot path for loops
             # of python items).
@@ -233,6 +237,18 @@ class ToolRegistry:
             stdout=outcome.stdout,
             duration_ms=outcome.duration_ms,
         )
+
+
+def _unread_script(task: Task, script: Any) -> Outcome:
+    """A task whose `spec.script` file was not read when its execution started (the
+    process that started it could not read script files): it cannot run here."""
+    return Outcome(
+        task_id=task.task_id,
+        ok=False,
+        error=f"{task.kind} tool: the script file {script!r} was not read into the "
+        f"playbook when the execution started (see docs/dsl.md, script files)",
+        error_type="FatalError",
+    )
 
 
 def _crashed(task: Task, exc: Exception, started: float) -> Outcome:
