@@ -831,6 +831,38 @@ def test_unknown_and_invalid_workers(store: Store) -> None:
     assert store.list_workers() == []
 
 
+# -- the embedded stores' clock ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("adapter", ["memory", "sqlite"])
+def test_an_embedded_store_without_a_clock_reads_the_system_clock(
+    adapter: str, tmp_path: Path
+) -> None:
+    store: Store = MemoryStore() if adapter == "memory" else SqliteStore(tmp_path / "c.db")
+    try:
+        before = time.time()
+        start(store, Enqueue(make_task("a")))
+        lease = claim_one(store, lease_s=LONG_S)
+        assert before + LONG_S <= lease.expires_at <= time.time() + LONG_S
+    finally:
+        store.close()
+
+
+def test_a_given_clock_times_leases_and_inputs(tmp_path: Path) -> None:
+    clock = FakeClock()
+    for store in (MemoryStore(clock=clock), SqliteStore(tmp_path / "c.db", clock=clock)):
+        try:
+            start(store, Enqueue(make_task("a")))
+            at = clock.now
+            lease = claim_one(store, lease_s=LONG_S)
+            assert at < lease.expires_at - LONG_S <= clock.now
+            input_id = store.post_input("e1", InputKind.CANCEL, {})
+            (posted,) = [i for i in store.claim_inputs("o1", limit=10) if i.id == input_id]
+            assert posted.created_at <= clock.now
+        finally:
+            store.close()
+
+
 # -- SQLite only: several connections on one file ---------------------------------------------
 
 
