@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import sqlite3
-import time
 
 from noetl.store._rows import DLQ_COLUMNS, PreparedAppend, dead_letter_filter, dead_letter_from_row
+from noetl.store._sqlite_queue import db_now
 from noetl.store.base import DeadLetter, DeadLetterStatus, InputKind, NotFoundError
 
 _COLUMNS = ", ".join(DLQ_COLUMNS)
@@ -73,7 +73,7 @@ def post_replay(conn: sqlite3.Connection, message_id: str, payload: str) -> bool
     status, execution_id = _status(conn, message_id)
     if status != DeadLetterStatus.PENDING:
         return False
-    now = time.time()
+    now = db_now(conn)
     conn.execute(
         "UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = ? "
         "WHERE message_id = ?",
@@ -93,6 +93,6 @@ def discard(conn: sqlite3.Connection, message_id: str, reason: str) -> bool:
     conn.execute(
         "UPDATE dlq SET status = 'discarded', discard_reason = ?, updated_at = ? "
         "WHERE message_id = ?",
-        (reason, time.time(), message_id),
+        (reason, db_now(conn), message_id),
     )
     return True

@@ -4,8 +4,9 @@ Every write runs inside a transaction the caller opened with BEGIN IMMEDIATE, so
 and the write that depends on it (pick ready tasks, then lease them) cannot interleave
 with another connection, in this process or another. Times come from one clock (`db_now`,
 read once per operation): a SQLite file is only ever shared by processes of one machine,
-so they all judge leases by the same clock. It is the system clock in microseconds, not
-SQLite's `julianday('now')`, whose milliseconds tie too often to order a queue by.
+so they all judge leases by the same clock. It is the system clock in microseconds (or a
+clock the store was given), not SQLite's `julianday('now')`, whose milliseconds tie too
+often to order a queue by.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from noetl.store._rows import (
     worker_from_row,
 )
 from noetl.store.base import (
+    Clock,
     Heartbeat,
     Input,
     InputKind,
@@ -144,10 +146,16 @@ ON CONFLICT (worker_id) DO UPDATE SET
 """
 
 
+class ClockedConnection(sqlite3.Connection):
+    """A connection that carries its store's clock, which `db_now` reads."""
+
+    clock: Clock
+
+
 def db_now(conn: sqlite3.Connection) -> float:
-    """The queue clock, in epoch seconds (see the module docstring)."""
-    del conn  # kept in the signature: every caller holds the transaction it times
-    return time.time()
+    """The queue clock, in epoch seconds (see the module docstring): the store's clock
+    (`SqliteStore(clock=...)`, `time.time` by default), carried by its connection."""
+    return conn.clock() if isinstance(conn, ClockedConnection) else time.time()
 
 
 def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:

@@ -8,7 +8,7 @@ gapless), and the projections (execution row, step states) are updated together.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
@@ -20,6 +20,11 @@ if TYPE_CHECKING:
     from noetl.auth import TokenStore
     from noetl.credentials.store import CredentialStore
     from noetl.sessions.base import SessionStore
+
+# The time source of an embedded store (memory, SQLite): epoch seconds, `time.time` unless
+# a test injects a fake one to expire leases without sleeping. PostgreSQL keeps the
+# database clock (`now()`): its servers and workers run on several machines.
+Clock = Callable[[], float]
 
 
 class ConcurrencyError(NoetlError):

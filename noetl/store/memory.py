@@ -1,8 +1,8 @@
 """An in-process Store for unit tests: dicts behind one lock, same contract as SQLite.
 
 Values are kept as JSON text, exactly as the databases keep them, so a test that passes
-here does not depend on sharing mutable objects with the store. The clock of leases, holds
-and delays is `time.time()`, read under the lock (the databases use their own clock).
+here does not depend on sharing mutable objects with the store. The clock of leases, holds,
+delays and heartbeats is `clock` (`time.time` by default), read under the lock.
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ from noetl.store._rows import (
 )
 from noetl.store.base import (
     Append,
+    Clock,
     ConcurrencyError,
     DeadLetter,
     DeadLetterStatus,
@@ -66,7 +67,8 @@ from noetl.store.base import (
 class MemoryStore:
     """Store kept in dicts; thread-safe; nothing survives the process."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, clock: Clock = time.time) -> None:
+        self._clock = clock
         self._lock = threading.Lock()
         # Insertion order of `_executions` is creation order (the tie-break of "newest").
         self._executions: dict[str, dict[str, Any]] = {}
@@ -109,7 +111,7 @@ class MemoryStore:
             self._events[record.execution_id] = []
             self._steps[record.execution_id] = {}
             if prepared is not None:
-                self._apply(prepared, time.time())
+                self._apply(prepared, self._clock())
         if prepared is not None and prepared.wakes_workers:
             self._notify("tasks")
 
@@ -118,7 +120,7 @@ class MemoryStore:
         prepared = [prepare(append) for append in appends]
         with self._lock:
             self._check(prepared)
-            now = time.time()
+            now = self._clock()
             for item in prepared:
                 self._apply(item, now)
         if any(item.wakes_workers for item in prepared):
@@ -290,7 +292,7 @@ class MemoryStore:
         priority DESC, not_before, insertion."""
         check_page(limit)
         with self._lock:
-            now = time.time()
+            now = self._clock()
             ready = [
                 row
                 for row in self._tasks.values()
@@ -334,7 +336,7 @@ class MemoryStore:
             row = self._held(task_id, token)
             if row is None:
                 return Heartbeat(alive=False)
-            row["lease_expires_at"] = time.time() + lease_s
+            row["lease_expires_at"] = self._clock() + lease_s
             return Heartbeat(alive=True, cancel=row["cancel_requested"])
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
@@ -347,7 +349,7 @@ class MemoryStore:
         payloads = [(task_id, token, dumps(outcome)) for task_id, token, outcome in reports]
         accepted: set[str] = set()
         with self._lock:
-            now = time.time()
+            now = self._clock()
             for task_id, token, payload in payloads:
                 row = self._held(task_id, token)
                 if row is None:
@@ -378,7 +380,7 @@ class MemoryStore:
             if row is None:
                 return None
             self._check([prepared])
-            now = time.time()
+            now = self._clock()
             row["status"] = TaskStatus.DONE
             self._apply(prepared, now)
             leases = []
@@ -423,7 +425,7 @@ class MemoryStore:
         """Expire leases that ran out, oldest first, each with a LEASE_EXPIRED input."""
         check_page(limit)
         with self._lock:
-            now = time.time()
+            now = self._clock()
             expired = [
                 row
                 for row in self._tasks.values()
@@ -468,7 +470,7 @@ class MemoryStore:
         with self._lock:
             if execution_id not in self._executions:
                 raise NotFoundError(f"execution {execution_id} not found")
-            input_id = self._add_input(execution_id, kind, text, time.time())
+            input_id = self._add_input(execution_id, kind, text, self._clock())
         self._notify("inputs")
         return input_id
 
@@ -484,7 +486,7 @@ class MemoryStore:
         check_page(limit)
         taken: list[Input] = []
         with self._lock:
-            now = time.time()
+            now = self._clock()
             for row in self._inbox.values():
                 if len(taken) >= limit:
                     break
@@ -503,7 +505,7 @@ class MemoryStore:
         """Free the inputs held by closed holders."""
         freed = 0
         with self._lock:
-            now = time.time()
+            now = self._clock()
             for row in self._inbox.values():
                 token = row["claimed_by"]
                 if (
@@ -560,7 +562,7 @@ class MemoryStore:
                 raise NotFoundError(f"no dead-letter entry {message_id}")
             if row["status"] != DeadLetterStatus.PENDING:
                 return False
-            now = time.time()
+            now = self._clock()
             row.update(status=DeadLetterStatus.REPLAYED.value, updated_at=now)
             row["replays"] += 1
             self._add_input(row["execution_id"], InputKind.REPLAY, text, now)
@@ -578,7 +580,7 @@ class MemoryStore:
             row.update(
                 status=DeadLetterStatus.DISCARDED.value,
                 discard_reason=reason,
-                updated_at=time.time(),
+                updated_at=self._clock(),
             )
             return True
 
@@ -631,7 +633,7 @@ class MemoryStore:
             record = self._workers.get(worker_id)
             if record is None:
                 raise NotFoundError(f"worker {worker_id} is not registered")
-            self._workers[worker_id] = dataclasses.replace(record, heartbeat_at=time.time())
+            self._workers[worker_id] = dataclasses.replace(record, heartbeat_at=self._clock())
             return record.status
 
     def request_drain(self, pool: str | None = None) -> int:
@@ -658,7 +660,7 @@ class MemoryStore:
         tasks: dict[tuple[str, str], tuple[int, float | None]] = {}
         executions: dict[tuple[str, str], int] = {}
         with self._lock:
-            now = time.time()
+            now = self._clock()
             for execution_id, row in self._executions.items():
                 name = row["playbook_name"]
                 key = (name, row["status"])

@@ -43,6 +43,7 @@ from noetl.store._rows import (
 from noetl.store._sqlite_auth import SqliteSessions, SqliteTokens
 from noetl.store.base import (
     Append,
+    Clock,
     ConcurrencyError,
     DeadLetter,
     DeadLetterStatus,
@@ -108,8 +109,9 @@ def _record(row: tuple[Any, ...]) -> ExecutionRecord:
 class SqliteStore:
     """Store in one SQLite file; the file and its directory are created when missing."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
         self.path = Path(path).expanduser().absolute()
+        self._clock = clock
         self._lock = threading.Lock()
         self._conn = self._connect()
         self.tokens = SqliteTokens(self._use, self._transaction)
@@ -134,9 +136,11 @@ class SqliteStore:
                 timeout=BUSY_TIMEOUT_MS / 1000,
                 isolation_level=None,  # we issue BEGIN/COMMIT ourselves
                 check_same_thread=False,
+                factory=queue.ClockedConnection,
             )
         except sqlite3.Error as exc:
             raise self._unavailable(exc) from exc
+        conn.clock = self._clock
         try:
             conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
             conn.execute("PRAGMA journal_mode = WAL")

@@ -16,26 +16,14 @@ import httpx
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers import cli
 
 
 def noetl(
     *args: str, env: dict[str, str] | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    base.update(
-        {k: v for k, v in os.environ.items() if k.startswith("NOETL_TEST")},
-    )
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        env={**base, **(env or {})},
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    """The CLI without the developer's NOETL_* settings; never a traceback."""
+    return cli.noetl(*args, env=env, timeout=timeout, clean_env=True, no_traceback=True)
 
 
 def free_port() -> int:

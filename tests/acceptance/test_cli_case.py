@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLES
+from tests.helpers.cli import noetl
 
 EXAMPLE = EXAMPLES / "case_routing.yaml"
-
-
-def noetl(*args: str, timeout: float = 120, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def run_json(path: Path, db: Path, *extra: str) -> tuple[int, dict[str, Any]]:

@@ -4,21 +4,16 @@ from __future__ import annotations
 
 import shutil
 import subprocess
-import sys
 from pathlib import Path
+
+from tests.helpers.cli import noetl
 
 LEGACY = Path(__file__).resolve().parents[1] / "fixtures" / "legacy"
 EXPECTED = LEGACY / "expected"
 
 
 def codemod(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", "codemod", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return noetl("codemod", *args, timeout=60)
 
 
 def copy(name: str, tmp_path: Path) -> Path:

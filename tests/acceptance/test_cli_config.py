@@ -5,34 +5,21 @@ policies, default timeouts)."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from noetl.store import open_store
-from tests.conftest import ROOT
+from tests.helpers import cli
 
 
 def noetl(
     *args: str, env: dict[str, str] | None = None, timeout: float = 120
 ) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "NOETL_CONFIG"}
-    environ.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        env=environ,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    """The CLI without a config file named by the environment; never a traceback."""
+    return cli.noetl(*args, env=env, drop=["NOETL_CONFIG"], timeout=timeout, no_traceback=True)
 
 
 def run_json(

@@ -6,9 +6,7 @@ bearer credential against a loopback server that checks the header."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -20,7 +18,7 @@ import psycopg
 import pytest
 
 from noetl.credentials.keys import key_id, new_key
-from tests.conftest import ROOT
+from tests.helpers import cli
 
 PW = "pw-canary-3c9e1"
 TOKEN = "tok-canary-3c9e1"
@@ -29,20 +27,8 @@ TOKEN = "tok-canary-3c9e1"
 def noetl(
     *args: str, env: dict[str, str] | None = None, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("NOETL_")}
-    base.update({k: v for k, v in os.environ.items() if k.startswith("NOETL_TEST")})
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        env={**base, **(env or {})},
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
+    """The CLI without the developer's NOETL_* settings; never a traceback."""
+    return cli.noetl(*args, env=env, stdin=stdin, clean_env=True, no_traceback=True)
 
 
 def upstream_pg(url: str, password: str = PW) -> dict[str, Any]:

@@ -7,11 +7,12 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.helpers.cli import noetl
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: diag\n"
 
@@ -179,13 +180,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[dict[str
         path = folder / f"{name}.yaml"
         path.write_text(head + body, encoding="utf-8")
         paths[str(path)] = name
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "validate", "--json", *paths],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = noetl("validate", "--json", *paths, timeout=60)
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     return {paths[f["file"]]: f["diagnostics"] for f in report["files"]}
@@ -209,13 +204,7 @@ def test_no_diagnostic_uses_an_internal_name(reports: dict[str, list[dict[str, A
 def test_the_text_output_says_the_same(tmp_path: Path) -> None:
     path = tmp_path / "arcs.yaml"
     path.write_text(HEAD + CASES["arcs_item_is_a_list"][0], encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = noetl("validate", path, timeout=60)
     assert proc.stderr.splitlines()[0] == (
         f"{path}:10: error E200: step 'a': an edge must be a step name or a {{step, when}} map, "
         "got a list [workflow[0].next.arcs[0]]"
@@ -242,13 +231,7 @@ def test_routing_warnings_pass_validate_and_fail_lint_strict(tmp_path: Path) -> 
     path.write_text(ROUTING, encoding="utf-8")
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "noetl", *args, str(path)],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        return noetl(*args, path, timeout=60)
 
     assert run("validate").returncode == 0
     lint = run("lint")

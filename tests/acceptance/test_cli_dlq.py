@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -38,17 +39,6 @@ workflow:
       args: {q: "{{ q }}", one: "{{ one }}"}
     result: {as: total}
 """
-
-
-def noetl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
 
 
 def failed_run(tmp_path: Path) -> tuple[Path, str]:
@@ -183,7 +173,6 @@ workflow:
 def test_a_replay_stopped_twice_gives_its_running_task_back_to_the_queue(
     tmp_path: Path,
 ) -> None:
-    import os
     import signal
     import time
 
@@ -271,15 +260,7 @@ def test_a_replay_here_runs_the_child_executions_it_starts(tmp_path: Path) -> No
     db = tmp_path / "noetl.db"
 
     def here(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "noetl", *args, "--db", str(db)],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
+        return noetl(*args, "--db", db, cwd=tmp_path, env={"PYTHONPATH": str(ROOT)})
 
     ran = here("run", "parent.yaml", "--json")
     assert ran.returncode == 1, ran.stderr

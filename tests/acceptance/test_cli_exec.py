@@ -25,6 +25,7 @@ import pytest
 
 from noetl.auth import Role
 from tests.conftest import ROOT
+from tests.helpers import cli
 from tests.helpers.auth import bearer, token_in_database
 
 # The tokens made in each server's database before it starts: url -> role -> token.
@@ -137,25 +138,19 @@ def noetl(
 ) -> subprocess.CompletedProcess[str]:
     """The CLI with NOETL_SERVER_URL = `server` and NOETL_API_TOKEN = `token` (by default
     the server's admin token)."""
-    env = dict(os.environ)
-    env.pop("NOETL_SERVER_URL", None)
-    env.pop("NOETL_API_TOKEN", None)
+    env: dict[str, str] = {}
     if server is not None:
         env["NOETL_SERVER_URL"] = server
         token = TOKENS.get(server, {}).get(Role.ADMIN) if token is None else token
     if token:
         env["NOETL_API_TOKEN"] = token
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
+    return cli.noetl(
+        *args,
         env=env,
-        capture_output=True,
-        text=True,
+        drop=["NOETL_SERVER_URL", "NOETL_API_TOKEN"],
         timeout=timeout,
-        check=False,
+        no_traceback=True,
     )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc
 
 
 def noetl_all(*calls: tuple[str, ...], server: str) -> list[subprocess.CompletedProcess[str]]:

@@ -4,14 +4,11 @@ task context injected, a canary secret nowhere; the flags and their environment 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -34,18 +31,6 @@ workflow:
       args: {n: "{{ n }}", token: "{{ secrets.CANARY }}"}
     result: {collect: {into: all}}
 """
-
-
-def noetl(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **env},
-    )
 
 
 def records(stderr: str) -> list[dict[str, Any]]:

@@ -8,15 +8,14 @@ playbook never has its contents quoted in a step's error."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 
 # What a secret-bearing file holds; it must never reach a step error, a log or the output.
 CANARY = "sk-live-CANARY-7f3a9"
@@ -73,16 +72,16 @@ def run(
 ) -> tuple[subprocess.CompletedProcess[str], Any]:
     path = layout["root"].parent / "paths.yaml"
     path.write_text(text, encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(path), "--json", "--db", str(layout["db"])],
+    proc = noetl(
+        "run",
+        path,
+        "--json",
+        "--db",
+        layout["db"],
         cwd=layout["root"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "PYTHONPATH": str(ROOT), **env},
+        env={"PYTHONPATH": str(ROOT), **env},
+        no_traceback=True,
     )
-    assert "Traceback" not in proc.stderr, proc.stderr
     return proc, json.loads(proc.stdout)
 
 

@@ -12,18 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import EXAMPLES, ROOT
-
-
-def noetl(*args: str, cwd: Path = ROOT, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from tests.conftest import EXAMPLES
+from tests.helpers.cli import noetl
 
 
 def run_json(path: Path, db: Path, *extra: str) -> tuple[int, dict[str, Any]]:
@@ -153,14 +143,8 @@ def test_events_are_persisted_gapless(tmp_path: Path) -> None:
 
 def test_db_from_environment(tmp_path: Path) -> None:
     db = tmp_path / "from_env.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(EXAMPLES / "hello_world.yaml"), "--json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "NOETL_DB": str(db)},
+    proc = noetl(
+        "run", EXAMPLES / "hello_world.yaml", "--json", cwd=tmp_path, env={"NOETL_DB": str(db)}
     )
     assert proc.returncode == 0, proc.stderr
     assert db.exists()

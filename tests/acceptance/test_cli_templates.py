@@ -4,14 +4,11 @@ limit they break, and keys named like dict methods read as data everywhere."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 from tests.helpers.template_playbooks import (
     DATA_CONTEXT,
     DATA_SINK_BODY,
@@ -31,16 +28,9 @@ def run_json(
     env: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, Any]]:
     # Before the render limits, the first of these steps alone ran for many minutes.
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(path), "--json", "--db", str(db), *extra],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-        env={**os.environ, **(env or {})},
+    proc = noetl(
+        "run", path, "--json", "--db", db, *extra, env=env, timeout=timeout, no_traceback=True
     )
-    assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 
 

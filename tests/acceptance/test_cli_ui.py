@@ -12,17 +12,7 @@ import httpx
 from tests.conftest import EXAMPLES, ROOT
 from tests.distributed.cluster import Cluster, free_port, wait_until
 from tests.helpers.auth import token_in_database
-
-
-def noetl(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        timeout=120,
-        check=False,
-    )
+from tests.helpers.cli import noetl
 
 
 def test_noetl_ui_serves_the_console_over_the_embedded_database(tmp_path: Path) -> None:

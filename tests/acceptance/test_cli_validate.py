@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -14,6 +11,7 @@ import jsonschema
 import pytest
 
 from noetl.dsl.source import read_source, to_plain
+from tests.helpers.cli import noetl
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 VALID = sorted((FIXTURES / "valid").glob("*.yaml"))
@@ -60,17 +58,6 @@ workflow:
   - step: orphan
     tool: noop
 """
-
-
-def noetl(*args: str | Path, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *map(str, args)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd=cwd,
-    )
 
 
 def write(tmp_path: Path, text: str, name: str = "playbook.yaml") -> Path:
@@ -210,14 +197,7 @@ def test_no_legacy_turns_legacy_forms_into_errors(tmp_path: Path) -> None:
 
 def test_legacy_env_var_twin(tmp_path: Path) -> None:
     path = write(tmp_path, WITH_WARNINGS)
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "validate", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, "NOETL_ALLOW_LEGACY": "false"},
-    )
+    proc = noetl("validate", path, env={"NOETL_ALLOW_LEGACY": "false"})
     assert proc.returncode == 1
     assert "E202" in proc.stderr
 

@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from tests.conftest import EXAMPLES
+from tests.helpers.cli import noetl
 
 EXPLICIT_UNDO = EXAMPLES / "compensation_explicit_undo.yaml"
 IDEMPOTENT_UPSERT = EXAMPLES / "compensation_idempotent_upsert.yaml"
@@ -29,15 +28,7 @@ OUTBOX = EXAMPLES / "compensation_outbox.yaml"
 def run(path: Path, cwd: Path, *sets: str) -> tuple[int, dict[str, Any]]:
     """`noetl run <path> --json` in `cwd`, with `--set` for each of `sets`."""
     args = [a for s in sets for a in ("--set", s)]
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(path), "--json", "--db", "runtime.db", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    proc = noetl("run", path, "--json", "--db", "runtime.db", *args, cwd=cwd, no_traceback=True)
     return proc.returncode, json.loads(proc.stdout)
 
 

@@ -4,8 +4,6 @@ python step whose rows go to PostgreSQL (upsert by key), a DuckDB file and a jso
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +12,7 @@ import psycopg
 import pytest
 
 from noetl.store import open_store
+from tests.helpers.cli import noetl
 
 PLAYBOOK = """\
 apiVersion: noetl.io/v2
@@ -81,14 +80,11 @@ BAD_SINKS = """\
 
 
 def noetl_run(playbook: Path, db: Path, *sets: str) -> tuple[int, dict[str, Any]]:
-    args = [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--db", str(db)]
+    args = ["run", str(playbook), "--json", "--db", str(db)]
     for item in sets:
         args += ["--set", item]
     # The file sink writes under the working directory: run where the test's files are.
-    proc = subprocess.run(
-        args, cwd=db.parent, capture_output=True, text=True, timeout=60, check=False
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
+    proc = noetl(*args, cwd=db.parent, timeout=60, no_traceback=True)
     return proc.returncode, json.loads(proc.stdout)
 
 

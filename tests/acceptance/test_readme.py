@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 
 
 def test_readme_playbook_runs(tmp_path: Path) -> None:
@@ -17,14 +16,7 @@ def test_readme_playbook_runs(tmp_path: Path) -> None:
     assert block is not None
     playbook = tmp_path / "greet.yaml"
     playbook.write_text(block.group(1), encoding="utf-8")
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--set", "name=Ada"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    proc = noetl("run", playbook, "--json", "--set", "name=Ada", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["context"] == {"greeting": {"message": "Hello, Ada!"}, "loud": "HELLO, ADA!"}

@@ -28,6 +28,7 @@ from noetl.server.app import create_app
 from noetl.store import SqliteStore
 from tests.conftest import ROOT
 from tests.helpers.auth import auth_headers
+from tests.helpers.cli import noetl
 from tests.helpers.fake_pg import RefusingPostgres
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
@@ -105,15 +106,7 @@ def http_url() -> Iterator[str]:
 def run(
     playbook: Path, db: Path, env: dict[str, str], *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", "run", str(playbook), "--json", "--db", str(db), *extra],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **env},
-    )
+    return noetl("run", playbook, "--json", "--db", db, *extra, env=env)
 
 
 def files_of(db: Path) -> bytes:
@@ -180,14 +173,7 @@ def test_a_secret_reaches_its_services_and_nothing_else(
         expected = "HTTP 500" if outcome == "http_failure" else "rejected ***"
         assert expected in json.dumps(result)
         # the failed task is in the dead-letter queue, its error masked there too
-        shown = subprocess.run(
-            [sys.executable, "-m", "noetl", "dlq", "list", "--json", "--db", str(db)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        shown = noetl("dlq", "list", "--json", "--db", db, timeout=60)
         assert shown.returncode == 0, shown.stderr
         (entry,) = json.loads(shown.stdout)["items"]
         assert entry["step"] == ("call" if outcome == "http_failure" else "compute")
@@ -340,14 +326,7 @@ def test_a_credential_reaches_its_services_and_nothing_else(
         assert proc.returncode == 1 and result["status"] == "fail"
         assert refused == [password]  # the server got it, and quoted it back
         assert 'password authentication failed for user \\"app\\" (sent \\"***\\")' in proc.stdout
-        shown = subprocess.run(
-            [sys.executable, "-m", "noetl", "dlq", "list", "--json", "--db", str(db)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
+        shown = noetl("dlq", "list", "--json", "--db", db, timeout=60)
         assert shown.returncode == 0, shown.stderr
         (entry,) = json.loads(shown.stdout)["items"]
         assert entry["step"] == "query"

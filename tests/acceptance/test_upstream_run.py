@@ -7,10 +7,7 @@ SQLite file, a real PostgreSQL, DuckDB files and an HTTP server on loopback.
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
-import sys
 import textwrap
 import threading
 from collections.abc import Iterator
@@ -22,21 +19,7 @@ from urllib.parse import parse_qs, urlsplit
 import psycopg
 import pytest
 
-from tests.conftest import ROOT
-
-
-def noetl(
-    *args: str, cwd: Path = ROOT, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
+from tests.helpers.cli import noetl
 
 
 def write(tmp_path: Path, body: str, name: str = "upstream.yaml") -> Path:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from noetl.store.base import (
     Timer,
 )
 from tests.contract.test_queue_contract import last_seq, make_task, start
+from tests.helpers.clock import StoreClock
 
 
 def entry(message_id: str = "e1.load", execution_id: str = "e1", **changes: Any) -> DeadLetter:
@@ -150,14 +150,14 @@ def test_a_refused_replay_puts_the_entry_back_to_pending(store: Store) -> None:
     assert found.status is DeadLetterStatus.PENDING
 
 
-def test_a_timer_input_is_held_until_it_is_due(store: Store) -> None:
+def test_a_timer_input_is_held_until_it_is_due(store: Store, clock: StoreClock) -> None:
     start(store)
     seq = last_seq(store)
     event = Event(seq + 1, "loop.started", "e1", 3.0, "load", {})
     timers = [Timer(0.3, {"kind": "loop_timeout", "step": "load"}), Timer(60.0, {"late": 1})]
     store.commit([Append("e1", seq, [event], timers=timers, now=3.0)])
     assert store.claim_inputs("server", limit=10) == []
-    time.sleep(0.4)
+    clock.advance(0.4)
     (due,) = store.claim_inputs("server", limit=10)
     assert (due.kind, due.payload) == (InputKind.TIMER, {"kind": "loop_timeout", "step": "load"})
 

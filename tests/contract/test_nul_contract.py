@@ -6,7 +6,6 @@ must a backslash that merely looks like an escape."""
 
 from __future__ import annotations
 
-import time
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +21,7 @@ from noetl.store.base import (
 )
 from tests.contract.test_dlq_contract import entry
 from tests.contract.test_queue_contract import make_task
+from tests.helpers.clock import StoreClock
 
 MARK = "\ufdd0"
 # Strings an escape could confuse: NUL, the escape character, the two together, the text
@@ -38,7 +38,9 @@ def nul_value(tag: str = "") -> dict[str, Any]:
     }
 
 
-def test_nul_characters_round_trip_through_every_json_column(store: Store) -> None:
+def test_nul_characters_round_trip_through_every_json_column(
+    store: Store, clock: StoreClock
+) -> None:
     task = make_task("a", args={"s\x00": nul_value("args")}, context={"c": nul_value("ctx")})
     record = ExecutionRecord(
         execution_id="e1",
@@ -83,7 +85,7 @@ def test_nul_characters_round_trip_through_every_json_column(store: Store) -> No
     outcome = {"task_id": "e1.a", "ok": True, "this": nul_value("outcome")}
     assert store.complete_many([("e1.a", lease.token, outcome)]) == {"e1.a"}
     store.post_input("e1", InputKind.CANCEL, {"by": "op\x00" + MARK})
-    time.sleep(0.05)  # the timer is due at once
+    clock.advance(0.05)  # the timer is due at once
     inputs = store.claim_inputs("server", limit=10)
     payloads = {i.kind: i.payload for i in inputs}
     assert payloads == {

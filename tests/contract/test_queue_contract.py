@@ -2,8 +2,10 @@
 
 Every adapter runs this suite through the `store` fixture, so it speaks only the `Store`
 protocol. Leases are judged by the store's clock; tests use tiny lease and hold times and
-short sleeps instead of a fake clock. Behaviour only one adapter can have (several
-SQLite connections on one file, memory wake-ups) is tested below the shared suite.
+let them pass with `clock.advance` (the `clock` fixture: a fake clock for the embedded
+adapters, a short sleep for PostgreSQL, whose leases are timed by the database clock).
+Behaviour only one adapter can have (several SQLite connections on one file, memory
+wake-ups) is tested below the shared suite.
 """
 
 from __future__ import annotations
@@ -32,8 +34,9 @@ from noetl.store.base import (
 )
 from noetl.store.memory import MemoryStore
 from noetl.store.sqlite import SqliteStore
+from tests.helpers.clock import FakeClock, StoreClock
 
-# Long enough to never pass during a test; short enough to pass during a sleep.
+# Long enough to never pass during a test; short enough to pass by `clock.advance`.
 LONG_S = 60.0
 TINY_S = 0.01
 PAST_TINY_S = 0.05
@@ -106,9 +109,11 @@ def steps_of(leases: list[Lease]) -> list[str]:
 # -- create_execution with its first append -----------------------------------------------
 
 
-def test_create_execution_with_initial_append_enqueues_atomically(store: Store) -> None:
+def test_create_execution_with_initial_append_enqueues_atomically(
+    store: Store, clock: StoreClock
+) -> None:
     task = make_task("a")
-    before = time.time()
+    before = clock()
     start(store, Enqueue(task, pool="default", priority=3))
 
     assert store.load_events("e1") == started()
@@ -192,12 +197,12 @@ def test_claim_takes_only_its_pool(store: Store) -> None:
     assert steps_of(store.claim("w1", limit=10)) == ["cpu"]
 
 
-def test_claim_waits_for_not_before(store: Store) -> None:
+def test_claim_waits_for_not_before(store: Store, clock: StoreClock) -> None:
     start(store, Enqueue(make_task("later"), delay_s=LONG_S))
     assert store.claim("w1", limit=10) == []
 
     change(store, enqueue=[Enqueue(make_task("soon"), delay_s=TINY_S)])
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
 
     assert steps_of(store.claim("w1", limit=10)) == ["soon"]
     assert store.claim("w1", limit=10) == []
@@ -241,9 +246,9 @@ def test_claim_respects_limit(store: Store) -> None:
         store.claim("w1", limit=-1)
 
 
-def test_claim_leases_the_row(store: Store) -> None:
+def test_claim_leases_the_row(store: Store, clock: StoreClock) -> None:
     start(store, Enqueue(make_task("a")))
-    before = time.time()
+    before = clock()
 
     lease = claim_one(store, "w1", lease_s=LONG_S)
 
@@ -252,7 +257,7 @@ def test_claim_leases_the_row(store: Store) -> None:
     assert (row["status"], row["worker_id"], row["lease_token"]) == (TaskStatus.LEASED, "w1", 1)
     assert row["lease_expires_at"] == pytest.approx(lease.expires_at, abs=1e-3)
     # epoch seconds from the store's clock: close to this machine's
-    assert before + LONG_S - 5 < lease.expires_at < time.time() + LONG_S + 5
+    assert before + LONG_S - 5 < lease.expires_at < clock() + LONG_S + 5
 
 
 def test_concurrent_claimers_never_share_a_task(store: Store) -> None:
@@ -285,7 +290,7 @@ def test_concurrent_claimers_never_share_a_task(store: Store) -> None:
 # -- heartbeat, complete, fencing ----------------------------------------------------------
 
 
-def test_heartbeat_extends_the_current_lease(store: Store) -> None:
+def test_heartbeat_extends_the_current_lease(store: Store, clock: StoreClock) -> None:
     start(store, Enqueue(make_task("a")))
     lease = claim_one(store, lease_s=TINY_S)
 
@@ -295,7 +300,7 @@ def test_heartbeat_extends_the_current_lease(store: Store) -> None:
     row = store.get_task("e1.a")
     assert row is not None
     assert row["lease_expires_at"] > lease.expires_at + LONG_S / 2
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert store.reap_expired() == 0
     assert status(store, "e1.a") == TaskStatus.LEASED
 
@@ -315,7 +320,7 @@ def test_stale_token_changes_nothing(store: Store) -> None:
     assert store.claim_inputs("o1") == []
 
 
-def test_complete_marks_done_and_adds_exactly_one_outcome(store: Store) -> None:
+def test_complete_marks_done_and_adds_exactly_one_outcome(store: Store, clock: StoreClock) -> None:
     start(store, Enqueue(make_task("a")))
     lease = claim_one(store)
     outcome: dict[str, Any] = {"task_id": "e1.a", "ok": True, "this": {"rows": [1, "é"]}}
@@ -331,7 +336,7 @@ def test_complete_marks_done_and_adds_exactly_one_outcome(store: Store) -> None:
     # a duplicate report is refused and adds nothing
     assert store.complete("e1.a", lease.token, {"task_id": "e1.a", "ok": False}) is False
     assert store.heartbeat("e1.a", lease.token).alive is False
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert [i.id for i in store.claim_inputs("o2")] == [inputs[0].id]
 
 
@@ -374,10 +379,12 @@ def test_the_solo_hint_travels_with_the_task(store: Store) -> None:
     assert leases["a"].task == make_task("a")  # the hint is not part of the task
 
 
-def test_complete_and_commit_with_a_stale_token_writes_nothing(store: Store) -> None:
+def test_complete_and_commit_with_a_stale_token_writes_nothing(
+    store: Store, clock: StoreClock
+) -> None:
     start(store, Enqueue(make_task("a")))
     lease = claim_one(store, lease_s=TINY_S)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert store.reap_expired() == 1
     follow = Append("e1", 1, [Event(2, "t", "e1", 2.0)], enqueue=[Enqueue(make_task("b"))])
 
@@ -467,11 +474,13 @@ def test_complete_many_writes_nothing_when_one_outcome_cannot_be_stored(store: S
     assert store.complete_many(reports[:1]) == {"e1.a"}
 
 
-def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(store: Store) -> None:
+def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(
+    store: Store, clock: StoreClock
+) -> None:
     start(store, Enqueue(make_task("a")), Enqueue(make_task("b")))
     lease = claim_one(store, "w1", lease_s=TINY_S)
     claim_one(store, "w2", lease_s=LONG_S)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
 
     assert store.reap_expired() == 1
     assert store.reap_expired() == 0
@@ -490,20 +499,22 @@ def test_an_expired_lease_is_reaped_and_its_holder_fenced_off(store: Store) -> N
     assert store.claim("w3", limit=10) == []
 
 
-def test_reap_expired_respects_limit(store: Store) -> None:
+def test_reap_expired_respects_limit(store: Store, clock: StoreClock) -> None:
     start(store, *(Enqueue(make_task(f"s{i}")) for i in range(3)))
     store.claim("w1", limit=3, lease_s=TINY_S)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
 
     assert store.reap_expired(limit=2) == 2
     assert store.reap_expired(limit=2) == 1
     assert len(store.claim_inputs("o1")) == 3
 
 
-def test_requeue_makes_a_task_claimable_again_with_a_higher_token(store: Store) -> None:
+def test_requeue_makes_a_task_claimable_again_with_a_higher_token(
+    store: Store, clock: StoreClock
+) -> None:
     start(store, Enqueue(make_task("a")))
     first = claim_one(store, "w1", lease_s=TINY_S)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert store.reap_expired() == 1
     (expired,) = store.claim_inputs("o1")
 
@@ -643,7 +654,9 @@ def test_concurrency_error_rolls_back_queue_changes_and_inbox_deletions(store: S
     assert [i.id for i in store.claim_inputs("o1")] == [input_id]
 
 
-def test_an_append_without_events_still_checks_expected_seq(store: Store) -> None:
+def test_an_append_without_events_still_checks_expected_seq(
+    store: Store, clock: StoreClock
+) -> None:
     start(store)
     input_id = store.post_input("e1", InputKind.CANCEL, {"by": "test"})
 
@@ -652,7 +665,7 @@ def test_an_append_without_events_still_checks_expected_seq(store: Store) -> Non
     assert [i.id for i in store.claim_inputs("o1", lease_s=TINY_S)] == [input_id]
 
     store.commit([Append("e1", 1, [], inputs_done=[input_id])])
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert store.claim_inputs("o2") == []
     assert last_seq(store) == 1
 
@@ -667,10 +680,12 @@ def test_post_input_needs_an_existing_execution(store: Store) -> None:
     assert store.claim_inputs("o1") == []
 
 
-def test_claim_inputs_oldest_first_and_held_from_other_owners(store: Store) -> None:
+def test_claim_inputs_oldest_first_and_held_from_other_owners(
+    store: Store, clock: StoreClock
+) -> None:
     start(store)
     start(store, execution_id="e2")
-    before = time.time()
+    before = clock()
     ids = [
         store.post_input("e1", InputKind.CANCEL, {"n": 0}),
         store.post_input("e2", InputKind.OUTCOME, {"n": 1, "this": "ü"}),
@@ -684,7 +699,7 @@ def test_claim_inputs_oldest_first_and_held_from_other_owners(store: Store) -> N
         (ids[0], "e1", InputKind.CANCEL, {"n": 0}),
         (ids[1], "e2", InputKind.OUTCOME, {"n": 1, "this": "ü"}),
     ]
-    assert all(before - 5 < i.created_at < time.time() + 5 for i in first)
+    assert all(before - 5 < i.created_at < clock() + 5 for i in first)
     assert [i.id for i in store.claim_inputs("o2", lease_s=LONG_S)] == [ids[2]]
     assert store.claim_inputs("o2") == []
     assert store.claim_inputs("o1") == []  # the holder does not get them twice either
@@ -692,23 +707,23 @@ def test_claim_inputs_oldest_first_and_held_from_other_owners(store: Store) -> N
         store.claim_inputs("o1", limit=-1)
 
 
-def test_a_hold_on_inputs_expires(store: Store) -> None:
+def test_a_hold_on_inputs_expires(store: Store, clock: StoreClock) -> None:
     start(store)
     ids = [store.post_input("e1", InputKind.CANCEL, {"n": n}) for n in range(3)]
     assert [i.id for i in store.claim_inputs("o1", limit=2, lease_s=TINY_S)] == ids[:2]
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
 
     assert [i.id for i in store.claim_inputs("o2", limit=10, lease_s=LONG_S)] == ids
     assert store.claim_inputs("o1") == []
 
 
-def test_inputs_done_deletes_inputs(store: Store) -> None:
+def test_inputs_done_deletes_inputs(store: Store, clock: StoreClock) -> None:
     start(store)
     ids = [store.post_input("e1", InputKind.CANCEL, {"n": n}) for n in range(3)]
     store.claim_inputs("o1", lease_s=TINY_S)
 
     change(store, inputs_done=ids[:2])
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
 
     assert [i.id for i in store.claim_inputs("o2")] == ids[2:]
     # deleting again (a retried commit) is harmless
@@ -780,7 +795,7 @@ def make_worker(worker_id: str, pool: str = "default", **changes: Any) -> Worker
     return WorkerRecord(**fields)
 
 
-def test_workers_register_heartbeat_and_drain(store: Store) -> None:
+def test_workers_register_heartbeat_and_drain(store: Store, clock: StoreClock) -> None:
     cpu, gpu = make_worker("w-cpu"), make_worker("w-gpu", pool="gpu")
     store.register_worker(gpu)
     store.register_worker(cpu)
@@ -788,7 +803,7 @@ def test_workers_register_heartbeat_and_drain(store: Store) -> None:
 
     assert store.worker_heartbeat("w-cpu") == "running"
     (stamped, _) = store.list_workers()
-    assert stamped.heartbeat_at > time.time() - 5
+    assert stamped.heartbeat_at > clock() - 5
     assert stamped == make_worker("w-cpu", heartbeat_at=stamped.heartbeat_at)
 
     assert store.request_drain("gpu") == 1
@@ -814,6 +829,38 @@ def test_unknown_and_invalid_workers(store: Store) -> None:
     with pytest.raises(ValueError, match="status"):
         store.register_worker(make_worker("w1", status="asleep"))
     assert store.list_workers() == []
+
+
+# -- the embedded stores' clock ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("adapter", ["memory", "sqlite"])
+def test_an_embedded_store_without_a_clock_reads_the_system_clock(
+    adapter: str, tmp_path: Path
+) -> None:
+    store: Store = MemoryStore() if adapter == "memory" else SqliteStore(tmp_path / "c.db")
+    try:
+        before = time.time()
+        start(store, Enqueue(make_task("a")))
+        lease = claim_one(store, lease_s=LONG_S)
+        assert before + LONG_S <= lease.expires_at <= time.time() + LONG_S
+    finally:
+        store.close()
+
+
+def test_a_given_clock_times_leases_and_inputs(tmp_path: Path) -> None:
+    clock = FakeClock()
+    for store in (MemoryStore(clock=clock), SqliteStore(tmp_path / "c.db", clock=clock)):
+        try:
+            start(store, Enqueue(make_task("a")))
+            at = clock.now
+            lease = claim_one(store, lease_s=LONG_S)
+            assert at < lease.expires_at - LONG_S <= clock.now
+            input_id = store.post_input("e1", InputKind.CANCEL, {})
+            (posted,) = [i for i in store.claim_inputs("o1", limit=10) if i.id == input_id]
+            assert posted.created_at <= clock.now
+        finally:
+            store.close()
 
 
 # -- SQLite only: several connections on one file ---------------------------------------------
@@ -855,11 +902,12 @@ def test_two_sqlite_stores_never_claim_the_same_task(tmp_path: Path) -> None:
 
 def test_a_lease_from_one_sqlite_store_is_fenced_in_another(tmp_path: Path) -> None:
     path = tmp_path / "queue.db"
-    first, second = SqliteStore(path), SqliteStore(path)
+    clock = FakeClock()  # the processes of one machine share its clock
+    first, second = SqliteStore(path, clock=clock), SqliteStore(path, clock=clock)
     try:
         start(first, Enqueue(make_task("a")))
         lease = claim_one(first, "w1", lease_s=TINY_S)
-        time.sleep(PAST_TINY_S)
+        clock.advance(PAST_TINY_S)
         assert second.reap_expired() == 1
         assert first.complete("e1.a", lease.token, {"ok": True}) is False
         (expired,) = second.claim_inputs("o1")
@@ -884,7 +932,8 @@ def test_sqlite_wait_for_is_a_short_poll(tmp_path: Path) -> None:
 
 
 def test_memory_wait_for_wakes_on_new_tasks_and_inputs() -> None:
-    store = MemoryStore()
+    clock = FakeClock()
+    store = MemoryStore(clock=clock)
     store.create_execution(make_record("e1"))
     woken: dict[str, bool] = {}
 
@@ -909,7 +958,7 @@ def test_memory_wait_for_wakes_on_new_tasks_and_inputs() -> None:
     assert woke("inputs", lambda: store.post_input("e1", InputKind.CANCEL, {}))
     assert woke("tasks", lambda: change(store, requeue=[Requeue("e1.a", 2)]))
     claim_one(store, lease_s=0.0)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert woke("inputs", store.reap_expired)
     # the other channel stays asleep
     assert not woke("tasks", lambda: store.post_input("e1", InputKind.CANCEL, {}), timeout=0.1)
@@ -930,8 +979,8 @@ def test_maintain_keeps_the_queue_working(store: Store) -> None:
 # -- what the metrics exporter reads ------------------------------------------------------
 
 
-def test_a_lease_says_when_its_task_became_due(store: Store) -> None:
-    before = time.time()
+def test_a_lease_says_when_its_task_became_due(store: Store, clock: StoreClock) -> None:
+    before = clock()
     start(store, Enqueue(make_task("a")))
 
     lease = claim_one(store, lease_s=LONG_S)
@@ -940,7 +989,9 @@ def test_a_lease_says_when_its_task_became_due(store: Store) -> None:
     assert before - 5 < lease.ready_at <= lease.expires_at - LONG_S + 1e-3
 
 
-def test_stats_count_running_executions_parked_steps_tasks_and_inputs(store: Store) -> None:
+def test_stats_count_running_executions_parked_steps_tasks_and_inputs(
+    store: Store, clock: StoreClock
+) -> None:
     assert store.stats().running == {}
     start(store, Enqueue(make_task("a")), Enqueue(make_task("b"), pool="slow"))
     start(store, Enqueue(make_task("later", execution_id="e2"), delay_s=LONG_S), execution_id="e2")
@@ -970,7 +1021,7 @@ def test_stats_count_running_executions_parked_steps_tasks_and_inputs(store: Sto
     assert stats.tasks[("default", "queued")] == (1, None)
     count, due = stats.tasks[("slow", "queued")]
     assert count == 1
-    assert due is not None and due <= time.time()
+    assert due is not None and due <= clock()
     assert stats.inputs[0] == 1
     assert stats.inputs[1] is not None
 

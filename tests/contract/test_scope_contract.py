@@ -5,7 +5,6 @@ giving a claimed task back. Every adapter runs it through the `store` fixture.""
 from __future__ import annotations
 
 import dataclasses
-import time
 
 from noetl.store.base import Append, Enqueue, InputKind, Store, TaskStatus
 from tests.contract.test_queue_contract import (
@@ -21,6 +20,7 @@ from tests.contract.test_queue_contract import (
     status,
     steps_of,
 )
+from tests.helpers.clock import StoreClock
 
 
 def two_executions(store: Store) -> None:
@@ -40,7 +40,9 @@ def test_a_scoped_claim_takes_only_the_named_executions_tasks(store: Store) -> N
     assert steps_of(store.claim("w2", limit=10)) == ["a"]  # an unscoped claim: the rest
 
 
-def test_scoped_input_claims_and_reaping_leave_other_executions_alone(store: Store) -> None:
+def test_scoped_input_claims_and_reaping_leave_other_executions_alone(
+    store: Store, clock: StoreClock
+) -> None:
     two_executions(store)
     mine = store.post_input("e1", InputKind.CANCEL, {"n": 1})
     theirs = store.post_input("e2", InputKind.CANCEL, {"n": 2})
@@ -50,7 +52,7 @@ def test_scoped_input_claims_and_reaping_leave_other_executions_alone(store: Sto
     assert store.claim_inputs("cli", executions=set()) == []
 
     store.claim("w1", limit=10, lease_s=TINY_S)
-    time.sleep(PAST_TINY_S)
+    clock.advance(PAST_TINY_S)
     assert store.reap_expired(executions=["e2"]) == 1
     assert status(store, "e2.a") == TaskStatus.EXPIRED
     assert status(store, "e1.a") == TaskStatus.LEASED  # not reaped by the scoped call

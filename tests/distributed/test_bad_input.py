@@ -5,9 +5,7 @@ clearly (or is refused at the edge) while an unrelated one finishes on time."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +15,8 @@ import httpx
 import psycopg
 import pytest
 
-from tests.distributed.cluster import ROOT, Cluster, wait_until
+from tests.distributed.cluster import Cluster, wait_until
+from tests.helpers import cli
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -96,16 +95,9 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def noetl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI as a client of `cluster`'s server."""
     env = {"NOETL_SERVER_URL": cluster.url, "NOETL_API_TOKEN": cluster.token}
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return cli.noetl(*args, env=env)
 
 
 def post(cluster: Cluster, body: dict[str, Any]) -> httpx.Response:

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from tests.distributed.cluster import ROOT, Cluster
+from tests.helpers.cli import noetl
 from tests.helpers.flaky_http import Flaky
 from tests.integration.test_dlq import playbook
 
@@ -31,15 +32,8 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", "dlq", *args, "--server", cluster.url],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        env={**os.environ, "NOETL_API_TOKEN": cluster.token},
-    )
+    """`noetl dlq ARGS` against `cluster`'s server."""
+    return noetl("dlq", *args, "--server", cluster.url, env={"NOETL_API_TOKEN": cluster.token})
 
 
 def test_replay_through_the_server_completes_the_execution_with_the_same_message_id(

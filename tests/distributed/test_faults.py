@@ -22,6 +22,7 @@ import pytest
 from noetl.store import open_store
 from noetl.store.base import Store, TaskStatus
 from tests.distributed.cluster import ROOT, Cluster, free_port, wait_until
+from tests.helpers.cli import noetl
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -310,13 +311,7 @@ def test_sigterm_drains_a_worker_and_drain_command_stops_the_rest(
     assert runs(out) == {"slow": 1}  # `after` waits for a worker
     second = cluster.start_worker("w2", lease_s=10.0, concurrency=1)
     assert cluster.wait_finished(execution_id, timeout=60)["status"] == "ok"
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "worker", "drain", "--db", cluster.db],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    proc = noetl("worker", "drain", "--db", cluster.db, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "1 worker(s) asked to drain" in proc.stdout
     assert second.popen.wait(timeout=30) == 0

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.distributed.cluster import ROOT, Cluster, wait_until
+from tests.distributed.cluster import Cluster, wait_until
+from tests.helpers.cli import noetl
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -65,15 +64,7 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 def replay(db: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "dlq", "replay", *args, "--db", db],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-        check=False,
-        env={k: v for k, v in os.environ.items() if k != "NOETL_DB"},
-    )
+    proc = noetl("dlq", "replay", *args, "--db", db, drop=["NOETL_DB"], timeout=180)
     return proc, time.monotonic() - started
 
 

@@ -5,9 +5,6 @@ after a failure it must appear in no table, no process log and no API response."
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +22,8 @@ from tests.acceptance.test_secret_canary import (  # noqa: F401 - http_url: the 
     credential_records,
     http_url,
 )
-from tests.distributed.cluster import ROOT, Cluster
+from tests.distributed.cluster import Cluster
+from tests.helpers.cli import noetl
 from tests.helpers.fake_pg import RefusingPostgres
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
@@ -134,15 +132,15 @@ def test_a_credential_on_the_worker_reaches_its_services_and_nothing_else(
             worker_env["NOETL_CREDENTIALS_FILE"] = str(creds)
         else:  # stored by the CLI; the key is given to it and to the worker, not the server
             for name, record in records.items():
-                stored = subprocess.run(
-                    [sys.executable, "-m", "noetl", "credential", "set", name, "--data-file", "-"],
-                    cwd=ROOT,
-                    input=json.dumps(record),
-                    capture_output=True,
-                    text=True,
+                stored = noetl(
+                    "credential",
+                    "set",
+                    name,
+                    "--data-file",
+                    "-",
+                    stdin=json.dumps(record),
+                    env={"NOETL_DB": cluster.db, "NOETL_CREDENTIALS_KEY": key},
                     timeout=60,
-                    check=False,
-                    env={**os.environ, "NOETL_DB": cluster.db, "NOETL_CREDENTIALS_KEY": key},
                 )
                 assert stored.returncode == 0, stored.stderr
             worker_env["NOETL_CREDENTIALS_KEY"] = key

@@ -5,9 +5,6 @@ console exporter to each process's output. Nothing is sampled but what `noetl ex
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +12,8 @@ from typing import Any
 import pytest
 
 from noetl.observability.trace_context import execution_span_id, trace_id_of
-from tests.distributed.cluster import ROOT, Cluster
+from tests.distributed.cluster import Cluster
+from tests.helpers.cli import noetl
 from tests.helpers.spans import CONSOLE_TRACING, console_spans, trace_hex
 
 PLAYBOOK = """\
@@ -46,16 +44,8 @@ def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
 
 
 def exec_start(cluster: Cluster, playbook: Path, *extra: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "noetl", "exec", "start", "--workflow", str(playbook), "--json",
-         *extra],
-        cwd=ROOT,
-        env={**os.environ, "NOETL_SERVER_URL": cluster.url, "NOETL_API_TOKEN": cluster.token},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )  # fmt: skip
+    env = {"NOETL_SERVER_URL": cluster.url, "NOETL_API_TOKEN": cluster.token}
+    proc = noetl("exec", "start", "--workflow", playbook, "--json", *extra, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
     return str(json.loads(proc.stdout)["execution_id"])
 

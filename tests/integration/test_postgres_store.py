@@ -8,11 +8,8 @@ PostgreSQL server can show. Each test gets a database of its own (tests/conftest
 from __future__ import annotations
 
 import contextlib
-import os
 import select
 import socket
-import subprocess
-import sys
 import threading
 import time
 import traceback
@@ -36,7 +33,7 @@ from noetl.store import (
 )
 from noetl.store.base import Enqueue, InputKind
 from noetl.store.migrate import Migration, discover, migrate_postgres
-from tests.conftest import ROOT
+from tests.helpers.cli import noetl
 
 # (column, data type, nullable) per table, in column order, as information_schema has them.
 TZ = "timestamp with time zone"
@@ -227,18 +224,6 @@ def with_password(url: str, password: str, *, port: int | None = None) -> str:
     host = parts.hostname or "127.0.0.1"
     netloc = f"{parts.username or 'postgres'}:{password}@{host}:{port or parts.port or 5432}"
     return parts._replace(netloc=netloc).geturl()
-
-
-def noetl(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "noetl", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        env={**os.environ, **(env or {})},
-    )
 
 
 def make_record(execution_id: str = "e1") -> ExecutionRecord:
