@@ -33,6 +33,7 @@ def test_ctx_flows_through_set_loops_sql_and_code(tmp_path: Path, pg_database: s
     summary = json.loads(proc.stdout)
     assert summary["status"] == "ok", summary
     assert summary["steps"]["never"]["status"] == "skipped"
+    assert summary["ctx"] == CTX_FINAL
     with sqlite3.connect(db) as con:
         rows = con.execute(
             "SELECT seq, type, execution_id, ts, step, payload FROM event_log ORDER BY seq"

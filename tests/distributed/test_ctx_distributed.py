@@ -35,6 +35,7 @@ def test_ctx_flows_through_set_loops_sql_and_code(cluster: Cluster, pg_database:
     execution_id = cluster.start_execution(CTX_PLAYBOOK)
     result = cluster.wait_finished(execution_id, timeout=90)
     assert result["status"] == "ok", result
+    assert result["ctx"] == CTX_FINAL
     events = cluster.events(execution_id)
     assert ctx_of(events, CTX_STEPS) == CTX_FINAL
     [check] = [e for e in events if e["type"] == "step.finished" and e["step"] == "check"]
