@@ -105,7 +105,8 @@ def on_outcome(
 def accept_ctx(engine: Engine, state: ExecutionState, payload: dict[str, Any]) -> None:
     """The task's `ctx` patch (`Outcome.ctx`), read as top-level names and held to the
     bounds of `ctx` (in place). A patch that cannot be accepted is dropped and fails the
-    task (not retried): the step fails with the reason, the engine does not. Only an
+    task (`CtxRefused`, fatal: never retried): the step fails with the reason, the
+    engine does not. Only an
     upstream NoETL playbook has `ctx`: elsewhere a patch is dropped."""
     raw = payload.pop("ctx")
     if not engine.playbook.upstream or not raw:

@@ -356,8 +356,9 @@ def test_each_attempt_of_a_retried_task_records_its_own_patch() -> None:
 
 
 def test_a_task_patch_too_big_fails_the_task_with_the_reason() -> None:
-    h = upstream(TWO)
+    h = upstream(TWO.replace('code: "result = 1"}', 'code: "result = 1", retry: 3}', 1))
     h.outcome("e1.start", ok=True, this=1, ctx={"huge": "x" * (MAX_CTX_BYTES + 1)})
+    assert h.of_type(EventType.RETRY_STARTED) == []  # the same patch would be refused again
     assert h.state.ctx == {}
     finished = h.finished("start").payload
     assert finished["status"] == "failed"
