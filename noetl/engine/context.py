@@ -135,7 +135,7 @@ class TemplateContext:
         ctx.update(extra)
         return ctx
 
-    def tool_view(self, *, full: bool = False) -> dict[str, Any]:
+    def tool_view(self, *, full: bool = False, variables: bool = False) -> dict[str, Any]:
         """The `context` a task carries: ids, bind values and the loop item.
 
         Saved results are passed to tools through `args` templates, so a task's size does
@@ -145,18 +145,21 @@ class TemplateContext:
         a thousand items would store it a thousand times, in its events and its queue
         rows): the runtime that runs the task adds it to the context the tool sees, from
         the execution's `workflow.started` (`noetl.runtime.workloads`), and the python
-        tool's top-level style spreads its keys as upstream does.
+        tool's top-level style spreads its keys as upstream does. `variables` (a task
+        whose tool reads them on the worker, noetl.engine.tasks) adds upstream's `ctx`,
+        and `iter` for a loop item: copied into a task only where it is read, for the
+        same reason.
         """
         view: dict[str, Any] = self._upstream_names(workload=False) if full else {}
         view |= {
             "execution_id": self.state.execution_id,
             "step": self.step.step,
         }
-        if self.upstream:
-            variables = self._variables()
-            view["ctx"] = variables["ctx"]
+        if self.upstream and variables:
+            values = self._variables()
+            view["ctx"] = values["ctx"]
             if self.index is not None:
-                view["iter"] = variables["iter"]
+                view["iter"] = values["iter"]
         view.update(self.bind)
         view.update(self._loop_names())
         return view

@@ -94,6 +94,8 @@ class Engine:
         # step's tool templates mention `secrets` (filled in as steps are dispatched).
         self._sink_retry = self.options.sink_retry_json()
         self._secret_steps: dict[str, bool] = {}
+        # And whether they mention upstream's `ctx` / `iter`, which their tasks then carry.
+        self._variable_steps: dict[str, bool] = {}
         self.retry_rules: dict[str, RetryRule] = {
             step.step: rule_for(step, self.playbook, self.retry_defaults)
             for step in self.playbook.workflow

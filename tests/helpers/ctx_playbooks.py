@@ -1,6 +1,7 @@
 """An upstream-style playbook that keeps its state in execution variables (`ctx`): set by
 a step's `set` and an arc's `set`, read by a loop's `in` and `iter`, rendered into SQL and
-python code. Shared by the embedded (`noetl run`) and the distributed tests."""
+python code, and read by code on the worker (`context.get('ctx')`). Shared by the
+embedded (`noetl run`) and the distributed tests."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ workflow:
       kind: python
       input: {w: "{{ iter.word }}", i: "{{ iter._index }}"}
       code: |
+        assert context.get("iter") == {"word": w, "_index": i}, context.get("iter")
         result = {"w": w.upper(), "i": i}
     set:
       ctx.upper: "{{ result | map(attribute='w') | list }}"
@@ -85,6 +87,7 @@ workflow:
         assert stored == 3, stored
         assert "{{ ctx.started_by }}" == "call.done"
         assert missing == "none"
+        assert context.get("ctx")["db"] == {"table": "ctx_words"}  # as the worker has it
         result = {"seen": {{ ctx.seen }}, "table": "{{ ctx.db.table }}"}
 """
 

@@ -148,25 +148,35 @@ def test_templates_see_an_empty_ctx_before_anything_is_set() -> None:
     )
     task = h.task("start")
     assert task.args == {"all": {}, "it": {}}
-    assert task.context["ctx"] == {}
-    assert "iter" not in task.context  # not a loop iteration
+    # Rendered here: the task need not carry the variables to the worker.
+    assert "ctx" not in task.context and "iter" not in task.context
 
 
-def test_tasks_carry_ctx_in_their_context_for_code_and_sinks_on_the_worker() -> None:
+def test_a_task_that_reads_ctx_on_the_worker_carries_it() -> None:
     h = upstream(
         """\
         workflow:
           - step: start
             tool: {kind: python, code: "result = 1"}
             set: {ctx.token: abc}
-            next: [second]
-          - step: second
-            tool: {kind: http, url: "http://127.0.0.1:1/x", input: {a: 1}}
+            next: [code, sink, neither]
+          - step: code
+            tool: {kind: python, code: "result = context.get('ctx')"}
+          - step: sink
+            tool: {kind: python, code: "result = 1"}
+            result:
+              sink:
+                - file: {path: out.json, format: json, args: {token: "{{ ctx.token }}"}}
+          - step: neither
+            tool: {kind: python, input: {t: "{{ ctx.token }}"}, code: "result = t"}
         """,
         start=lambda t: 1,
     )
     h.answer_step("start")
-    assert h.task("second").context["ctx"] == {"token": "abc"}
+    assert h.task("code").context["ctx"] == {"token": "abc"}
+    assert h.task("sink").context["ctx"] == {"token": "abc"}
+    assert "ctx" not in h.task("neither").context
+    assert h.task("neither").args == {"t": "abc"}
 
 
 def test_a_step_set_that_fails_to_render_fails_the_step_with_its_key() -> None:
@@ -295,7 +305,17 @@ def test_a_loop_reads_its_items_from_ctx_and_each_item_as_iter() -> None:
     h.answer_step("start")
     tasks = [h.task("each", i) for i in range(3)]
     assert [t.args for t in tasks] == [{"n": 1, "i": 0}, {"n": 2, "i": 1}, {"n": 3, "i": 2}]
-    assert tasks[1].context["iter"] == {"num": 2, "_index": 1}
+    assert "iter" not in tasks[1].context  # rendered here
+
+
+def test_a_loop_item_whose_code_reads_iter_carries_it() -> None:
+    h = upstream(
+        LOOP.replace('code: "result = n"', "code: \"result = context['iter']['num']\""),
+        start=lambda t: [1, 2, 3],
+    )
+    h.answer_step("start")
+    assert h.task("each", 1).context["iter"] == {"num": 2, "_index": 1}
+    assert h.task("each", 1).context["ctx"] == {"items": [1, 2, 3]}
 
 
 def test_parallel_items_writing_one_key_last_write_wins_in_event_order() -> None:
