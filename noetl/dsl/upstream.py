@@ -168,6 +168,8 @@ def _toplevel_code(code: str, tool: dict[str, Any]) -> bool:
 def unsupported(tree: YMap) -> list[Finding]:
     """Every construct of an upstream file this engine cannot run yet, in document order."""
     found: list[Finding] = []
+    if "spec" in tree:
+        found.append(Finding("a root `spec:` block (an older form; use `workload`)", ("spec",)))
     steps = tree.get("workflow")
     for path, item in _items(tree):
         found.extend(_item_findings(item, path, is_step=path[0] == "workflow"))

@@ -616,3 +616,24 @@ workflow:
       code: result = 1
 """)
     assert [d.code for d in result.errors] == ["E200"]
+
+
+def test_a_root_spec_block_is_named_as_unsupported() -> None:
+    result = load("""
+        spec:
+          state: ready
+        workflow:
+          - step: start
+            tool: {kind: python, input: {}, code: "result = 1"}
+            next:
+              arcs:
+                - step: end
+                  when: "{{ spec.state == 'ready' }}"
+                  set: {ctx.state: "{{ spec.state }}"}
+          - step: end
+            tool: {kind: python, code: "result = 1"}
+        """)
+    [error] = result.errors
+    assert error.code == "E330"
+    assert error.line == 7
+    assert "a root `spec:` block (an older form; use `workload`) (line 7)" in error.message
