@@ -203,6 +203,9 @@ FATAL_ERROR_TYPES = frozenset(
         # A result the worker could not report (a value the store cannot hold): the same
         # result would be refused again (noetl.worker.reporting).
         "ReportError",
+        # A task's `ctx` patch the engine refused (noetl.engine.variables): the same
+        # values would be refused again.
+        "CtxRefused",
     }
 )
 # HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.

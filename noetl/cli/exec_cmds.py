@@ -144,6 +144,7 @@ def _result(data: dict[str, Any]) -> RunResult:
         started_at=started,
         finished_at=started + float(data.get("duration_s") or 0.0),
         error=data.get("error"),
+        ctx=data.get("ctx") or {},
     )
 
 

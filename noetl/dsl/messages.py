@@ -14,7 +14,7 @@ from pydantic_core import ErrorDetails
 from noetl.dsl.diagnostics import Diagnostic, Path
 from noetl.dsl.kinds import TOOL_SPECS, spec_fields
 from noetl.dsl.locate import source_path, yaml_scalar, yaml_type
-from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, Playbook
+from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, NextEdge, Playbook, Step
 from noetl.dsl.source import line_at
 
 _CONTEXT_NAMES = {
@@ -99,7 +99,10 @@ def allowed_keys(model: type[BaseModel], path: Path) -> set[str]:
     current = _unwrap(current)
     if isinstance(current, type) and issubclass(current, BaseModel):
         keys = {f.alias or name for name, f in current.model_fields.items()}
-        return keys - {"dialect"} if current is Playbook else keys  # set by the loader
+        if current is Playbook:
+            return keys - {"dialect"}  # set by the loader
+        # upstream NoETL's `set` of a step or an arc: not a key of this engine's language
+        return keys - {"set"} if current in (Step, NextEdge) else keys
     return set()
 
 

@@ -22,6 +22,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
 
 from noetl.dsl.normalize import (
     desugar_loop,
@@ -31,6 +32,7 @@ from noetl.dsl.normalize import (
     desugar_step,
     desugar_tool,
 )
+from noetl.dsl.variables import parse_key
 
 Dialect = Literal["native", "upstream"]
 NATIVE: Dialect = "native"
@@ -156,9 +158,33 @@ class Result(Model):
     sink: SinkList = Field(default_factory=list)
 
 
+def _upstream_set(value: Any, handler: ValidatorFunctionWrapHandler, info: Any) -> Any:
+    """A step's or an arc's `set` (upstream NoETL's `ctx` variables): only in upstream's
+    dialect (and when a validated model is read back); in this engine's own language it
+    is an unknown key, reported as any other. Keys name `ctx` variables (`ctx.NAME`, or a
+    plain `NAME`); `iter.*` belongs to a loop iteration, which a step or arc is not."""
+    context = info.context
+    if value is not None and context is not None and context.get("dialect") != UPSTREAM:
+        raise PydanticCustomError("extra_forbidden", "Extra inputs are not permitted")
+    value = handler(value)
+    for key in value or {}:
+        target = parse_key(key)
+        if target.scope != "ctx":
+            raise ValueError(
+                f"'{key}': iter variables belong to one loop iteration (a task of the "
+                f"loop's pipeline sets them); a step's or an arc's set writes ctx.NAME"
+            )
+    return value
+
+
+# Upstream NoETL's `set:` of a step or an arc (noetl.engine.variables).
+CtxSet = Annotated[dict[str, Any] | None, WrapValidator(_upstream_set)]
+
+
 class NextEdge(Model):
     step: StepName
     when: Condition | None = None
+    set: SkipJsonSchema[CtxSet] = None
 
 
 class NextSpec(Model):
@@ -224,6 +250,7 @@ class Step(Model):
     compensate: StepName | None = None
     case: list[CaseBranch] | None = None
     spec: StepSpec | None = None
+    set: SkipJsonSchema[CtxSet] = None
 
     @model_validator(mode="before")
     @classmethod

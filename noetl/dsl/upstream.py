@@ -6,12 +6,14 @@ dialect when it holds at least one construct only upstream has (`detect`); it is
 rewritten into the canonical tree (`rewrite`, tools in `noetl.dsl.upstream_tools`) and
 marked `dialect: upstream`, which keeps upstream's behaviour where it differs: bare
 workload names and step results by step name in templates, code and SQL rendered as
-templates, python code run top to bottom (see docs/dsl.md, "Upstream NoETL playbooks").
+templates, python code run top to bottom, execution variables (`ctx`, written by a step's
+or an arc's `set:`, see `noetl.engine.variables`) and a loop iteration's `iter` (see
+docs/dsl.md, "Upstream NoETL playbooks").
 
-Constructs this engine cannot run yet (tool pipelines, `set:` of `ctx`/`iter`
-variables, task policy rules, ...) and tool kinds it does not have (`snowflake`,
-`container`, ...) are found by `unsupported` and reported as ONE diagnostic (E330, or
-E331 when only tool kinds are missing) rather than one error per unknown key.
+Constructs this engine cannot run yet (tool pipelines, task policy rules, ...) and tool
+kinds it does not have (`snowflake`, `container`, ...) are found by `unsupported` and
+reported as ONE diagnostic (E330, or E331 when only tool kinds are missing) rather than
+one error per unknown key.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from noetl.dsl.rewrite import ShapeError, new_map, new_seq, within
 from noetl.dsl.source import YMap, YSeq, line_at
 from noetl.dsl.templates import free_names, is_template
 from noetl.dsl.upstream_tools import (
-    CTX_VARIABLES,
     UPSTREAM_TOOL_KEYS,
     Finding,
     describe_kind,
@@ -46,11 +47,7 @@ IGNORED_METADATA_KEYS = ("tags", "exposes_as_mcp")
 _STEP_SIGNS = ("set", "output", "input")
 _RETRY_SIGNS = ("retry_on", "retry_on_status", "backoff_seconds")
 # Template names that hold what this engine does not provide yet.
-_UNSUPPORTED_NAMES = {
-    "ctx": CTX_VARIABLES,
-    "iter": CTX_VARIABLES,
-    "keychain": "`keychain` values in templates",
-}
+_UNSUPPORTED_NAMES = {"keychain": "`keychain` values in templates"}
 _NAME = re.compile(NAME_PATTERN)
 
 
@@ -171,6 +168,8 @@ def _toplevel_code(code: str, tool: dict[str, Any]) -> bool:
 def unsupported(tree: YMap) -> list[Finding]:
     """Every construct of an upstream file this engine cannot run yet, in document order."""
     found: list[Finding] = []
+    if "spec" in tree:
+        found.append(Finding("a root `spec:` block (an older form; use `workload`)", ("spec",)))
     steps = tree.get("workflow")
     for path, item in _items(tree):
         found.extend(_item_findings(item, path, is_step=path[0] == "workflow"))
@@ -183,18 +182,10 @@ def _item_findings(item: dict[str, Any], path: Path, *, is_step: bool) -> Iterat
     name = item.get("step")
     if is_step and isinstance(name, str) and not _NAME.match(name):
         yield Finding("step names that are not identifiers (like catalog paths)", (*path, "step"))
-    if "set" in item:
-        yield Finding(CTX_VARIABLES, (*path, "set"))
     spec = item.get("spec")
     if is_step and isinstance(spec, dict) and "policy" in spec:
         yield Finding("step admission rules (`spec.policy` of a step)", (*path, "spec", "policy"))
     yield from _loop_findings(item.get("loop"), (*path, "loop"))
-    nxt = item.get("next")
-    if isinstance(nxt, dict) and isinstance(nxt.get("arcs"), list):
-        for index, arc in enumerate(nxt["arcs"]):
-            if isinstance(arc, dict) and "set" in arc:
-                where = (*path, "next", "arcs", index, "set")
-                yield Finding(CTX_VARIABLES, where)
     tool = item.get("tool")
     if isinstance(tool, list):
         yield from _pipeline_findings(tool, (*path, "tool"))

@@ -56,7 +56,8 @@ UNAVAILABLE_KINDS: dict[str, str] = {
     "transfer": "`transfer` copies tables between databases",
 }
 UNAVAILABLE_PREFIXES = ("gcp_",)
-CTX_VARIABLES = "`ctx` / `iter` variables and `set:`"
+# A task's own `set:` (upstream sets `ctx`/`iter` variables from a pipeline's tasks).
+TASK_SET = "a task's `set:` (variables set by a task of a tool pipeline)"
 # Tool keys only upstream writes (any of them marks a file as upstream's).
 UPSTREAM_TOOL_KEYS = (
     "input",
@@ -121,7 +122,7 @@ def tool_findings(tool: dict[str, Any], path: Path) -> Iterator[Finding]:
         return
     merged = _merged(tool)
     if "set" in tool:
-        yield Finding(CTX_VARIABLES, (*path, "set"))
+        yield Finding(TASK_SET, (*path, "set"))
     if "policy" in merged:
         where = (*path, "spec", "policy") if "policy" not in tool else (*path, "policy")
         yield Finding("task policy rules (`spec.policy` of a tool)", where)

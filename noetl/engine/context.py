@@ -3,7 +3,8 @@
 In scope: `workload`, `execution_id`, values saved with `result.as` / `collect`, the step's
 `bind` values, the loop element and `_loop` {index, item}, the read-only `step` namespace,
 the helpers, and (in result templates) `this` and `out`. `_loop.key` is the item's rendered
-`loop.key`, or its index when the loop has no `key`.
+`loop.key`, or its index when the loop has no `key`. A playbook in upstream NoETL's dialect
+also sees its execution variables `ctx` and, in a loop iteration, `iter`.
 """
 
 from __future__ import annotations
@@ -109,6 +110,16 @@ class TemplateContext:
             "_loop": {"index": self.index, "item": self.item, "key": key},
         }
 
+    def _variables(self) -> dict[str, Any]:
+        """Upstream NoETL's `ctx` (the execution's variables, a copy: templates read it,
+        `set:` writes it through events) and `iter` (the loop iteration's: its element
+        under the loop's `iterator` name, and `_index`; empty outside an iteration)."""
+        loop = self.step.loop
+        iteration: dict[str, Any] = {}
+        if self.index is not None and loop is not None:
+            iteration = {loop.element: self.item, "_index": self.index}
+        return {"ctx": dict(self.state.ctx), "iter": iteration}
+
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
         ctx: dict[str, Any] = self._upstream_names() if self.upstream else dict(state.context)
@@ -117,12 +128,14 @@ class TemplateContext:
         ctx["execution_id"] = state.execution_id
         ctx["step"] = StepNamespace(state.steps)
         ctx["secrets"] = SECRETS  # references only: see noetl.engine.secrets
+        if self.upstream:
+            ctx.update(self._variables())
         ctx.update(self.bind)
         ctx.update(self._loop_names())
         ctx.update(extra)
         return ctx
 
-    def tool_view(self, *, full: bool = False) -> dict[str, Any]:
+    def tool_view(self, *, full: bool = False, variables: bool = False) -> dict[str, Any]:
         """The `context` a task carries: ids, bind values and the loop item.
 
         Saved results are passed to tools through `args` templates, so a task's size does
@@ -132,13 +145,21 @@ class TemplateContext:
         a thousand items would store it a thousand times, in its events and its queue
         rows): the runtime that runs the task adds it to the context the tool sees, from
         the execution's `workflow.started` (`noetl.runtime.workloads`), and the python
-        tool's top-level style spreads its keys as upstream does.
+        tool's top-level style spreads its keys as upstream does. `variables` (a task
+        whose tool reads them on the worker, noetl.engine.tasks) adds upstream's `ctx`,
+        and `iter` for a loop item: copied into a task only where it is read, for the
+        same reason.
         """
         view: dict[str, Any] = self._upstream_names(workload=False) if full else {}
         view |= {
             "execution_id": self.state.execution_id,
             "step": self.step.step,
         }
+        if self.upstream and variables:
+            values = self._variables()
+            view["ctx"] = values["ctx"]
+            if self.index is not None:
+                view["iter"] = values["iter"]
         view.update(self.bind)
         view.update(self._loop_names())
         return view

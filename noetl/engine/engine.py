@@ -28,7 +28,7 @@ from typing import Any
 
 from noetl.dsl.graph import Graph
 from noetl.dsl.model import Condition, Step
-from noetl.engine import cases, loops, outcomes, recovery, tasks
+from noetl.engine import cases, loops, outcomes, recovery, tasks, variables
 from noetl.engine.case_plan import CasePlan
 from noetl.engine.context import TemplateContext, collect_into
 from noetl.engine.options import EngineOptions, effective_policy
@@ -94,6 +94,8 @@ class Engine:
         # step's tool templates mention `secrets` (filled in as steps are dispatched).
         self._sink_retry = self.options.sink_retry_json()
         self._secret_steps: dict[str, bool] = {}
+        # And whether they mention upstream's `ctx` / `iter`, which their tasks then carry.
+        self._variable_steps: dict[str, bool] = {}
         self.retry_rules: dict[str, RetryRule] = {
             step.step: rule_for(step, self.playbook, self.retry_defaults)
             for step in self.playbook.workflow
@@ -293,6 +295,7 @@ class Engine:
     ) -> None:
         step = self.graph.nodes[name].step
         payload: dict[str, Any] = {}
+        patch: dict[str, Any] = {}
         if ok and not picked:
             try:
                 result, collect_key = self._outputs(state, step, this, None, None)
@@ -302,11 +305,20 @@ class Engine:
         if ok and step.result is not None and step.result.sink and step.tool is None:
             # Sinks run on the worker after the tool; without a tool nothing would write.
             ok, error = False, "result.sink needs a tool to run after (`tool: noop` will do)"
+        if ok and step.set and self.playbook.upstream:
+            # Upstream's step `set`: rendered with the step's result, applied as it ends.
+            names = {"result": result, "this": result if picked else this, name: result}
+            try:
+                patch = variables.render_set(self, state, step, step.set, names)
+            except TemplateError as exc:
+                ok, error = False, f"set: {exc}"
         if ok:
             payload["result"] = result
             updates = self._collect(state, step, collected or [])
             if updates:
                 payload["context"] = updates
+            if patch:
+                payload["ctx"] = patch
             if step.result is not None and step.result.as_:
                 payload["saved_as"] = step.result.as_
         elif picked:
@@ -333,21 +345,12 @@ class Engine:
         if step.case and state.steps[step.step].case is not None:
             cases.route(self, state, turn, step, ok)  # the case's routes, by its next_policy
             return
-        taken: list[str] = []
-        evaluated: list[dict[str, Any]] = []
         mode = step.next.mode if step.next else "inclusive"
-        ctx = self._ctx(state, step).build(**self._arc_names(state, step, ok)) if step.edges else {}
-        for edge in step.edges:
-            fires, note = self._edge_fires(edge.when, ok, ctx)
-            evaluated.append({"to": edge.step, "fired": fires, **note})
-            if fires:
-                taken.append(edge.step)
-                if mode == "exclusive":
-                    break
-        payload: dict[str, Any] = {"mode": mode, "taken": taken}
-        if evaluated:
-            payload["edges"] = evaluated
-        unhandled = not ok and not taken
+        payload: dict[str, Any] = {"mode": mode}
+        set_error = self._evaluate_edges(state, step, ok, payload)
+        taken: list[str] = payload["taken"]
+        # An arc whose `set` failed fails the routing of the step, as its failure would.
+        unhandled = (not ok and not taken) or set_error is not None
         if unhandled:
             payload["on_step_fail"] = self.policy.on_step_fail
             if self.policy.on_step_fail == "halt":
@@ -357,14 +360,51 @@ class Engine:
         for target in taken:
             turn.calls.append((target, step.step))
         if unhandled:
-            self._apply_failure_policy(state, turn, step.step)
+            self._apply_failure_policy(state, turn, step.step, set_error)
 
-    def _apply_failure_policy(self, state: ExecutionState, turn: _Turn, name: str) -> None:
+    def _evaluate_edges(
+        self, state: ExecutionState, step: Step, ok: bool, payload: dict[str, Any]
+    ) -> str | None:
+        """Which edges fire (`taken`, `edges` and any `ctx` patch into the payload of
+        `next.evaluated`); the error of an arc's `set` that failed, if one did.
+
+        Upstream's arc `set` is rendered when its arc fires, with the names its `when`
+        saw (every arc reads `ctx` as it was when the step finished), and applied in arc
+        order before the target step is called."""
+        taken: list[str] = []
+        evaluated: list[dict[str, Any]] = []
+        ctx = self._ctx(state, step).build(**self._arc_names(state, step, ok)) if step.edges else {}
+        patch: dict[str, Any] = {}
+        set_error: str | None = None
+        for edge in step.edges:
+            fires, note = self._edge_fires(edge.when, ok, ctx)
+            if fires and edge.set and self.playbook.upstream:
+                try:
+                    patch |= variables.patch_of(self, state, edge.set, ctx, patch)
+                except TemplateError as exc:
+                    fires, note = False, {"error": f"set: {exc}"}
+                    set_error = f"step '{step.step}', arc to '{edge.step}': set: {exc}"
+            evaluated.append({"to": edge.step, "fired": fires, **note})
+            if fires:
+                taken.append(edge.step)
+            if (fires or set_error) and payload["mode"] == "exclusive":
+                break
+        payload["taken"] = taken
+        if evaluated:
+            payload["edges"] = evaluated
+        if patch:
+            payload["ctx"] = patch
+        return set_error
+
+    def _apply_failure_policy(
+        self, state: ExecutionState, turn: _Turn, name: str, error: str | None = None
+    ) -> None:
         """A failed step no edge handled: halt (and maybe roll back), continue, or route."""
         action = self.policy.on_step_fail
         if action == "halt":
             if not self._start_rollback(state, turn, name):
-                self._finish_workflow(state, turn, ExecutionStatus.FAIL, f"step '{name}' failed")
+                message = error or f"step '{name}' failed"
+                self._finish_workflow(state, turn, ExecutionStatus.FAIL, message)
         elif action.startswith("route_edge:"):
             turn.calls.append((action.split(":", 1)[1], name))
 
@@ -410,7 +450,8 @@ class Engine:
             return {}
         run = state.steps[step.step]
         result = run.result if ok else {"status": "error", "error": run.error}
-        return {"event": {"name": "loop.done" if step.loop else "call.done"}, "result": result}
+        event = {"name": "loop.done" if step.loop else "call.done"}
+        return {"event": event, "result": result, "this": result}
 
     def _edge_fires(
         self, when: Condition | None, ok: bool, ctx: dict[str, Any]

@@ -19,10 +19,11 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Condition, Step
-from noetl.engine import cases, loops, recovery
+from noetl.engine import cases, loops, recovery, variables
 from noetl.engine.retry import FINISH, Attempt, RetryAction, Verdict, jitter_key
 from noetl.engine.retry import assess as assess_rule
 from noetl.engine.types import Event, EventType, RequeueTask
+from noetl.errors import TemplateError
 
 if TYPE_CHECKING:
     from noetl.engine.engine import Engine, _Turn
@@ -75,6 +76,8 @@ def on_outcome(
         return  # a late or duplicate result: discarded
     name, index = entry
     payload = dict(event.payload)
+    if "ctx" in payload:
+        accept_ctx(engine, state, payload)
     attempt = state.attempts.get(task_id, 1)
     if attempt > 1:
         payload.setdefault("attempt", attempt)  # a first attempt's payload stays as sent
@@ -97,6 +100,24 @@ def on_outcome(
             engine, state, turn, step, index, ok=ok, this=payload.get("this"), error=error
         )
         loops.advance(engine, state, turn, step)
+
+
+def accept_ctx(engine: Engine, state: ExecutionState, payload: dict[str, Any]) -> None:
+    """The task's `ctx` patch (`Outcome.ctx`), read as top-level names and held to the
+    bounds of `ctx` (in place). A patch that cannot be accepted is dropped and fails the
+    task (`CtxRefused`, fatal: never retried): the step fails with the reason, the
+    engine does not. Only an
+    upstream NoETL playbook has `ctx`: elsewhere a patch is dropped."""
+    raw = payload.pop("ctx")
+    if not engine.playbook.upstream or not raw:
+        return
+    try:
+        payload["ctx"] = variables.normalize_patch(state.ctx, raw)
+    except TemplateError as exc:
+        refused = f"the task's ctx variables were refused: {exc}"
+        if not payload.get("ok") and payload.get("error"):
+            refused = f"{payload['error']} ({refused})"
+        payload.update(ok=False, error=refused, error_type="CtxRefused", retryable=False)
 
 
 # --- retries -------------------------------------------------------------------------------

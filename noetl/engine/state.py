@@ -110,6 +110,10 @@ class ExecutionState:
     status: ExecutionStatus = ExecutionStatus.RUNNING
     workload: dict[str, Any] = field(default_factory=dict)
     context: dict[str, Any] = field(default_factory=dict)
+    # Upstream NoETL's execution variables (`ctx`): each change is a patch `{name: value}`
+    # in the event that makes it (`ctx` of `step.finished`, `next.evaluated`,
+    # `tool.processed`); later patches win, in event order (noetl.engine.variables).
+    ctx: dict[str, Any] = field(default_factory=dict)
     seq: int = 0
     tasks: dict[str, tuple[str, int | None]] = field(default_factory=dict)
     attempts: dict[str, int] = field(default_factory=dict)  # tasks past their first attempt
@@ -241,7 +245,14 @@ def _iteration_started(state: ExecutionState, event: Event) -> None:
     run.next_index = max(run.next_index, index + 1)
 
 
+def _patch_ctx(state: ExecutionState, event: Event) -> None:
+    patch = event.payload.get("ctx")
+    if patch:
+        state.ctx.update(patch)
+
+
 def _tool_processed(state: ExecutionState, event: Event) -> None:
+    _patch_ctx(state, event)
     task_id = event.payload["task_id"]
     state.attempts.pop(task_id, None)
     state.reclaims.pop(task_id, None)
@@ -281,9 +292,11 @@ def _step_finished(state: ExecutionState, event: Event) -> None:
     if saved_as:
         state.context[saved_as] = run.result
     state.context.update(payload.get("context", {}))
+    _patch_ctx(state, event)
 
 
 def _next_evaluated(state: ExecutionState, event: Event) -> None:
+    _patch_ctx(state, event)
     run = _run(state, event)
     run.taken = list(event.payload.get("taken", []))
     if event.payload.get("unhandled_failure"):

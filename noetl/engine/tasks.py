@@ -11,6 +11,7 @@ that fails to render raises `TemplateError`, which the caller turns into a faile
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Sink, Step, Tool
@@ -18,6 +19,9 @@ from noetl.engine.render import render_spec
 from noetl.engine.secrets import referenced
 from noetl.engine.types import Task
 from noetl.errors import TemplateError
+
+# A template expression or statement (the engine renders it before the task is sent).
+_TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
 
 if TYPE_CHECKING:
     from noetl.engine.engine import Engine
@@ -67,7 +71,10 @@ def build(
         spec=rendered_spec,
         args=rendered_args,
         # upstream's python code reads the whole context (`context.get('<step>')`)
-        context=ctx.tool_view(full=upstream and kind == "python"),
+        context=ctx.tool_view(
+            full=upstream and kind == "python",
+            variables=upstream and reads_variables(engine, step.step, spec, args, sinks),
+        ),
         key=task_key,
         index=index,
         attempt=1,
@@ -89,6 +96,27 @@ def may_reference_secrets(
     if known is None:
         known = "secrets" in json.dumps([kind, spec, args], default=str)
         engine._secret_steps[name] = known
+    return known
+
+
+def reads_variables(
+    engine: Engine,
+    name: str,
+    spec: dict[str, Any],
+    args: dict[str, Any],
+    sinks: tuple[dict[str, Any], ...],
+) -> bool:
+    """Whether the step's tool, as written, mentions `ctx` or `iter` outside the templates
+    the engine renders (cached by step), so its task must carry them to the worker:
+    python code reading `context.get('ctx')`, a sink's `args` (rendered by the worker).
+    An upstream playbook's args, code and SQL are rendered here, so `{{ ctx.x }}` in them
+    needs nothing in the task; a task that reads neither stays as small as before."""
+    known = engine._variable_steps.get(name)
+    if known is None:
+        rendered = _TEMPLATE.sub("", json.dumps([spec, args], default=str))
+        text = rendered + json.dumps([sink.get("args") for sink in sinks], default=str)
+        known = "ctx" in text or "iter" in text
+        engine._variable_steps[name] = known
     return known
 
 

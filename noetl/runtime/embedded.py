@@ -206,6 +206,7 @@ class EmbeddedRuntime:
             started_at=execution.started_at,
             finished_at=state.finished_at or self.clock(),
             error=state.error,
+            ctx=dict(state.ctx),
         )
 
     def state(self, execution_id: str) -> ExecutionState:

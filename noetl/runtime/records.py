@@ -4,7 +4,7 @@ and the result `noetl run` reports."""
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.model import Playbook
@@ -30,6 +30,8 @@ class RunResult:
     started_at: float
     finished_at: float
     error: str | None = None
+    # Upstream NoETL's execution variables (only an upstream playbook has any).
+    ctx: dict[str, Any] = field(default_factory=dict)
 
     @property
     def duration_s(self) -> float:
@@ -45,6 +47,8 @@ class RunResult:
         }
         if self.error:
             out["error"] = self.error
+        if self.ctx:
+            out["ctx"] = self.ctx
         return out
 
 

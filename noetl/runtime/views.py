@@ -88,6 +88,7 @@ class ExecutionView:
             started_at=started,
             finished_at=state.finished_at if state.finished_at is not None else now,
             error=state.error,
+            ctx=dict(state.ctx),
         )
         out = result.to_dict()
         out.update(

@@ -191,8 +191,9 @@ class ExecutionList(Response):
 class ExecutionDetail(Response):
     """The object `noetl run --json` prints, plus where the execution came from and when.
 
-    `error` appears only when the execution failed with one; values under sensitive keys
-    of `context` and `workload` are masked as "***"."""
+    `error` appears only when the execution failed with one, `ctx` only when an upstream
+    NoETL playbook set execution variables; values under sensitive keys of `context`,
+    `ctx` and `workload` are masked as "***"."""
 
     execution_id: str
     status: ExecutionStatus
@@ -200,6 +201,9 @@ class ExecutionDetail(Response):
         description="Step name -> {status, error?, and total/completed/succeeded/failed for loops}"
     )
     context: dict[str, Any]
+    ctx: dict[str, Any] | None = Field(
+        default=None, description="Execution variables (`ctx`) of an upstream NoETL playbook"
+    )
     duration_s: float
     error: str | None = None
     playbook_name: str

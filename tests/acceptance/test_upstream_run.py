@@ -104,7 +104,7 @@ def test_validate_reports_a_pipeline_as_one_error(tmp_path: Path) -> None:
         "error E330: step 'start': this upstream NoETL playbook uses what this engine" in errors[0]
     )
     assert "tool pipelines (a list of tasks under `tool`) (line 9)" in errors[0]
-    assert "`ctx` / `iter` variables and `set:` (line 17)" in errors[0]
+    assert "ctx" not in errors[0]  # a step's `set` and `ctx` are read now
 
 
 # --- running -------------------------------------------------------------------------------

@@ -311,6 +311,34 @@ def test_unknown_playbooks_are_404(client: TestClient) -> None:
 # --- starting and listing executions --------------------------------------------------
 
 
+UPSTREAM_CTX = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: upstream_ctx
+  path: tests/upstream_ctx
+workload:
+  api_token: s3cr3t
+  user: bob
+workflow:
+  - step: start
+    set:
+      ctx.session: {api_token: "{{ api_token }}", user: "{{ user }}"}
+      ctx.count: 1
+"""
+
+
+def test_an_upstream_playbooks_ctx_is_shown_masked(client: TestClient) -> None:
+    execution_id = start(client, {"playbook": UPSTREAM_CTX})
+    detail = client.get(f"/api/executions/{execution_id}").json()
+    assert detail["status"] == "ok"
+    assert detail["ctx"] == {"session": {"api_token": "***", "user": "bob"}, "count": 1}
+    assert "s3cr3t" not in client.get(f"/api/executions/{execution_id}").text
+    assert "s3cr3t" not in client.get(f"/api/executions/{execution_id}/events").text
+    native = start(client, {"playbook": NO_TOOLS})
+    assert "ctx" not in client.get(f"/api/executions/{native}").json()
+
+
 def test_inline_execution_without_tools_finishes_at_once(client: TestClient) -> None:
     execution_id = start(client, {"playbook": NO_TOOLS, "workload": {"user": "bob"}})
     detail = client.get(f"/api/executions/{execution_id}").json()

@@ -469,8 +469,8 @@ def test_a_pipeline_of_tasks_is_one_error_not_dozens() -> None:
     assert "tool pipelines (a list of tasks under `tool`) (line 9)" in message
 
 
-def test_ctx_variables_and_set_are_one_error() -> None:
-    result = load("""
+def test_ctx_variables_and_set_are_read() -> None:
+    playbook = valid("""
         workflow:
           - step: start
             tool:
@@ -482,17 +482,30 @@ def test_ctx_variables_and_set_are_one_error() -> None:
               spec: {mode: exclusive}
               arcs:
                 - step: second
+                  set: {ctx.again: "{{ ctx.count }}", plain: 1}
           - step: second
             tool:
               kind: python
-              input: {n: "{{ ctx.count }}"}
+              input: {n: "{{ ctx.count }}", m: "{{ iter.x | default(0) }}"}
               code: result = n
+        """)
+    assert playbook.step("start").set == {"ctx.count": "{{ start }}"}
+    assert playbook.step("start").edges[0].set == {"ctx.again": "{{ ctx.count }}", "plain": 1}
+
+
+def test_a_task_set_is_still_one_error() -> None:
+    result = load("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              code: result = 1
+              set: {ctx.count: "{{ output }}"}
         """)
     [error] = result.errors
     assert error.code == "E330"
-    assert error.line == 12
-    assert error.step == "start"
-    assert error.message.count("`ctx` / `iter` variables and `set:`") == 1
+    assert "a task's `set:`" in error.message
+    assert "`ctx`" not in error.message
 
 
 def test_a_tool_kind_this_engine_does_not_have_is_one_error_naming_it() -> None:
@@ -603,3 +616,24 @@ workflow:
       code: result = 1
 """)
     assert [d.code for d in result.errors] == ["E200"]
+
+
+def test_a_root_spec_block_is_named_as_unsupported() -> None:
+    result = load("""
+        spec:
+          state: ready
+        workflow:
+          - step: start
+            tool: {kind: python, input: {}, code: "result = 1"}
+            next:
+              arcs:
+                - step: end
+                  when: "{{ spec.state == 'ready' }}"
+                  set: {ctx.state: "{{ spec.state }}"}
+          - step: end
+            tool: {kind: python, code: "result = 1"}
+        """)
+    [error] = result.errors
+    assert error.code == "E330"
+    assert error.line == 7
+    assert "a root `spec:` block (an older form; use `workload`) (line 7)" in error.message

@@ -156,6 +156,8 @@ def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
     now = deps.clock()
     out = read_view(deps, execution_id, lambda view: view.to_dict(now))
     out["context"] = redact(out["context"])
+    if "ctx" in out:
+        out["ctx"] = redact(out["ctx"])
     out["workload"] = redact(out["workload"])
     return out
 
