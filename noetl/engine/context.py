@@ -62,6 +62,31 @@ def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
     }
 
 
+class StepResult(dict[str, Any]):
+    """A step's result as upstream NoETL's templates see it under the step's name.
+
+    Upstream wraps results in an envelope `{status, data}` and lets templates address
+    the payload as `{{ step.data }}` or `{{ step.result }}`; this engine keeps a result
+    as the tool gave it. So, on a result that has no such key of its own, `.data` and
+    `.result` are the result itself (a key of that name, when there is one, wins: the
+    data is read first). A shallow copy: a template that returns it gets a plain map.
+    """
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        return cls(value) if type(value) is dict else value
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self
+
+
 class TemplateContext:
     """Builds the mapping a template is rendered against, for one step (and loop item)."""
 
@@ -97,7 +122,7 @@ class TemplateContext:
             names["result"] = state.steps[state.completed[-1]].result
         for name, run in state.steps.items():
             if run.status is StepStatus.OK:
-                names[name] = run.result
+                names[name] = StepResult.of(run.result)
         names.update(state.context)
         return names
 

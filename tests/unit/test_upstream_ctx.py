@@ -436,3 +436,40 @@ def test_iter_keys_cannot_be_set_by_a_step_or_an_arc() -> None:
     result = load_playbook_text(text, "iter.yaml")
     [error] = result.errors
     assert "iter variables belong to one loop iteration" in error.message
+
+
+# --- step results by name: upstream's `.data` / `.result` envelope -------------------------
+
+
+def test_a_step_result_answers_data_and_result_as_itself_unless_it_has_such_a_key() -> None:
+    h = upstream(
+        """\
+        workflow:
+          - step: start
+            tool: {kind: python, code: "result = 1"}
+            next: [{step: plain}]
+          - step: plain
+            tool: {kind: python, code: "result = 1"}
+            next: [{step: check}]
+          - step: check
+            tool:
+              kind: python
+              input:
+                whole: "{{ start.data }}"
+                status: "{{ start.result.status }}"
+                own: "{{ plain.data }}"
+                count: "{{ start.data.n }}"
+              code: "result = 1"
+        """,
+        start=lambda t: {"status": "success", "n": 3},
+        plain=lambda t: {"data": {"x": 1}},
+        check=echo,
+    )
+    h.run()
+    assert h.status.value == "ok"
+    assert h.finished("check").payload["result"] == {
+        "whole": {"status": "success", "n": 3},
+        "status": "success",
+        "own": {"x": 1},
+        "count": 3,
+    }
