@@ -308,6 +308,7 @@ class Engine:
         if ok and step.set and self.playbook.upstream:
             # Upstream's step `set`: rendered with the step's result, applied as it ends.
             names = {"result": result, "this": result if picked else this, name: result}
+            names["output"] = {"status": "ok", "data": result}
             try:
                 patch = variables.render_set(self, state, step, step.set, names)
             except TemplateError as exc:
@@ -444,14 +445,20 @@ class Engine:
     def _arc_names(self, state: ExecutionState, step: Step, ok: bool) -> dict[str, Any]:
         """What an arc's `when` reads in upstream NoETL's dialect: the event the step
         ended with (`call.done`, or `loop.done` once a loop's items are all done; this
-        engine evaluates a step's arcs once, when it finishes) and its own `result` (for
-        a failed step `{status: error, error}`)."""
+        engine evaluates a step's arcs once, when it finishes), its own `result` (for a
+        failed step `{status: error, error}`) and `output`, upstream's outcome envelope
+        (`{status: ok, data: <result>}`, or `{status: error, error: {message}}`)."""
         if not self.playbook.upstream:
             return {}
         run = state.steps[step.step]
         result = run.result if ok else {"status": "error", "error": run.error}
+        output = (
+            {"status": "ok", "data": run.result}
+            if ok
+            else {"status": "error", "error": {"message": run.error}}
+        )
         event = {"name": "loop.done" if step.loop else "call.done"}
-        return {"event": event, "result": result, "this": result}
+        return {"event": event, "result": result, "this": result, "output": output}
 
     def _edge_fires(
         self, when: Condition | None, ok: bool, ctx: dict[str, Any]

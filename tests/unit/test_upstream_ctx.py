@@ -473,3 +473,34 @@ def test_a_step_result_answers_data_and_result_as_itself_unless_it_has_such_a_ke
         "own": {"x": 1},
         "count": 3,
     }
+
+
+def test_step_set_and_arc_when_read_the_outcome_as_output() -> None:
+    h = upstream(
+        """\
+        workflow:
+          - step: start
+            tool: {kind: python, code: "result = 1"}
+            set: {ctx.count: "{{ output.data.rows | length }}", ctx.how: "{{ output.status }}"}
+            next:
+              arcs:
+                - step: many
+                  when: "{{ output.status == 'ok' and output.data.rows | length > 1 }}"
+                - step: few
+                  when: "{{ output.data.rows | length <= 1 }}"
+          - step: many
+            tool: {kind: python, code: "result = 1"}
+          - step: few
+            tool: {kind: python, code: "result = 1"}
+        """,
+        start=lambda t: {"rows": [1, 2, 3]},
+        many=echo,
+        few=echo,
+    )
+    h.run()
+    assert h.status.value == "ok"
+    assert h.state.ctx == {"count": 3, "how": "ok"}
+    assert [e.step for e in h.events if e.type == EventType.STEP_FINISHED.value] == [
+        "start",
+        "many",
+    ]
