@@ -111,11 +111,8 @@ def tool_findings(tool: dict[str, Any], path: Path) -> Iterator[Finding]:
         yield Finding(f"tool kind '{kind}'", (*path, "kind"), kind=kind)
         return
     merged = _merged(tool)
-    if "set" in tool:
-        yield Finding(CTX_VARIABLES, (*path, "set"))
-    if "policy" in merged:
-        where = (*path, "spec", "policy") if "policy" not in tool else (*path, "policy")
-        yield Finding("task policy rules (`spec.policy` of a tool)", where)
+    if "policy" in tool:  # upstream writes a task's policy under its spec
+        yield Finding("a task `policy` outside `spec.policy`", (*path, "policy"))
     yield from _kind_findings(kind, merged, path)
     retry = tool.get("retry")
     if isinstance(retry, dict):

@@ -11,6 +11,7 @@ that fails to render raises `TemplateError`, which the caller turns into a faile
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Sink, Step, Tool
@@ -18,6 +19,8 @@ from noetl.engine.render import render_spec
 from noetl.engine.secrets import referenced
 from noetl.engine.types import Task
 from noetl.errors import TemplateError
+
+PIPELINE = "pipeline"  # a tool kind whose tasks are rendered on the worker
 
 if TYPE_CHECKING:
     from noetl.engine.engine import Engine
@@ -43,9 +46,16 @@ def build(
         kind, spec = task_def.tool.kind, task_def.tool.spec
         args = {**task_def.tool.args, **args}
     values = ctx.build()
-    rendered_args = engine.renderer.render(args, values, field="args") if args else {}
     upstream = engine.playbook.upstream
-    rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)
+    context = ctx.tool_view(full=upstream and kind == "python")
+    if kind == PIPELINE:
+        # Its tasks are rendered where they run, one by one (noetl.worker.pipeline).
+        rendered_spec = pipeline_spec(engine, spec)
+        rendered_args: dict[str, Any] = {}
+        context = ctx.tool_view(full=True) | variables(values)
+    else:
+        rendered_args = engine.renderer.render(args, values, field="args") if args else {}
+        rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)
     sinks = result_sinks(engine, step, values)
     secrets: set[str] = set()
     if may_reference_secrets(engine, step.step, kind, spec, args):
@@ -67,7 +77,7 @@ def build(
         spec=rendered_spec,
         args=rendered_args,
         # upstream's python code reads the whole context (`context.get('<step>')`)
-        context=ctx.tool_view(full=upstream and kind == "python"),
+        context=context,
         key=task_key,
         index=index,
         attempt=1,
@@ -77,6 +87,39 @@ def build(
         # The worker needs the pick only to compute what its sinks write.
         pick=step.result.pick if sinks and step.result is not None else None,
     )
+
+
+def pipeline_spec(engine: Engine, spec: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline's spec as its worker runs it: the tasks as written (templates and all),
+    a `workbook` task replaced by the workbook's tool, and whether code and SQL are
+    rendered (upstream NoETL's dialect) or taken literally."""
+    tasks = []
+    for written in spec.get("tasks") or []:
+        task = written
+        tool = task.get("tool") if isinstance(task, dict) else None
+        if isinstance(tool, dict) and tool.get("kind") == "workbook":
+            name = (tool.get("spec") or {}).get("name")
+            called = engine.playbook.task(str(name)).tool
+            tool = {
+                "kind": called.kind,
+                "spec": called.spec,
+                "args": {**called.args, **(tool.get("args") or {})},
+                **({"timeout_ms": called.timeout_ms} if called.timeout_ms else {}),
+            }
+            task = {**task, "tool": tool}
+        tasks.append(task)
+    return {"tasks": tasks, "render_code": engine.playbook.upstream}
+
+
+def variables(values: dict[str, Any]) -> dict[str, Any]:
+    """The execution's `ctx` and the iteration's `iter` variables, when the context has
+    them, for the templates a pipeline renders on its worker."""
+    out: dict[str, Any] = {}
+    for name in ("ctx", "iter"):
+        value = values.get(name)
+        if isinstance(value, Mapping):
+            out[name] = dict(value)
+    return out
 
 
 def may_reference_secrets(
