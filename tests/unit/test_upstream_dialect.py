@@ -447,28 +447,6 @@ def test_a_model_read_back_from_json_keeps_its_dialect() -> None:
 # --- one clear error for what is not supported --------------------------------------------
 
 
-def test_a_pipeline_of_tasks_is_one_error_not_dozens() -> None:
-    message = only_error("""
-        workflow:
-          - step: start
-            tool:
-              - name: a
-                kind: python
-                input: {x: 1}
-                code: result = x
-              - name: b
-                kind: python
-                code: result = 2
-                spec:
-                  policy:
-                    rules:
-                      - when: "{{ output.status == 'error' }}"
-                        then: {do: retry, attempts: 3}
-        """)
-    assert "E330" in message
-    assert "tool pipelines (a list of tasks under `tool`) (line 9)" in message
-
-
 def test_ctx_variables_and_set_are_one_error() -> None:
     result = load("""
         workflow:
