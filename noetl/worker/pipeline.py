@@ -209,10 +209,14 @@ class _Run:
             self.prev = outcome.this
             self.results[label] = outcome.this
         view = output_view(kind, outcome, attempt)
-        values = {**values, "_prev": self.prev, "output": view, "outcome": view}
-        values["results"] = dict(self.results)
-        self._set(dict(spec.get("set") or {}), values, f"task '{label}' set")
-        return outcome, values | self._own(label, attempt)
+        values = {**values, "_prev": self.prev, "results": dict(self.results)}
+        if spec.get("set"):
+            # A task's own `set` reads its result as `output` (and `result`); `outcome`
+            # is the view its rules read.
+            own = {**values, "output": outcome.this, "result": outcome.this, "outcome": view}
+            self._set(dict(spec["set"]), own, f"task '{label}' set")
+        values |= self._own(label, attempt) | self.names
+        return outcome, values | {"output": view, "outcome": view}
 
     def _subtask(self, tool: Tool, label: str, values: dict[str, Any]) -> Task:
         renderer = self.tool._renderer

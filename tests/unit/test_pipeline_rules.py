@@ -298,7 +298,7 @@ def test_set_writes_ctx_iter_and_names_that_later_tasks_see_and_returns_ctx() ->
     )
     outcome, scripted = run(
         pipeline(
-            step("a", "a", remember, set={"kept": "{{ output.data.value }}"}),
+            step("a", "a", remember, set={"kept": "{{ output.value }}"}),
             step(
                 "b",
                 "b",
