@@ -203,6 +203,9 @@ FATAL_ERROR_TYPES = frozenset(
         # A result the worker could not report (a value the store cannot hold): the same
         # result would be refused again (noetl.worker.reporting).
         "ReportError",
+        # A pipeline's policy rule failed the task, or its retries ran out: the policy has
+        # decided (noetl.worker.pipeline).
+        "PolicyFailure",
     }
 )
 # HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.

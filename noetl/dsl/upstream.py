@@ -219,13 +219,26 @@ def _loop_findings(loop: Any, path: Path) -> Iterator[Finding]:
 def _template_findings(tree: YMap) -> Iterator[Finding]:
     reported: set[str] = set()
     for path, text in _strings(tree):
-        if not is_template(text):
+        if not is_template(text) or _in_pipeline(tree, path):
             continue
         for name, _ in free_names(text):
             what = _UNSUPPORTED_NAMES.get(name)
             if what is not None and what not in reported:
                 reported.add(what)
                 yield Finding(what, path)
+
+
+def _in_pipeline(tree: YMap, path: Path) -> bool:
+    """Whether `path` is inside a pipeline's tasks, whose templates have `ctx` and `iter`
+    (the pipeline's worker keeps them as its tasks set them, noetl.worker.pipeline)."""
+    if len(path) < 3 or path[2] != "tool":
+        return False
+    items = tree.get(path[0])
+    index = path[1]
+    if not isinstance(items, list) or not isinstance(index, int) or index >= len(items):
+        return False
+    item = items[index]
+    return isinstance(item, dict) and is_pipeline(item.get("tool"))
 
 
 def _strings(tree: YMap) -> Iterator[tuple[Path, str]]:

@@ -44,9 +44,10 @@ from noetl.worker.policy_rules import decide, output_view, retry_delay
 if TYPE_CHECKING:
     from noetl.worker.tools import ToolRegistry
 
-__all__ = ["MAX_RUNS", "PipelineTool"]
+__all__ = ["MAX_RUNS", "POLICY_FAILURE", "PipelineTool"]
 
 MAX_RUNS = 10_000  # task runs of one pipeline, retries and jumps included
+POLICY_FAILURE = "PolicyFailure"  # a fatal error type (noetl.errors.FATAL_ERROR_TYPES)
 _OWN = ("_prev", "_task", "_attempt", "results", "ctx", "iter", "output", "outcome")
 
 
@@ -214,7 +215,9 @@ class _Run:
             # A task's own `set` reads its result as `output` (and `result`); `outcome`
             # is the view its rules read.
             own = {**values, "output": outcome.this, "result": outcome.this, "outcome": view}
-            self._set(dict(spec["set"]), own, f"task '{label}' set")
+            # A failed task's error is what its rules (and the step) must see, not a
+            # value of its `set` that cannot render without its result.
+            self._set(dict(spec["set"]), own, f"task '{label}' set", strict=outcome.ok)
         values |= self._own(label, attempt) | self.names
         return outcome, values | {"output": view, "outcome": view}
 
@@ -279,14 +282,19 @@ class _Run:
             "iter": dict(self.iter),
         }
 
-    def _set(self, items: Mapping[str, Any], values: dict[str, Any], where: str) -> None:
+    def _set(
+        self, items: Mapping[str, Any], values: dict[str, Any], where: str, *, strict: bool = True
+    ) -> None:
         """Render each value of a `set` (a rule's or a task's) and store it: `ctx.<name>`
         in the execution's variables (returned to the engine), `iter.<name>` in the
-        iteration's, any other name for the later tasks. Later names see earlier ones."""
+        iteration's, any other name for the later tasks. Later names see earlier ones.
+        A value that fails to render fails the pipeline, or (not `strict`) is skipped."""
         for key, raw in items.items():
             try:
                 value = self.tool._renderer.render(raw, values, field=f"{where}.{key}")
             except TemplateError as exc:
+                if not strict:
+                    continue
                 raise _Stopped(str(exc), "TemplateError") from None
             scope, _, name = str(key).partition(".")
             if scope == "ctx" and name:
@@ -311,20 +319,23 @@ class _Run:
         exhausted: int | None = None,
         decided: bool = False,
     ) -> Outcome:
-        """The pipeline fails with the task's error. Retryable only when no rule decided
-        it (the policy had its say: the engine must not run the pipeline again)."""
+        """The pipeline fails with the task's error. When a rule decided it (`fail`, or
+        retries run out) the failure is final, `PolicyFailure` (the policy had its say:
+        the engine must not run the pipeline again); else (no rule matched an error) it
+        keeps the task's error type and retryability, as a task of its own would."""
         if exhausted is not None:
             reason = outcome.error or "its result still matched a retry rule"
             error = f"task '{label}' failed after {exhausted} attempts: {reason}"
         else:
             error = f"task '{label}': {outcome.error or 'a rule failed it'}"
+        final = decided or exhausted is not None
         return self._outcome(
             ok=False,
             started=started,
             this=outcome.this,
             error=error,
-            error_type=outcome.error_type or "PolicyFailed",
-            retryable=outcome.retryable and exhausted is None and not decided,
+            error_type=POLICY_FAILURE if final else outcome.error_type,
+            retryable=outcome.retryable and not final,
         )
 
     def _outcome(

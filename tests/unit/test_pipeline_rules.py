@@ -175,6 +175,7 @@ def test_retry_stops_after_attempts_tries_in_all_and_fails_for_good() -> None:
     assert not outcome.ok
     assert len(scripted.calls) == 2
     assert outcome.error == "task 'a' failed after 2 attempts: HTTP 500"
+    assert outcome.error_type == "PolicyFailure"
     assert not outcome.retryable  # the policy decided: the engine does not run it again
 
 
