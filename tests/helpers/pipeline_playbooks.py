@@ -79,7 +79,8 @@ def pipeline_playbook(api: str, key: str) -> str:
                 spec:
                   policy:
                     rules:
-                      - when: "{{{{ output.status == 'error' and output.http.status in [500, 503] }}}}"
+                      - when: >-
+                          {{{{ output.status == 'error' and output.http.status in [500, 503] }}}}
                         then: {{do: retry, attempts: 4, delay: 0.05, backoff: linear}}
                       - when: "{{{{ output.status == 'error' }}}}"
                         then: {{do: fail}}
@@ -90,7 +91,8 @@ def pipeline_playbook(api: str, key: str) -> str:
               - name: store
                 kind: postgres
                 auth: "{{{{ pg }}}}"
-                command: "SELECT {{{{ _prev.data.n }}}}::int AS n, '{{{{ fetch.data.key }}}}' AS key"
+                command: >-
+                  SELECT {{{{ _prev.data.n }}}}::int AS n, '{{{{ fetch.data.key }}}}' AS key
                 set:
                   row: "{{{{ output.rows[0] }}}}"
               - name: count
