@@ -231,7 +231,7 @@ def _template_findings(tree: YMap) -> Iterator[Finding]:
 def _in_pipeline(tree: YMap, path: Path) -> bool:
     """Whether `path` is inside a pipeline's tasks, whose templates have `ctx` and `iter`
     (the pipeline's worker keeps them as its tasks set them, noetl.worker.pipeline)."""
-    if len(path) < 3 or path[2] != "tool":
+    if len(path) < 3 or path[2] != "tool" or not isinstance(path[0], str):
         return False
     items = tree.get(path[0])
     index = path[1]

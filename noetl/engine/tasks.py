@@ -68,7 +68,12 @@ def build(
     timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
     if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
         in_loop = engine.options.loop_item_timeout_ms if step.loop else None
-        timeout = in_loop or engine.options.tool_timeout_ms
+        default = in_loop or engine.options.tool_timeout_ms
+        if kind == PIPELINE:
+            # The default bounds each of its tasks, not the whole (retries wait between).
+            rendered_spec["task_timeout_ms"] = default
+        else:
+            timeout = default
     return Task(
         task_id=f"{state.execution_id}.{step.step}{suffix}",
         execution_id=state.execution_id,

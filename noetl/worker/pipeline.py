@@ -12,15 +12,17 @@ workload's keys bare when `render_code`) and the pipeline's own:
   them, with what the tasks `set` so far; the names a task's `set` gives.
 
 It then runs through the worker's tool registry like any task (its kind's tool, its
-credentials, its secrets resolved and masked), with the time left of the pipeline's own
-`timeout_ms`. Its policy rules decide what follows (noetl.worker.policy_rules): `continue`
-(the next task), `retry` (the same task again, after its delay), `jump` (the task named
-`to`), `break` (stop, successfully), `fail`. The pipeline's result is `_prev` at the end;
-the `ctx.*` values set are returned in `Outcome.ctx` for the engine to apply.
+credentials, its secrets resolved and masked), with its own `timeout_ms` (else the
+default a task has, `spec.task_timeout_ms`), at most the time left of the pipeline's
+`timeout_ms` when the step gives it one. Its policy rules decide what follows
+(noetl.worker.policy_rules): `continue` (the next task), `retry` (the same task again,
+after its delay), `jump` (the task named `to`), `break` (stop, successfully), `fail`.
+The pipeline's result is `_prev` at the end; the `ctx.*` values set are returned in
+`Outcome.ctx` for the engine to apply.
 
 Bounded: a retry never waits past a cancel (`cancel`) or the pipeline's timeout, a rule
-retries at most `attempts` times in a row, and the tasks run at most `MAX_RUNS` times in
-all (a `jump` back is a loop).
+retries at most `attempts` (at most 100) times in a row, a delay is at most an hour, and
+the tasks run at most `MAX_RUNS` times in all (a `jump` back is a loop).
 """
 
 from __future__ import annotations
@@ -49,6 +51,10 @@ __all__ = ["MAX_RUNS", "POLICY_FAILURE", "PipelineTool"]
 MAX_RUNS = 10_000  # task runs of one pipeline, retries and jumps included
 POLICY_FAILURE = "PolicyFailure"  # a fatal error type (noetl.errors.FATAL_ERROR_TYPES)
 _OWN = ("_prev", "_task", "_attempt", "results", "ctx", "iter", "output", "outcome")
+
+
+def _positive(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 class _Stopped(Exception):
@@ -244,6 +250,7 @@ class _Run:
         )
 
     def _time_left(self, own: int | None) -> int | None:
+        own = own or _positive(self.task.spec.get("task_timeout_ms"))
         if self.deadline is None:
             return own
         left = max(int((self.deadline - time.monotonic()) * 1000), 1)
