@@ -53,6 +53,9 @@ def build(
         rendered_spec = pipeline_spec(engine, spec)
         rendered_args: dict[str, Any] = {}
         context = ctx.tool_view(full=True) | variables(values)
+        if step.loop is not None and index is not None:
+            # upstream names the loop element `iter.<iterator>` too
+            context["iter"] = {step.loop.element: item, **context.get("iter", {})}
     else:
         rendered_args = engine.renderer.render(args, values, field="args") if args else {}
         rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)

@@ -21,6 +21,7 @@ from tests.helpers.pipeline_playbooks import (
     CountingApi,
     ctx_patch,
     exhausted_playbook,
+    loop_playbook,
     pipeline_playbook,
 )
 
@@ -82,3 +83,10 @@ def test_retries_exhausted_fail_the_step_for_good(tmp_path: Path, api: CountingA
     assert payload["error"].startswith("task 'down' failed after 2 attempts: HTTP 500")
     assert payload["retryable"] is False
     assert payload["error_type"] == "PolicyFailure"  # final: the engine does not retry it
+
+
+def test_each_loop_item_runs_its_own_pipeline(tmp_path: Path) -> None:
+    summary, events = run(tmp_path, loop_playbook(), {})
+    assert summary["status"] == "ok", json.dumps(summary)[:3000]
+    processed = [e["step"] for e in events if e["type"] == "tool.processed"]
+    assert processed.count("start") == 3

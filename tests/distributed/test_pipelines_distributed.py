@@ -19,6 +19,7 @@ from tests.helpers.pipeline_playbooks import (
     CountingApi,
     ctx_patch,
     exhausted_playbook,
+    loop_playbook,
     pipeline_playbook,
     playbook,
 )
@@ -60,6 +61,12 @@ def test_a_pipeline_runs_as_one_task_on_a_worker(cluster: Cluster, api: Counting
     processed = [e["step"] for e in events if e["type"] == "tool.processed"]
     assert processed == ["start", "single", "check"]  # one task per step, retries inside
     assert ctx_patch(events, "start") == {"fetched_on": 3, "counted": 3}
+
+
+def test_each_loop_item_runs_its_own_pipeline(cluster: Cluster) -> None:
+    execution = cluster.start_execution(loop_playbook())
+    result = cluster.wait_finished(execution, timeout=60)
+    assert result["status"] == "ok", json.dumps(result)[:3000]
 
 
 def test_exhausted_retries_fail_the_execution_without_engine_retries(

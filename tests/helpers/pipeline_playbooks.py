@@ -176,3 +176,41 @@ def ctx_patch(events: list[dict[str, Any]], step: str) -> dict[str, Any]:
         if event["type"] == "tool.processed" and event.get("step") == step:
             return dict(event["payload"].get("ctx") or {})
     raise AssertionError(f"no tool.processed for {step}")
+
+
+def loop_playbook() -> str:
+    """A pipeline per loop item: the element is `iter.<iterator>` as well as its name."""
+    return playbook(
+        "looped",
+        """
+        workflow:
+          - step: start
+            loop:
+              in: [1, 2, 3]
+              iterator: number
+              spec: {mode: parallel}
+            tool:
+              - name: square
+                kind: python
+                input: {n: "{{ iter.number }}", same: "{{ number }}"}
+                code: |
+                  assert n == same
+                  result = n * n
+              - name: label
+                kind: python
+                input: {sq: "{{ _prev }}"}
+                code: |
+                  result = {"square": sq}
+            next:
+              spec: {mode: exclusive}
+              arcs:
+                - step: check
+          - step: check
+            tool:
+              kind: python
+              input: {looped: "{{ start }}"}
+              code: |
+                assert sorted(r["square"] for r in looped) == [1, 4, 9], looped
+                result = {"checked": True}
+        """,
+    )
