@@ -90,3 +90,43 @@ def test_each_loop_item_runs_its_own_pipeline(tmp_path: Path) -> None:
     assert summary["status"] == "ok", json.dumps(summary)[:3000]
     processed = [e["step"] for e in events if e["type"] == "tool.processed"]
     assert processed.count("start") == 3
+
+
+def test_a_native_pipeline_keeps_code_literal_and_renders_args(tmp_path: Path) -> None:
+    text = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: native}
+workload: {n: 4}
+workflow:
+  - step: start
+    tool:
+      kind: pipeline
+      spec:
+        tasks:
+          - name: double
+            tool:
+              kind: python
+              args: {n: "{{ workload.n }}"}
+              spec:
+                code: |
+                  def main(context, args):
+                      return {"text": "{{ not rendered }}", "n": args["n"] * 2}
+          - name: check
+            tool:
+              kind: python
+              args: {prev: "{{ _prev }}", doubled: "{{ double.n }}"}
+              spec:
+                code: |
+                  def main(context, args):
+                      assert args["prev"]["text"] == "{{ not rendered }}", args
+                      assert args["doubled"] == 8, args
+                      return args["doubled"]
+            rules:
+              - when: "{{ output.data == 8 }}"
+                then: {do: break}
+"""
+    summary, events = run(tmp_path, text, {})
+    assert summary["status"] == "ok", json.dumps(summary)[:3000]
+    [finished] = [e for e in events if e["type"] == "step.finished"]
+    assert finished["payload"]["result"] == 8

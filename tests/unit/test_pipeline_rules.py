@@ -7,6 +7,7 @@ and records what it was given.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from typing import Any
@@ -396,3 +397,28 @@ def test_a_jump_loop_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
     outcome, scripted = run(pipeline(step("a", "a", rule(do="jump", to="a"))), {"a": ["ok:1"]})
     assert not outcome.ok and "20 times" in (outcome.error or "")
     assert len(scripted.calls) == 20
+
+
+class _Secrets:
+    def secret(self, name: str) -> str | None:
+        return "s3cr3t-value" if name == "TOKEN" else None
+
+    def credential(self, name: str) -> None:
+        return None
+
+
+def test_secrets_are_resolved_for_the_task_and_masked_in_what_the_pipeline_returns() -> None:
+    scripted = Scripted({"a": ["ok:1"], "b": ["ok:2"]})
+    registry = ToolRegistry([scripted], secrets=_Secrets())
+    registry.register(PipelineTool(registry))
+    spec = pipeline(
+        step("a", "a", args={"auth": "Bearer {{ secrets.TOKEN }}"}),
+        step("b", "b", args={"seen": "{{ _prev.args.auth }}"}),
+    )
+    task = Task("e1.s", "e1", "s", "pipeline", spec, {}, {}, "e1:s")
+    outcome = registry.run(task)
+    assert outcome.ok
+    first, second = scripted.calls
+    assert first.args["auth"] == "Bearer s3cr3t-value"  # resolved where the task runs
+    assert "s3cr3t-value" not in json.dumps(second.args)  # masked in what a task returns
+    assert "s3cr3t-value" not in json.dumps(outcome.this)
