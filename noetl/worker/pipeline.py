@@ -28,6 +28,7 @@ the tasks run at most `MAX_RUNS` times in all (a `jump` back is a loop).
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from collections.abc import Mapping
@@ -47,6 +48,8 @@ if TYPE_CHECKING:
     from noetl.worker.tools import ToolRegistry
 
 __all__ = ["MAX_RUNS", "POLICY_FAILURE", "PipelineTool"]
+
+log = logging.getLogger(__name__)
 
 MAX_RUNS = 10_000  # task runs of one pipeline, retries and jumps included
 POLICY_FAILURE = "PolicyFailure"  # a fatal error type (noetl.errors.FATAL_ERROR_TYPES)
@@ -221,9 +224,7 @@ class _Run:
             # A task's own `set` reads its result as `output` (and `result`); `outcome`
             # is the view its rules read.
             own = {**values, "output": outcome.this, "result": outcome.this, "outcome": view}
-            # A failed task's error is what its rules (and the step) must see, not a
-            # value of its `set` that cannot render without its result.
-            self._set(dict(spec["set"]), own, f"task '{label}' set", strict=outcome.ok)
+            self._set(dict(spec["set"]), own, f"task '{label}' set")
         values |= self._own(label, attempt) | self.names
         return outcome, values | {"output": view, "outcome": view}
 
@@ -289,20 +290,18 @@ class _Run:
             "iter": dict(self.iter),
         }
 
-    def _set(
-        self, items: Mapping[str, Any], values: dict[str, Any], where: str, *, strict: bool = True
-    ) -> None:
+    def _set(self, items: Mapping[str, Any], values: dict[str, Any], where: str) -> None:
         """Render each value of a `set` (a rule's or a task's) and store it: `ctx.<name>`
         in the execution's variables (returned to the engine), `iter.<name>` in the
         iteration's, any other name for the later tasks. Later names see earlier ones.
-        A value that fails to render fails the pipeline, or (not `strict`) is skipped."""
+        A value that fails to render keeps its text, with a warning, as upstream NoETL
+        does (its playbooks rely on it: a failed task's `set` still runs)."""
         for key, raw in items.items():
             try:
                 value = self.tool._renderer.render(raw, values, field=f"{where}.{key}")
             except TemplateError as exc:
-                if not strict:
-                    continue
-                raise _Stopped(str(exc), "TemplateError") from None
+                log.warning("%s (its text is kept)", exc)
+                value = raw
             scope, _, name = str(key).partition(".")
             if scope == "ctx" and name:
                 self.ctx[name] = value

@@ -422,3 +422,14 @@ def test_secrets_are_resolved_for_the_task_and_masked_in_what_the_pipeline_retur
     assert first.args["auth"] == "Bearer s3cr3t-value"  # resolved where the task runs
     assert "s3cr3t-value" not in json.dumps(second.args)  # masked in what a task returns
     assert "s3cr3t-value" not in json.dumps(outcome.this)
+
+
+def test_a_set_value_that_fails_to_render_keeps_its_text(caplog: pytest.LogCaptureFixture) -> None:
+    remember = rule(do="continue", set={"ctx.missing": "{{ output.data.nothing.here }}"})
+    outcome, scripted = run(
+        pipeline(step("a", "a", remember), step("b", "b", args={"m": "{{ ctx.missing }}"})),
+        {"a": ["ok:1"], "b": ["ok:2"]},
+    )
+    assert outcome.ok
+    assert scripted.calls[1].args["m"] == "{{ output.data.nothing.here }}"
+    assert "ctx.missing" in caplog.text and "its text is kept" in caplog.text
