@@ -121,7 +121,9 @@ def _task(item: Any, index: int) -> YMap:
         body = item
     if not isinstance(name, str):
         raise ShapeError("a pipeline task's 'name' must be a text label", ("name",))
-    config = new_map(body, {k: v for k, v in body.items() if k not in ("name", "set")})
+    # `name` is the label, but in `- label: {kind: workbook, name: ...}`, the task called
+    dropped = ("set",) if labeled is not None else ("name", "set")
+    config = new_map(body, {k: v for k, v in body.items() if k not in dropped})
     rules = _policy_rules(body)
     spec = body.get("spec")
     if isinstance(spec, dict) and "policy" in spec:

@@ -130,3 +130,34 @@ workflow:
     assert summary["status"] == "ok", json.dumps(summary)[:3000]
     [finished] = [e for e in events if e["type"] == "step.finished"]
     assert finished["payload"]["result"] == 8
+
+
+def test_a_labeled_task_may_call_a_workbook_task(tmp_path: Path) -> None:
+    text = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: wb}
+workbook:
+  - name: twice
+    tool:
+      kind: python
+      input: {n: 0}
+      code: |
+        result = n * 2
+workflow:
+  - step: start
+    tool:
+      - name: first
+        kind: python
+        input: {}
+        code: |
+          result = 21
+      - call:
+          kind: workbook
+          name: twice
+          input: {n: "{{ _prev }}"}
+"""
+    summary, events = run(tmp_path, text, {})
+    assert summary["status"] == "ok", json.dumps(summary)[:3000]
+    [finished] = [e for e in events if e["type"] == "step.finished"]
+    assert finished["payload"]["result"] == 42
