@@ -148,7 +148,16 @@ class _Run:
                     tries += 1
                     if tries >= action.attempts:
                         return self._failed(outcome, label, started, exhausted=action.attempts)
-                    self._wait(retry_delay(action, tries), label)
+                    delay = retry_delay(action, tries)
+                    log.info(
+                        "pipeline %s: task '%s' matched a retry rule (try %d of %d); again in %.2f s",
+                        self.task.task_id,
+                        label,
+                        tries,
+                        action.attempts,
+                        delay,
+                    )
+                    self._wait(delay, label)
                     continue
                 tries = 0
                 if action.do == "fail":
