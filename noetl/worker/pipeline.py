@@ -150,7 +150,7 @@ class _Run:
                         return self._failed(outcome, label, started, exhausted=action.attempts)
                     delay = retry_delay(action, tries)
                     log.info(
-                        "pipeline %s: task '%s' matched a retry rule (try %d of %d); again in %.2f s",
+                        "pipeline %s: '%s' matched a retry rule (try %d of %d), again in %.2fs",
                         self.task.task_id,
                         label,
                         tries,
