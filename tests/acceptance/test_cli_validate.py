@@ -282,6 +282,7 @@ def test_schema_is_a_draft_2020_12_json_schema() -> None:
         "duckdb",
         "http",
         "noop",
+        "pipeline",
         "playbook",
         "postgres",
         "python",
