@@ -168,8 +168,8 @@ def _policy_rules(body: dict[str, Any]) -> Any:
 
 
 def _rule(rule: Any) -> Any:
-    """`{when, then}` as it is; `{else: {then}}` (or `else` beside `then`) as `{then}`;
-    `then.set_ctx` / `set_iter` folded into `then.set`."""
+    """`{when, then}` as it is; `{else: {then}}`, `{else: {do, ...}}` (or `else` beside
+    `then`) as `{then}`; `then.set_ctx` / `set_iter` folded into `then.set`."""
     if not isinstance(rule, dict):
         raise ShapeError("a policy rule must be a map with 'when' and 'then', or 'else'")
     out = new_map(rule, {k: v for k, v in rule.items() if k != "else"})
@@ -177,11 +177,14 @@ def _rule(rule: Any) -> Any:
         if "when" in rule:
             raise ShapeError("a policy rule has both 'when' and 'else'; keep one", ("else",))
         other = rule["else"]
+        if isinstance(other, dict) and other and "then" in rule:
+            raise ShapeError("a policy rule has 'then' twice (beside and in 'else')")
         if isinstance(other, dict) and "then" in other:
-            if "then" in rule:
-                raise ShapeError("a policy rule has 'then' twice (beside and in 'else')")
             out["then"] = other["then"]
             set_origin(out, "then", ("else", "then"))
+        elif isinstance(other, dict) and "do" in other:  # `else: {do: ..., set: ...}`
+            out["then"] = other
+            set_origin(out, "then", ("else",))
     if not isinstance(out.get("then"), dict):
         raise ShapeError(
             "a policy rule needs 'then: {do: ...}'", ("then",) if "then" in out else ()

@@ -52,6 +52,7 @@ def test_a_list_of_tasks_is_a_pipeline_with_labels_rules_and_set() -> None:
                         do: continue
                         set_ctx: {pages: "{{ _prev }}"}
                         set_iter: {last: 1}
+                  - else: {do: break}
           - kind: python
             input: {rows: "{{ _prev.data }}"}
             code: |
@@ -71,6 +72,7 @@ def test_a_list_of_tasks_is_a_pipeline_with_labels_rules_and_set() -> None:
             "then": {"do": "retry", "attempts": 5, "backoff": "exponential", "delay": 0.5},
         },
         {"then": {"do": "continue", "set": {"ctx.pages": "{{ _prev }}", "iter.last": 1}}},
+        {"then": {"do": "break"}},
     ]
     assert second["name"] == "task_2"
     assert second["tool"]["kind"] == "python"
