@@ -206,6 +206,9 @@ FATAL_ERROR_TYPES = frozenset(
         # A task's `ctx` patch the engine refused (noetl.engine.variables): the same
         # values would be refused again.
         "CtxRefused",
+        # A pipeline's policy rule failed the task, or its retries ran out: the policy has
+        # decided (noetl.worker.pipeline).
+        "PolicyFailure",
     }
 )
 # HTTP statuses worth another attempt; any other 4xx is fatal, any 5xx transient.

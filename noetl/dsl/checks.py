@@ -17,10 +17,21 @@ from noetl.dsl.code_checks import (
 )
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path, has_errors
 from noetl.dsl.graph import build_graph
-from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS
+from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS, PipelineSpec
 from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
-from noetl.dsl.model import UPSTREAM, Playbook, Policy, Result, Sink, Step, Tool, WorkbookTask
+from noetl.dsl.model import (
+    UPSTREAM,
+    Playbook,
+    Policy,
+    Result,
+    Sink,
+    Step,
+    Tool,
+    WorkbookTask,
+    pipeline_task_tool,
+)
+from noetl.dsl.rewrite import ShapeError
 from noetl.dsl.routing import BackEdge, Join, analyze
 from noetl.dsl.source import Source, YMap, line_at
 from noetl.dsl.templates import check_syntax, is_template, step_references
@@ -253,6 +264,9 @@ class _Checker:
                 )
             )
             return
+        if isinstance(spec, PipelineSpec):
+            self.pipeline(spec, path)
+            return
         if tool.kind == "workbook" and getattr(spec, "name", None) not in self.tasks:
             name = getattr(spec, "name", "")
             self.add(
@@ -277,6 +291,24 @@ class _Checker:
                     warning=True,
                     lineno=line,
                 )
+
+    def pipeline(self, spec: PipelineSpec, path: Path) -> None:
+        """Each task of a pipeline checked as the tool it is."""
+        for index, task in enumerate(spec.tasks):
+            where = (*path, "spec", "tasks", index, "tool")
+            try:
+                tool = pipeline_task_tool(task.tool)
+            except ShapeError as exc:
+                self.add(exc.code, exc.message, (*where, *exc.path))
+                continue
+            except ValidationError as exc:
+                self.diags.extend(
+                    translate_errors(
+                        exc.errors(), self.tree, self.source.name, base=where, model=Tool
+                    )
+                )
+                continue
+            self.tool(tool, where)
 
     def field(self, tool_path: Path, key: str) -> str:
         """How a message names a tool's spec field: the path the file has below the step

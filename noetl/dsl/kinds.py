@@ -185,6 +185,71 @@ class NoopSpec(SpecModel):
     """Does nothing; its result is its rendered `args`."""
 
 
+RuleAction = Literal["continue", "retry", "jump", "break", "fail"]
+
+
+class RuleThen(SpecModel):
+    """What a matched policy rule does (`do`), with its options: `retry` runs the task
+    again (`attempts` tries in all, `delay` seconds apart, growing with `backoff`), `jump`
+    goes on at the task named `to`. `set` writes `ctx.<name>` (execution variables),
+    `iter.<name>` (loop-iteration variables) or a plain name the later tasks see."""
+
+    do: RuleAction = "continue"
+    attempts: int = Field(default=3, ge=1, le=100)
+    delay: float = Field(default=1.0, ge=0, le=3600)
+    backoff: Literal["none", "fixed", "linear", "exponential"] = "none"
+    to: str | None = None
+    set: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _jump_target(self) -> RuleThen:
+        if self.do == "jump" and not self.to:
+            raise ValueError("a rule with do: jump needs 'to', the task to go on at")
+        return self
+
+
+class PolicyRule(SpecModel):
+    """One rule of a task's policy: `then` when `when` holds (no `when`: always, the
+    `else` rule)."""
+
+    when: str | bool | None = None
+    then: RuleThen
+
+
+class PipelineTask(SpecModel):
+    """One task of a pipeline: a label, a tool block (any kind but pipeline), its policy
+    rules and what it sets once it ran."""
+
+    name: str = Field(pattern=_NAME)
+    tool: dict[str, Any]
+    rules: list[PolicyRule] = Field(default_factory=list)
+    set: dict[str, Any] = Field(default_factory=dict)
+
+
+class PipelineSpec(SpecModel):
+    """Tasks run in order by one worker as one task of the step (upstream NoETL's list
+    under `tool`; see noetl.worker.pipeline). The step's result is the last task's."""
+
+    tasks: list[PipelineTask] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _names(self) -> PipelineSpec:
+        names = [task.name for task in self.tasks]
+        twice = sorted({name for name in names if names.count(name) > 1})
+        if twice:
+            raise ValueError(f"pipeline task names must be unique: {', '.join(twice)} twice")
+        for task in self.tasks:
+            if task.tool.get("kind") == "pipeline":
+                raise ValueError(f"pipeline task '{task.name}' is itself a pipeline")
+            for rule in task.rules:
+                if rule.then.to is not None and rule.then.to not in names:
+                    raise ValueError(
+                        f"pipeline task '{task.name}' jumps to '{rule.then.to}', which is "
+                        f"not a task of this pipeline (tasks: {', '.join(names)})"
+                    )
+        return self
+
+
 class PluginSpec(SpecModel):
     """The spec of a third-party tool that declares no model: any keys."""
 
@@ -241,6 +306,7 @@ TOOL_SPECS: dict[str, type[BaseModel]] = _ToolKinds(
         "playbook": PlaybookSpec,
         "workbook": WorkbookSpec,
         "noop": NoopSpec,
+        "pipeline": PipelineSpec,
     }
 )
 BUILTIN_TOOL_KINDS = frozenset(dict.keys(TOOL_SPECS))

@@ -32,6 +32,7 @@ from noetl.dsl.normalize import (
     desugar_step,
     desugar_tool,
 )
+from noetl.dsl.rewrite import ShapeError
 from noetl.dsl.variables import parse_key
 
 Dialect = Literal["native", "upstream"]
@@ -79,6 +80,15 @@ class Tool(Model):
 
 
 ToolField = Annotated[Tool, BeforeValidator(desugar_tool, json_schema_input_type=str | Tool)]
+
+
+def pipeline_task_tool(raw: Any) -> Tool:
+    """The tool of one task of a `pipeline` tool (its spec holds tool blocks as written):
+    shorthand desugared, validated. ShapeError or ValidationError when it is not one."""
+    tool = desugar_tool(raw)
+    if isinstance(tool, dict) and tool.get("kind") == "pipeline":
+        raise ShapeError("a pipeline task cannot itself be a pipeline", ("kind",))
+    return Tool.model_validate(tool)
 
 
 def _template_in_upstream(value: Any, handler: ValidatorFunctionWrapHandler, info: Any) -> Any:

@@ -10,10 +10,11 @@ templates, python code run top to bottom, execution variables (`ctx`, written by
 or an arc's `set:`, see `noetl.engine.variables`) and a loop iteration's `iter` (see
 docs/dsl.md, "Upstream NoETL playbooks").
 
-Constructs this engine cannot run yet (tool pipelines, task policy rules, ...) and tool
-kinds it does not have (`snowflake`, `container`, ...) are found by `unsupported` and
-reported as ONE diagnostic (E330, or E331 when only tool kinds are missing) rather than
-one error per unknown key.
+Tool pipelines and task policy rules are rewritten into a `pipeline` tool
+(`noetl.dsl.upstream_pipeline`). Constructs this engine cannot run yet (cursor loops,
+step admission rules, ...) and tool kinds it does not have (`snowflake`, `container`,
+...) are found by `unsupported` and reported as ONE diagnostic (E330, or E331 when only
+tool kinds are missing) rather than one error per unknown key.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from noetl.dsl.model import NAME_PATTERN, UPSTREAM
 from noetl.dsl.rewrite import ShapeError, new_map, new_seq, within
 from noetl.dsl.source import YMap, YSeq, line_at
 from noetl.dsl.templates import free_names, is_template
+from noetl.dsl.upstream_pipeline import is_pipeline, pipeline_tasks, rewrite_pipeline
 from noetl.dsl.upstream_tools import (
     UPSTREAM_TOOL_KEYS,
     Finding,
@@ -187,22 +189,9 @@ def _item_findings(item: dict[str, Any], path: Path, *, is_step: bool) -> Iterat
         yield Finding("step admission rules (`spec.policy` of a step)", (*path, "spec", "policy"))
     yield from _loop_findings(item.get("loop"), (*path, "loop"))
     tool = item.get("tool")
-    if isinstance(tool, list):
-        yield from _pipeline_findings(tool, (*path, "tool"))
-    elif isinstance(tool, dict):
-        yield from tool_findings(tool, (*path, "tool"))
-
-
-def _pipeline_findings(tasks: list[Any], path: Path) -> Iterator[Finding]:
-    if len(tasks) != 1 or not isinstance(tasks[0], dict) or _has_policy(tasks[0]):
-        yield Finding("tool pipelines (a list of tasks under `tool`)", path)
-        return
-    yield from tool_findings(tasks[0], (*path, 0))
-
-
-def _has_policy(task: dict[str, Any]) -> bool:
-    spec = task.get("spec")
-    return "set" in task or (isinstance(spec, dict) and "policy" in spec)
+    if isinstance(tool, list | dict):
+        for where, task in pipeline_tasks(tool):
+            yield from tool_findings(task, (*path, "tool", *where))
 
 
 def _loop_findings(loop: Any, path: Path) -> Iterator[Finding]:
@@ -220,13 +209,26 @@ def _loop_findings(loop: Any, path: Path) -> Iterator[Finding]:
 def _template_findings(tree: YMap) -> Iterator[Finding]:
     reported: set[str] = set()
     for path, text in _strings(tree):
-        if not is_template(text):
+        if not is_template(text) or _in_pipeline(tree, path):
             continue
         for name, _ in free_names(text):
             what = _UNSUPPORTED_NAMES.get(name)
             if what is not None and what not in reported:
                 reported.add(what)
                 yield Finding(what, path)
+
+
+def _in_pipeline(tree: YMap, path: Path) -> bool:
+    """Whether `path` is inside a pipeline's tasks, whose templates have `ctx` and `iter`
+    (the pipeline's worker keeps them as its tasks set them, noetl.worker.pipeline)."""
+    if len(path) < 3 or path[2] != "tool" or not isinstance(path[0], str):
+        return False
+    items = tree.get(path[0])
+    index = path[1]
+    if not isinstance(items, list) or not isinstance(index, int) or index >= len(items):
+        return False
+    item = items[index]
+    return isinstance(item, dict) and is_pipeline(item.get("tool"))
 
 
 def _strings(tree: YMap) -> Iterator[tuple[Path, str]]:
@@ -358,7 +360,14 @@ def _rewrite_item(item: Any, path: Path, file: str, diags: list[Diagnostic]) -> 
 def _rewrite_step(step: YMap) -> YMap:
     out = new_map(step, {k: v for k, v in step.items() if k not in ("output", "input")})
     tool = step.get("tool")
-    if isinstance(tool, list) and len(tool) == 1:
+    if is_pipeline(tool):
+        if "input" in step:
+            raise ShapeError(
+                "step 'input' with a list of tasks: give each task its input", ("input",)
+            )
+        out["tool"] = within(("tool",), rewrite_pipeline, tool)
+        tool = None
+    elif isinstance(tool, list) and len(tool) == 1:
         tool = tool[0]  # a pipeline of one task is that task (its `name` is a label)
         set_origin(out, "tool", ("tool", 0))
     if isinstance(tool, dict):

@@ -57,7 +57,6 @@ UNAVAILABLE_KINDS: dict[str, str] = {
 }
 UNAVAILABLE_PREFIXES = ("gcp_",)
 # A task's own `set:` (upstream sets `ctx`/`iter` variables from a pipeline's tasks).
-TASK_SET = "a task's `set:` (variables set by a task of a tool pipeline)"
 # Tool keys only upstream writes (any of them marks a file as upstream's).
 UPSTREAM_TOOL_KEYS = (
     "input",
@@ -121,11 +120,8 @@ def tool_findings(tool: dict[str, Any], path: Path) -> Iterator[Finding]:
         yield Finding(f"tool kind '{kind}'", (*path, "kind"), kind=kind)
         return
     merged = _merged(tool)
-    if "set" in tool:
-        yield Finding(TASK_SET, (*path, "set"))
-    if "policy" in merged:
-        where = (*path, "spec", "policy") if "policy" not in tool else (*path, "policy")
-        yield Finding("task policy rules (`spec.policy` of a tool)", where)
+    if "policy" in tool:  # upstream writes a task's policy under its spec
+        yield Finding("a task `policy` outside `spec.policy`", (*path, "policy"))
     yield from _kind_findings(kind, merged, path)
     retry = tool.get("retry")
     if isinstance(retry, dict):

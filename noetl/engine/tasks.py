@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.model import Sink, Step, Tool
@@ -22,6 +23,8 @@ from noetl.errors import TemplateError
 
 # A template expression or statement (the engine renders it before the task is sent).
 _TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
+
+PIPELINE = "pipeline"  # a tool kind whose tasks are rendered on the worker
 
 if TYPE_CHECKING:
     from noetl.engine.engine import Engine
@@ -47,10 +50,24 @@ def build(
         kind, spec = task_def.tool.kind, task_def.tool.spec
         args = {**task_def.tool.args, **args}
     values = ctx.build()
-    rendered_args = engine.renderer.render(args, values, field="args") if args else {}
     upstream = engine.playbook.upstream
-    rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)
+    if kind == PIPELINE:
+        # Its tasks are rendered where they run, one by one (noetl.worker.pipeline).
+        rendered_spec = pipeline_spec(engine, spec)
+        rendered_args: dict[str, Any] = {}
+        context = ctx.tool_view(full=True) | variables(values)
+        if step.loop is not None and index is not None:
+            # upstream names the loop element `iter.<iterator>` too
+            context["iter"] = {step.loop.element: item, **context.get("iter", {})}
+    else:
+        rendered_args = engine.renderer.render(args, values, field="args") if args else {}
+        rendered_spec = render_spec(engine.renderer, kind, spec, values, literal_code=not upstream)
     sinks = result_sinks(engine, step, values)
+    if kind != PIPELINE:
+        context = ctx.tool_view(
+            full=upstream and kind == "python",
+            variables=upstream and reads_variables(engine, step.step, spec, args, sinks),
+        )
     secrets: set[str] = set()
     if may_reference_secrets(engine, step.step, kind, spec, args):
         secrets = referenced(rendered_args) | referenced(rendered_spec)
@@ -62,7 +79,12 @@ def build(
     timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
     if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
         in_loop = engine.options.loop_item_timeout_ms if step.loop else None
-        timeout = in_loop or engine.options.tool_timeout_ms
+        default = in_loop or engine.options.tool_timeout_ms
+        if kind == PIPELINE:
+            # The default bounds each of its tasks, not the whole (retries wait between).
+            rendered_spec["task_timeout_ms"] = default
+        else:
+            timeout = default
     return Task(
         task_id=f"{state.execution_id}.{step.step}{suffix}",
         execution_id=state.execution_id,
@@ -71,10 +93,7 @@ def build(
         spec=rendered_spec,
         args=rendered_args,
         # upstream's python code reads the whole context (`context.get('<step>')`)
-        context=ctx.tool_view(
-            full=upstream and kind == "python",
-            variables=upstream and reads_variables(engine, step.step, spec, args, sinks),
-        ),
+        context=context,
         key=task_key,
         index=index,
         attempt=1,
@@ -84,6 +103,39 @@ def build(
         # The worker needs the pick only to compute what its sinks write.
         pick=step.result.pick if sinks and step.result is not None else None,
     )
+
+
+def pipeline_spec(engine: Engine, spec: dict[str, Any]) -> dict[str, Any]:
+    """A pipeline's spec as its worker runs it: the tasks as written (templates and all),
+    a `workbook` task replaced by the workbook's tool, and whether code and SQL are
+    rendered (upstream NoETL's dialect) or taken literally."""
+    tasks = []
+    for written in spec.get("tasks") or []:
+        task = written
+        tool = task.get("tool") if isinstance(task, dict) else None
+        if isinstance(tool, dict) and tool.get("kind") == "workbook":
+            name = (tool.get("spec") or {}).get("name")
+            called = engine.playbook.task(str(name)).tool
+            tool = {
+                "kind": called.kind,
+                "spec": called.spec,
+                "args": {**called.args, **(tool.get("args") or {})},
+                **({"timeout_ms": called.timeout_ms} if called.timeout_ms else {}),
+            }
+            task = {**task, "tool": tool}
+        tasks.append(task)
+    return {"tasks": tasks, "render_code": engine.playbook.upstream}
+
+
+def variables(values: dict[str, Any]) -> dict[str, Any]:
+    """The execution's `ctx` and the iteration's `iter` variables, when the context has
+    them, for the templates a pipeline renders on its worker."""
+    out: dict[str, Any] = {}
+    for name in ("ctx", "iter"):
+        value = values.get(name)
+        if isinstance(value, Mapping):
+            out[name] = dict(value)
+    return out
 
 
 def may_reference_secrets(

@@ -183,6 +183,12 @@ class ToolRegistry:
             reset_task(token)
         return outcome
 
+    def call(self, task: Task) -> Outcome:
+        """Run a task inside another tool's task (a pipeline's): as `run` (its secret
+        scope, its sinks, its result bounded and masked), but not observed nor logged as
+        a task of its own; never raises."""
+        return self._run(task)
+
     def _run(self, task: Task) -> Outcome:
         tool = self.get(task.kind)
         script = task.spec.get("script") if task.kind in SCRIPT_CODE else None
@@ -284,6 +290,7 @@ def default_registry(
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
     from noetl.tools.postgres import PostgresTool  # noqa: PLC0415
+    from noetl.worker.pipeline import PipelineTool  # noqa: PLC0415
 
     builtins: list[Tool] = [
         NoopTool(),
@@ -306,4 +313,5 @@ def default_registry(
     )
     for tool in plugin_tools().values():
         registry.register(tool)
+    registry.register(PipelineTool(registry))
     return registry

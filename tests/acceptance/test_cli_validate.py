@@ -262,6 +262,7 @@ def test_schema_is_a_draft_2020_12_json_schema() -> None:
         "duckdb",
         "http",
         "noop",
+        "pipeline",
         "playbook",
         "postgres",
         "python",

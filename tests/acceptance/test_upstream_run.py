@@ -77,7 +77,7 @@ def test_lint_names_the_dialect_and_validate_passes(tmp_path: Path) -> None:
     assert "I001" not in validate.stdout + validate.stderr
 
 
-def test_validate_reports_a_pipeline_as_one_error(tmp_path: Path) -> None:
+def test_validate_reports_what_remains_unsupported_as_one_error(tmp_path: Path) -> None:
     path = write(
         tmp_path,
         """
@@ -91,9 +91,14 @@ def test_validate_reports_a_pipeline_as_one_error(tmp_path: Path) -> None:
               - name: b
                 kind: postgres
                 auth: pg
-                command: "SELECT {{ iter.x }}"
+                command: "SELECT 1"
             set:
               ctx.total: "{{ start }}"
+            spec:
+              policy:
+                admit:
+                  rules:
+                    - else: {then: {allow: true}}
         """,
     )
     proc = noetl("validate", str(path))
@@ -103,7 +108,8 @@ def test_validate_reports_a_pipeline_as_one_error(tmp_path: Path) -> None:
     assert (
         "error E330: step 'start': this upstream NoETL playbook uses what this engine" in errors[0]
     )
-    assert "tool pipelines (a list of tasks under `tool`) (line 9)" in errors[0]
+    assert "tool pipelines" not in errors[0]  # supported: a pipeline tool
+    assert "step admission rules (`spec.policy` of a step) (line 21)" in errors[0]
     assert "ctx" not in errors[0]  # a step's `set` and `ctx` are read now
 
 

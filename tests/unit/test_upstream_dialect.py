@@ -447,28 +447,6 @@ def test_a_model_read_back_from_json_keeps_its_dialect() -> None:
 # --- one clear error for what is not supported --------------------------------------------
 
 
-def test_a_pipeline_of_tasks_is_one_error_not_dozens() -> None:
-    message = only_error("""
-        workflow:
-          - step: start
-            tool:
-              - name: a
-                kind: python
-                input: {x: 1}
-                code: result = x
-              - name: b
-                kind: python
-                code: result = 2
-                spec:
-                  policy:
-                    rules:
-                      - when: "{{ output.status == 'error' }}"
-                        then: {do: retry, attempts: 3}
-        """)
-    assert "E330" in message
-    assert "tool pipelines (a list of tasks under `tool`) (line 9)" in message
-
-
 def test_ctx_variables_and_set_are_read() -> None:
     playbook = valid("""
         workflow:
@@ -491,21 +469,6 @@ def test_ctx_variables_and_set_are_read() -> None:
         """)
     assert playbook.step("start").set == {"ctx.count": "{{ start }}"}
     assert playbook.step("start").edges[0].set == {"ctx.again": "{{ ctx.count }}", "plain": 1}
-
-
-def test_a_task_set_is_still_one_error() -> None:
-    result = load("""
-        workflow:
-          - step: start
-            tool:
-              kind: python
-              code: result = 1
-              set: {ctx.count: "{{ output }}"}
-        """)
-    [error] = result.errors
-    assert error.code == "E330"
-    assert "a task's `set:`" in error.message
-    assert "`ctx`" not in error.message
 
 
 def test_a_tool_kind_this_engine_does_not_have_is_one_error_naming_it() -> None:
