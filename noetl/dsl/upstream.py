@@ -20,6 +20,7 @@ tool kinds are missing) rather than one error per unknown key.
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -318,6 +319,9 @@ def rewrite(tree: YMap, file: str) -> tuple[YMap, list[Diagnostic]]:
         out["metadata"] = new_map(
             metadata, {k: v for k, v in metadata.items() if k not in IGNORED_METADATA_KEYS}
         )
+        labels = metadata.get("labels")
+        if isinstance(labels, YMap):
+            out["metadata"]["labels"] = new_map(labels, {k: _label(v) for k, v in labels.items()})
     for section in ("workflow", "workbook"):
         items = tree.get(section)
         if not isinstance(items, YSeq):
@@ -331,6 +335,14 @@ def rewrite(tree: YMap, file: str) -> tuple[YMap, list[Diagnostic]]:
         out["workflow"] = _implicit_end(steps)
     out["dialect"] = UPSTREAM
     return out, diags
+
+
+def _label(value: Any) -> Any:
+    """Upstream writes label values as any scalar (`phase: 2`); here a label is text, as
+    JSON writes the scalar (`"2"`, `"true"`)."""
+    if isinstance(value, bool | int | float) or value is None:
+        return json.dumps(value)
+    return value
 
 
 def _rewrite_item(item: Any, path: Path, file: str, diags: list[Diagnostic]) -> Any:

@@ -315,6 +315,11 @@ def _python(out: Any) -> None:
         set_origin(out, "code", ("script", "source", "code"))
         del out["script"]
     _script_file(out, "code")
+    if isinstance(out.get("libs"), list):
+        # Upstream's list of packages to install for the code: a worker here runs with
+        # what its environment has, so the list is dropped and the code's own imports
+        # fail with ModuleNotFoundError when a package is missing.
+        del out["libs"]
     if "module" not in out:
         out["style"] = "toplevel"
 

@@ -199,6 +199,34 @@ def test_python_libs_are_kept_and_checked() -> None:
     assert "libs.bad must name a module" in message
 
 
+def test_label_values_of_any_scalar_are_read_as_text() -> None:
+    head = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata:\n  name: sample\n"
+    head += "  labels: {phase: 2, ready: true, name: x}\n"
+    playbook = valid(
+        """
+        workflow:
+          - step: start
+            tool: {kind: python, input: {}, code: result = 1}
+        """,
+        head,
+    )
+    assert playbook.metadata.labels == {"phase": "2", "ready": "true", "name": "x"}
+
+
+def test_a_list_of_packages_under_libs_is_dropped() -> None:
+    playbook = valid("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              libs: [psycopg2-binary, requests]
+              code: result = 1
+        """)
+    tool = playbook.step("start").tool
+    assert tool is not None
+    assert "libs" not in tool.spec
+
+
 def test_http_keys() -> None:
     playbook = valid("""
         workload:
