@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from noetl.dsl.model import Collect, Step
+from noetl.engine.envelope import StepResult
 from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
 from noetl.engine.types import StepStatus
@@ -60,31 +61,6 @@ def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
         "all_done": all_done,
         "any_done": any_done,
     }
-
-
-class StepResult(dict[str, Any]):
-    """A step's result as upstream NoETL's templates see it under the step's name.
-
-    Upstream wraps results in an envelope `{status, data}` and lets templates address
-    the payload as `{{ step.data }}` or `{{ step.result }}`; this engine keeps a result
-    as the tool gave it. So, on a result that has no such key of its own, `.data` and
-    `.result` are the result itself (a key of that name, when there is one, wins: the
-    data is read first). A shallow copy: a template that returns it gets a plain map.
-    """
-
-    __slots__ = ()
-
-    @classmethod
-    def of(cls, value: Any) -> Any:
-        return cls(value) if type(value) is dict else value
-
-    @property
-    def data(self) -> dict[str, Any]:
-        return self
-
-    @property
-    def result(self) -> dict[str, Any]:
-        return self
 
 
 class TemplateContext:

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.engine.envelope import StepResult
 from noetl.engine.render import Renderer
 from noetl.engine.types import Outcome
 from noetl.errors import TemplateError
@@ -70,8 +71,8 @@ def output_view(kind: str, outcome: Outcome, attempt: int) -> dict[str, Any]:
         sqlstate = found.group(1) if found else None
     view: dict[str, Any] = {
         "status": "ok" if outcome.ok else "error",
-        "data": this,
-        "result": this,
+        "data": StepResult.of(this),  # upstream's envelope forms: noetl.engine.envelope
+        "result": StepResult.of(this),
         "error": _error(kind, outcome, status, sqlstate) if not outcome.ok else _no_error(),
         "http": {"status": status, "headers": headers or {}},
         "pg": {"code": sqlstate, "sqlstate": sqlstate},

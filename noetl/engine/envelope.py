@@ -1,0 +1,47 @@
+"""A result as upstream NoETL's templates address it.
+
+Upstream wrapped every result in an envelope `{status, data}` and let templates reach
+the payload through it: `{{ step.data }}`, `{{ step.result }}`, and a field of the payload
+straight from the envelope (`{{ output.data.meta.page }}` on an http result whose body
+holds `meta`). This engine keeps a result as its tool gave it (an http result is
+`{status_code, headers, data: <body>}`), so `StepResult` answers those forms:
+
+* `.data` and `.result`, on a result with no key of that name, are the result itself;
+* a name that is neither a key nor one of those is looked up in the result's `data` map
+  (the http body), when it has one.
+
+A key of the result always wins: data is read before attributes. It is a shallow copy,
+and a template that returns it gets a plain map (values are copied as data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["StepResult"]
+
+
+class StepResult(dict[str, Any]):
+    """A result map that answers upstream's envelope forms (see the module)."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of(cls, value: Any) -> Any:
+        """`value` as a StepResult when it is a plain map, else `value` itself."""
+        return cls(value) if type(value) is dict else value
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return self
+
+    @property
+    def result(self) -> dict[str, Any]:
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        inner = dict.get(self, "data")
+        if not name.startswith("_") and isinstance(inner, Mapping) and name in inner:
+            return inner[name]
+        raise AttributeError(name)
