@@ -76,7 +76,9 @@ def distributed(session: nox.Session) -> None:
 
 @nox.session(python=False)
 def lint(session: nox.Session) -> None:
-    """What the docs promise of the code: ruff, ruff's format and strict types."""
+    """What the docs promise of the code: ruff, ruff's format, strict types and the layers
+    (import-linter's contracts in pyproject.toml)."""
     session.run(sys.executable, "-m", "ruff", "check", ".")
     session.run(sys.executable, "-m", "ruff", "format", "--check", ".")
     session.run(sys.executable, "-m", "mypy", "--strict", "noetl")
+    session.run("lint-imports", external=True)

@@ -7,7 +7,7 @@ Two rules, applied together wherever data leaves the process:
   case-insensitive substring at any depth of mappings and lists) is replaced by `MASK`.
   Substring matching errs on the side of hiding (`author` contains `auth`, `monkey`
   contains `key`): a leaked token costs more than a hidden harmless value.
-* By value: every secret value a worker resolved for a task (`noetl.worker.secrets`)
+* By value: every secret value a worker resolved for a task (`noetl.credentials.scope`)
   is remembered in `SECRET_VALUES`, and log lines mask those values wherever they appear,
   whatever the key (an error message quoting a DSN, a URL with a token in it).
 

@@ -25,8 +25,8 @@ import click
 
 from noetl.cli.client import DEFAULT_SERVER, Client, Server, token_option
 from noetl.cli.inputs import parse_value
+from noetl.decision.dlq import check_patch_key
 from noetl.errors import ConflictError
-from noetl.runtime.dlq import check_patch_key
 
 STATUSES = ("pending", "replayed", "discarded", "all")
 

@@ -10,8 +10,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from noetl.decision.records import RunResult
 from noetl.engine import ExecutionState, StepStatus
-from noetl.runtime.records import RunResult
 
 _STYLE = {
     StepStatus.PENDING: "dim",

@@ -19,14 +19,14 @@ from noetl.cli.observe import (
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.credentials.scope import default_provider
+from noetl.decision.decider import Decider
 from noetl.paths import data_dir
 from noetl.runtime.children import StoreLauncher
-from noetl.runtime.decider import Decider
 from noetl.scripts import script_reader
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig, default_worker_id
-from noetl.worker.secrets import default_provider
 from noetl.worker.tools import default_registry
 
 

@@ -9,7 +9,7 @@
     store       the `CredentialStore` port (`store.credentials`), saving, opening and
                 rotating stored credentials, and the database as a secret provider
 
-Where a worker looks (`noetl.worker.secrets.default_provider`): the environment, the
+Where a worker looks (`noetl.credentials.scope.default_provider`): the environment, the
 secrets file, the credentials file, then the database; the first that knows the name wins.
 """
 

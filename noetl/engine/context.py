@@ -145,7 +145,7 @@ class TemplateContext:
         but for the workload's keys. The workload is not copied into each task (a loop of
         a thousand items would store it a thousand times, in its events and its queue
         rows): the runtime that runs the task adds it to the context the tool sees, from
-        the execution's `workflow.started` (`noetl.runtime.workloads`), and the python
+        the execution's `workflow.started` (`noetl.decision.workloads`), and the python
         tool's top-level style spreads its keys as upstream does. `variables` (a task
         whose tool reads them on the worker, noetl.engine.tasks) adds upstream's `ctx`,
         and `iter` for a loop item: copied into a task only where it is read, for the

@@ -6,7 +6,7 @@ is a `SecretRef`: a string whose text is the marker `<<secret:NAME>>`. It can be
 anywhere in a value (`"Bearer {{ secrets.API_TOKEN }}"`), and the task lists the names its
 values refer to (`Task.secrets`). The worker that runs the task replaces the markers of
 those names with the values from its secret providers just before the call, and masks
-those values in what it reports (see `noetl.worker.secrets`).
+those values in what it reports (see `noetl.credentials.scope`).
 
 A marker only stands for its secret where a template put it: a value that merely contains
 marker text (a response body, say) is not resolved unless its task uses that secret, and

@@ -19,9 +19,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from noetl.decision.decider import Decider
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
-from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.scripts import ScriptReader
 from noetl.store.base import ConcurrencyError, InputKind, Store

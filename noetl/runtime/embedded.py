@@ -25,6 +25,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from noetl.decision.appends import build_append
+from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
+from noetl.decision.workloads import with_workload
 from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
 from noetl.engine import (
@@ -42,10 +45,7 @@ from noetl.engine.recovery import abort
 from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
-from noetl.runtime.appends import build_append
 from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
-from noetl.runtime.records import RunResult, merge_workload, new_execution_id, new_record
-from noetl.runtime.workloads import with_workload
 from noetl.store.base import Append, ConcurrencyError, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -491,7 +491,7 @@ class EmbeddedRuntime:
                 task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
             )
         else:
-            # Tasks do not carry the workload (noetl.runtime.workloads): it is the state's.
+            # Tasks do not carry the workload (noetl.decision.workloads): it is the state's.
             task = with_workload(task, self._executions[task.execution_id].state.workload)
             outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
         self._outcomes.put((task, outcome))

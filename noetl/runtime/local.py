@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING
 
 from noetl.config.model import DEFAULT_DB
 from noetl.credentials import CredentialConfig
+from noetl.credentials.scope import default_provider
+from noetl.decision.decider import Decider
 from noetl.engine.options import EngineOptions
 from noetl.errors import NoetlError
 from noetl.observability import observer_for
 from noetl.paths import Roots
 from noetl.runtime.children import EmbeddedLauncher, StoreLauncher
-from noetl.runtime.decider import Decider
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.scripts import script_reader
@@ -26,7 +27,6 @@ from noetl.store import open_store
 from noetl.store.base import ExecutionRecord, NotFoundError, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
-from noetl.worker.secrets import default_provider
 from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry
 
 if TYPE_CHECKING:

@@ -33,6 +33,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from noetl.decision.decider import Cached, Decider
+from noetl.decision.dlq import DeadLetterQueue
 from noetl.engine import Decision, Engine, Event, EventType
 from noetl.engine.options import EngineOptions
 from noetl.engine.recovery import abort
@@ -40,8 +42,6 @@ from noetl.engine.types import Command
 from noetl.errors import ConflictError
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
-from noetl.runtime.decider import Cached, Decider
-from noetl.runtime.dlq import DeadLetterQueue
 from noetl.runtime.failures import internal_error, isolatable, refold
 from noetl.scripts import ScriptReader
 from noetl.store.base import (

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from noetl.decision.records import RunResult
 from noetl.dsl.graph import EdgeSource, Graph, build_graph
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, Event, EventType, ExecutionState, StepRun, fold
-from noetl.runtime.records import RunResult
 from noetl.store.base import ExecutionRecord, NotFoundError, Store
 
 log = logging.getLogger("noetl.views")

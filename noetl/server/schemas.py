@@ -372,7 +372,7 @@ class ReplayRequest(Request):
 
     @model_validator(mode="after")
     def _patchable(self) -> Self:
-        from noetl.runtime.dlq import check_patch_key  # noqa: PLC0415 - keeps import light
+        from noetl.decision.dlq import check_patch_key  # noqa: PLC0415 - keeps import light
 
         for key in self.patch:
             check_patch_key(key)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from noetl.sessions.base import (
+from noetl.auth.sessions import (
     HISTORY,
     Session,
     SessionConflictError,

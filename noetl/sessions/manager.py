@@ -10,7 +10,7 @@ so validating costs one read, not a write.
 from __future__ import annotations
 
 from noetl.auth import SESSION_PREFIX, ApiToken, hash_secret, new_secret
-from noetl.sessions.base import Session, SessionConflictError, SessionRevision, SessionStore
+from noetl.auth.sessions import Session, SessionConflictError, SessionRevision, SessionStore
 
 __all__ = ["DEFAULT_TTL_S", "TOUCH_EVERY_S", "Sessions"]
 

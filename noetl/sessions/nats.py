@@ -29,8 +29,8 @@ from nats.aio.client import Client as NatsClient
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from noetl.auth.sessions import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.redaction import mask_url
-from noetl.sessions.base import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.store.base import StoreUnavailableError
 
 __all__ = ["DEFAULT_BUCKET", "NatsSessionStore"]

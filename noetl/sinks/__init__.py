@@ -50,11 +50,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from noetl.credentials.scope import current_scope
 from noetl.engine.render import Renderer
 from noetl.engine.types import Outcome, Task
 from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
 from noetl.observability import NOOP, Observer
-from noetl.worker.secrets import current_scope
 
 __all__ = [
     "REGISTRY",

@@ -28,10 +28,10 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg.types.json import Jsonb
 
 from noetl.credentials.records import postgres_conninfo
+from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import PostgresSink
 from noetl.errors import RetryableError, SinkError
 from noetl.sinks._data import check_name, columns_of, key_columns, table_parts, table_rows
-from noetl.worker.secrets import current_scope
 
 CONNECT_TIMEOUT_S = 10
 MAX_NAME_BYTES = 63  # NAMEDATALEN - 1: PostgreSQL cuts longer names short

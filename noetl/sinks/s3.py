@@ -29,10 +29,10 @@ from botocore.exceptions import (  # type: ignore[import-untyped]
 )
 
 from noetl.credentials.records import s3_keys
+from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import S3Sink
 from noetl.errors import RetryableError, SinkError
 from noetl.sinks._data import CONTENT_TYPES, write_body
-from noetl.worker.secrets import current_scope
 
 _TRANSIENT_CODES = frozenset(
     {"SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "InternalError"}

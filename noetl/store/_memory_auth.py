@@ -7,8 +7,8 @@ import threading
 from dataclasses import replace
 
 from noetl.auth import ApiToken
+from noetl.auth.sessions import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.errors import ConflictError
-from noetl.sessions.base import HISTORY, Session, SessionConflictError, SessionRevision
 
 
 class MemoryTokens:

@@ -14,8 +14,8 @@ import psycopg
 from psycopg import errors as pg_errors
 
 from noetl.auth import ApiToken
+from noetl.auth.sessions import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.errors import ConflictError
-from noetl.sessions.base import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.store._sqlite_auth import (
     SESSION_COLUMNS,
     TOKEN_COLUMNS,

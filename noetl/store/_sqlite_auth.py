@@ -11,8 +11,8 @@ from dataclasses import replace
 from typing import Any
 
 from noetl.auth import ApiToken, Role
+from noetl.auth.sessions import HISTORY, Session, SessionConflictError, SessionRevision
 from noetl.errors import ConflictError
-from noetl.sessions.base import HISTORY, Session, SessionConflictError, SessionRevision
 
 Use = Callable[[], AbstractContextManager[sqlite3.Connection]]
 

@@ -18,8 +18,8 @@ from noetl.errors import NoetlError
 
 if TYPE_CHECKING:
     from noetl.auth import TokenStore
+    from noetl.auth.sessions import SessionStore
     from noetl.credentials.store import CredentialStore
-    from noetl.sessions.base import SessionStore
 
 # The time source of an embedded store (memory, SQLite): epoch seconds, `time.time` unless
 # a test injects a fake one to expire leases without sleeping. PostgreSQL keeps the
@@ -65,7 +65,7 @@ class ExecutionRecord:
     """One row of `execution`: what ran, its status and timestamps (epoch seconds).
 
     The workload is not here: it is stored once, in the execution's `workflow.started`
-    event (`noetl.runtime.workloads.stored_workload` reads it back)."""
+    event (`noetl.decision.workloads.stored_workload` reads it back)."""
 
     execution_id: str
     playbook_name: str

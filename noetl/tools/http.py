@@ -48,11 +48,11 @@ import httpx
 from pydantic import ValidationError
 
 from noetl.credentials.records import http_auth
+from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import HttpSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
 from noetl.observability.trace_context import plugin_traceparent
-from noetl.worker.secrets import current_scope
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_BODY_BYTES", "HttpTool", "new_traceparent", "safe_url"]
 

@@ -59,12 +59,12 @@ from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
 from noetl.credentials.records import postgres_conninfo
+from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import PostgresSpec
 from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result
-from noetl.worker.secrets import current_scope
 
 __all__ = ["CONNECT_TIMEOUT_S", "PostgresTool"]
 

@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from noetl.decision.decider import Decider
 from noetl.engine import Event, EventType
 from noetl.engine.types import Outcome
 from noetl.errors import NoetlError
-from noetl.runtime.decider import Decider
 from noetl.store.base import ConcurrencyError, Lease, Store
 
 log = logging.getLogger("noetl.worker")

@@ -51,11 +51,11 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from noetl.decision.decider import Decider
+from noetl.decision.workloads import Workloads, stored_workload
 from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer, ReportPath
-from noetl.runtime.decider import Decider
-from noetl.runtime.workloads import Workloads, stored_workload
 from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
 from noetl.worker.continuation import Continuation

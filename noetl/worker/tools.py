@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from noetl.credentials.scope import SecretProvider, SecretScope, enter_scope, leave_scope
 from noetl.dsl.kinds import plugin_tools
 from noetl.dsl.limits import check_data
 from noetl.engine.types import Outcome, Task
@@ -20,7 +21,6 @@ from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
 from noetl.worker.python_pool import PythonPool
-from noetl.worker.secrets import SecretProvider, SecretScope, enter_scope, leave_scope
 
 if TYPE_CHECKING:
     from noetl.tools.playbook import ChildLauncher

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from noetl.decision.workloads import with_workload
 from noetl.dsl import build_graph, load_playbook
 from noetl.engine import Engine, Event, EventType, Task, fold
-from noetl.runtime.workloads import with_workload
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = sorted((HERE / "playbooks").glob("*.yaml"))
@@ -87,7 +87,7 @@ def test_logs_are_in_committed_form(name: str) -> None:
 
 
 # Logs written before tasks stopped carrying a copy of the workload (their `context`
-# held it; now the runtime adds it where the task runs, see noetl.runtime.workloads).
+# held it; now the runtime adds it where the task runs, see noetl.decision.workloads).
 LEGACY = sorted((HERE / "legacy").glob("*.json"))
 
 

@@ -15,9 +15,9 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from noetl.credentials.scope import EnvSecrets
 from noetl.engine.types import Task
 from noetl.tools.http import HttpTool, new_traceparent, safe_url
-from noetl.worker.secrets import EnvSecrets
 from noetl.worker.tools import ToolRegistry
 
 MB = 1024 * 1024

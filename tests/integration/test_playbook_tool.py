@@ -8,14 +8,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from noetl.decision.decider import Decider
+from noetl.decision.workloads import stored_workload
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine.types import ExecutionStatus, Task
 from noetl.paths import Roots
 from noetl.runtime.children import StoreLauncher
-from noetl.runtime.decider import Decider
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.runtime.workloads import stored_workload
 from noetl.store import SqliteStore
 from noetl.store.base import ExecutionRecord, Store
 from noetl.tools.playbook import PlaybookTool, child_execution_id

@@ -10,9 +10,9 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from noetl.credentials.scope import EnvSecrets
 from noetl.engine.types import Outcome, Task
 from noetl.tools.postgres import PostgresTool
-from noetl.worker.secrets import EnvSecrets
 from noetl.worker.tools import ToolRegistry
 
 CANARY = "pw-canary-77"

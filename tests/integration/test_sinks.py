@@ -16,12 +16,12 @@ import psycopg
 import pytest
 from moto.server import ThreadedMotoServer
 
+from noetl.credentials.scope import EnvSecrets
 from noetl.dsl import build_graph, load_playbook_text
 from noetl.engine import Engine, EnqueueTask, Outcome, Task
 from noetl.errors import FatalError, RetryableError
 from noetl.sinks import REGISTRY, retry_delays, run_sinks
 from noetl.sinks.file import FileWriter
-from noetl.worker.secrets import EnvSecrets
 from noetl.worker.tools import ToolRegistry
 
 S3_KEYS = {"aws_access_key_id": "testing-key", "aws_secret_access_key": "testing-secret"}

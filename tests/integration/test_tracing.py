@@ -17,6 +17,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from noetl.decision.decider import Decider
 from noetl.dsl import load_playbook_text
 from noetl.engine.types import ExecutionStatus
 from noetl.observability import observer_for
@@ -27,7 +28,6 @@ from noetl.observability.trace_context import (
     trace_id_of,
 )
 from noetl.observability.tracing import Tracing
-from noetl.runtime.decider import Decider
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore

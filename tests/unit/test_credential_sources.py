@@ -13,6 +13,7 @@ from noetl.credentials import CredentialConfig
 from noetl.credentials.file import CredentialsFile
 from noetl.credentials.keys import CredentialKeyError, Keyring, key_id, new_key
 from noetl.credentials.records import CredentialError, parse_credential
+from noetl.credentials.scope import SecretScope, default_provider
 from noetl.credentials.store import (
     DatabaseCredentials,
     open_stored,
@@ -22,7 +23,6 @@ from noetl.credentials.store import (
 from noetl.engine.types import Outcome
 from noetl.errors import ConfigError
 from noetl.store import MemoryStore
-from noetl.worker.secrets import SecretScope, default_provider
 
 PW = "pw-canary-5150"
 PG = {"type": "postgres", "data": {"db_host": "localhost", "db_user": "app", "db_password": PW}}

@@ -3,9 +3,9 @@ a worker's continuation decider and the child executions its playbook tool start
 
 from __future__ import annotations
 
+from noetl.decision.decider import Decider
 from noetl.engine import EngineOptions
 from noetl.runtime.children import StoreLauncher
-from noetl.runtime.decider import Decider
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import MemoryStore
 

@@ -8,16 +8,16 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.secrets import SECRETS, marker, referenced
-from noetl.engine.types import Outcome, Task
-from noetl.errors import ConfigError
-from noetl.worker.secrets import (
+from noetl.credentials.scope import (
     ChainSecrets,
     EnvSecrets,
     FileSecrets,
     SecretScope,
     current_scope,
 )
+from noetl.engine.secrets import SECRETS, marker, referenced
+from noetl.engine.types import Outcome, Task
+from noetl.errors import ConfigError
 from noetl.worker.tools import NoopTool, ToolRegistry
 from tests.unit.engine_harness import Harness
 

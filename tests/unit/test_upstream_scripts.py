@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from noetl.decision.decider import Decider
 from noetl.dsl import load_playbook_text
 from noetl.dsl.model import Playbook
 from noetl.engine.types import Task
 from noetl.errors import PlaybookError
-from noetl.runtime.decider import Decider
 from noetl.scripts import has_scripts, read_scripts, script_reader
 from noetl.store import SqliteStore
 from noetl.worker.tools import NoopTool, ToolRegistry

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.decision.appends import build_append
+from noetl.decision.records import merge_workload, new_execution_id, new_record
 from noetl.dsl.graph import build_graph
 from noetl.dsl.limits import check_data
 from noetl.dsl.model import Playbook
@@ -27,8 +29,6 @@ from noetl.engine.options import EngineOptions
 from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
-from noetl.runtime.appends import build_append
-from noetl.runtime.records import merge_workload, new_execution_id, new_record
 from noetl.scripts import ScriptReader
 from noetl.store.base import Append, NotFoundError, Store
 
@@ -234,7 +234,7 @@ class Decider:
         now: float,
     ) -> Append:
         """The store append of one decision: its events, queue changes, projections and
-        dead-letter entries (`noetl.runtime.appends`)."""
+        dead-letter entries (`noetl.decision.appends`)."""
         execution_id = state.execution_id
         return build_append(
             state,

@@ -18,12 +18,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from noetl.decision.workloads import context_with_workload
 from noetl.dsl.limits import check_data
 from noetl.engine import Engine, Event, ExecutionState, Task, fold
 from noetl.engine.recovery import replay_refusal
 from noetl.errors import ConflictError
 from noetl.redaction import redact
-from noetl.runtime.workloads import context_with_workload
 from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError, Store
 
 # How much of a task's context a dead-letter entry keeps (its end; seed 000: "last 2KB").
@@ -44,7 +44,7 @@ def dead_letter_of(
     """The DLQ entry of a `task.dead_lettered` event; `task` is the task as dispatched
     (None when it could not be found: the entry still records the failure). Its context
     excerpt shows the context the tool saw: with the execution's `workload`, which tasks
-    do not carry (noetl.runtime.workloads), unless that is big (then a note says so)."""
+    do not carry (noetl.decision.workloads), unless that is big (then a note says so)."""
     payload = event.payload
     error = str(payload.get("error") or "tool failed")
     first, _, rest = error.partition("\n")

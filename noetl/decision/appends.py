@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from noetl.decision.dlq import dead_letter_of
 from noetl.engine import CancelTasks, EnqueueTask, Event, EventType, ExecutionState
 from noetl.engine.types import Command, RequeueTask, StartTimer, Task
 from noetl.observability.trace_context import TraceSampler
-from noetl.runtime.dlq import dead_letter_of
 from noetl.store.base import (
     Append,
     DeadLetter,
