@@ -6,7 +6,7 @@ statement per kind of row, rows passed as arrays through `unnest`).
 
 from __future__ import annotations
 
-from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS, WORKER_COLUMNS
+from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS
 
 EXECUTION_COLUMNS = (
     "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, "
@@ -261,15 +261,6 @@ RETURNING i.id, i.execution_id, i.kind, i.payload::text, i.created_at
 """
 CLAIM_INPUTS = _CLAIM_INPUTS.format(scope="")
 CLAIM_INPUTS_SCOPED = _CLAIM_INPUTS.format(scope=" AND execution_id = ANY(%(executions)s)")
-PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
-WORKER_COLUMN_LIST = ", ".join(WORKER_COLUMNS)
-UPSERT_WORKER = f"""
-INSERT INTO worker ({WORKER_COLUMN_LIST}) VALUES (%s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (worker_id) DO UPDATE SET
-    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
-    status = excluded.status, started_at = excluded.started_at,
-    heartbeat_at = excluded.heartbeat_at
-"""
 # A timer is an input held (by nobody) until it is due.
 INSERT_TIMER = """
 INSERT INTO inbox (execution_id, kind, payload, created_at, claimed_by, claimed_until)
@@ -327,25 +318,3 @@ UPDATE dlq SET status = 'discarded', discard_reason = %s, updated_at = now()
 WHERE message_id = %s AND status = 'pending'
 RETURNING 1
 """
-
-# The counts of `Store.stats` (read when the metrics are scraped).
-STATS_EXECUTIONS = """
-SELECT playbook_name, status, count(*), min(updated_at) FROM execution
-GROUP BY playbook_name, status
-"""
-STATS_PARKED = """
-SELECT e.playbook_name, count(*) FROM step_state s
-JOIN execution e ON e.execution_id = s.execution_id
-WHERE e.status = 'running' AND s.status->>'status' = 'parked'
-GROUP BY e.playbook_name
-"""
-STATS_TASKS = """
-SELECT pool, status, count(*),
-       min(not_before) FILTER (WHERE status = 'queued' AND not_before <= now())
-FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
-"""
-# Timers that are not due yet are no backlog.
-STATS_INPUTS = (
-    "SELECT count(*), min(created_at) FROM inbox "
-    "WHERE NOT (kind = 'timer' AND claimed_until > now())"
-)

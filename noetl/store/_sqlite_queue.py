@@ -20,7 +20,6 @@ from typing import Any
 from noetl.store._holders import LocalHolders, parse, process_gone
 from noetl.store._rows import (
     TASK_COLUMNS,
-    WORKER_COLUMNS,
     PreparedAppend,
     expired_payload,
     input_from_row,
@@ -28,7 +27,6 @@ from noetl.store._rows import (
     task_from_row,
     try_lease,
     undecodable_outcome,
-    worker_from_row,
 )
 from noetl.store.base import (
     Clock,
@@ -37,9 +35,6 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
-    WorkerRecord,
 )
 
 # ?1 task_id ?2 execution_id ?3 step ?4 pool ?5 priority ?6 attempt ?7 payload ?8 delay ?9 now
@@ -134,15 +129,6 @@ SELECT id, execution_id, kind, payload, created_at FROM inbox
 WHERE (claimed_until IS NULL OR claimed_until < ?){scope}
 ORDER BY id
 LIMIT ?
-"""
-_PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
-_LATEST_PLAYBOOK = (
-    f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? ORDER BY version DESC LIMIT 1"
-)
-_UPSERT_WORKER = f"""
-INSERT INTO worker ({", ".join(WORKER_COLUMNS)}) VALUES ({", ".join("?" * len(WORKER_COLUMNS))})
-ON CONFLICT (worker_id) DO UPDATE SET
-    {", ".join(f"{c} = excluded.{c}" for c in WORKER_COLUMNS[1:])}
 """
 
 
@@ -409,110 +395,3 @@ def consumed_inputs(
         ).fetchone()
         is None
     ]
-
-
-# --- playbooks and workers --------------------------------------------------------------------
-
-
-def register_playbook(
-    conn: sqlite3.Connection, path: str, name: str, text: str, now: float
-) -> PlaybookRecord:
-    latest = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
-    if latest is not None and latest[3] == text:
-        return PlaybookRecord(*latest)
-    record = PlaybookRecord(path, 1 if latest is None else latest[1] + 1, name, text, now)
-    conn.execute(
-        f"INSERT INTO playbook ({_PLAYBOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-        (record.path, record.version, record.name, record.text, record.created_at),
-    )
-    return record
-
-
-def get_playbook(conn: sqlite3.Connection, path: str, version: int | None) -> PlaybookRecord | None:
-    if version is None:
-        row = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
-    else:
-        row = conn.execute(
-            f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? AND version = ?",
-            (path, version),
-        ).fetchone()
-    return None if row is None else PlaybookRecord(*row)
-
-
-def list_playbooks(conn: sqlite3.Connection) -> list[PlaybookRecord]:
-    rows = conn.execute(
-        f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook p "
-        "WHERE version = (SELECT MAX(version) FROM playbook WHERE path = p.path) ORDER BY path"
-    ).fetchall()
-    return [PlaybookRecord(*row) for row in rows]
-
-
-def register_worker(conn: sqlite3.Connection, record: WorkerRecord) -> None:
-    conn.execute(_UPSERT_WORKER, tuple(getattr(record, c) for c in WORKER_COLUMNS))
-
-
-def worker_heartbeat(conn: sqlite3.Connection, worker_id: str) -> str:
-    row = conn.execute("SELECT status FROM worker WHERE worker_id = ?", (worker_id,)).fetchone()
-    if row is None:
-        raise NotFoundError(f"worker {worker_id} is not registered")
-    conn.execute(
-        "UPDATE worker SET heartbeat_at = ? WHERE worker_id = ?", (db_now(conn), worker_id)
-    )
-    return str(row[0])
-
-
-def request_drain(conn: sqlite3.Connection, pool: str | None) -> int:
-    where = "" if pool is None else " AND pool = ?"
-    cursor = conn.execute(
-        f"UPDATE worker SET status = 'draining' WHERE status = 'running'{where}",
-        () if pool is None else (pool,),
-    )
-    return cursor.rowcount
-
-
-def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
-    rows = conn.execute(
-        f"SELECT {', '.join(WORKER_COLUMNS)} FROM worker ORDER BY worker_id"
-    ).fetchall()
-    return [worker_from_row(row) for row in rows]
-
-
-_STATS_EXECUTIONS = """
-SELECT playbook_name, status, count(*), min(updated_at) FROM execution
-GROUP BY playbook_name, status
-"""
-_STATS_PARKED = """
-SELECT e.playbook_name, count(*) FROM step_state s
-JOIN execution e ON e.execution_id = s.execution_id
-WHERE e.status = 'running' AND json_extract(s.status, '$.status') = 'parked'
-GROUP BY e.playbook_name
-"""
-_STATS_TASKS = """
-SELECT pool, status, count(*),
-       min(CASE WHEN status = 'queued' AND not_before <= ? THEN not_before END)
-FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
-"""
-# Timers that are not due yet are no backlog.
-_STATS_INPUTS = (
-    "SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > ?)"
-)
-
-
-def stats(conn: sqlite3.Connection) -> StoreStats:
-    """The counts of `Store.stats`."""
-    now = db_now(conn)
-    executions: dict[tuple[str, str], int] = {}
-    running: dict[str, tuple[int, float]] = {}
-    for name, status, count, oldest in conn.execute(_STATS_EXECUTIONS):
-        executions[(name, status)] = count
-        if status == "running":
-            running[name] = (count, oldest)
-    parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
-    tasks = {
-        (pool, status): (count, oldest)
-        for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
-    }
-    count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
-    return StoreStats(
-        running=running, parked=parked, tasks=tasks, inputs=(count, oldest), executions=executions
-    )

@@ -23,37 +23,34 @@ broken connections, so a restarted server is picked up again without a restart o
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
-import time
-import weakref
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from psycopg import conninfo as pg_conninfo
-from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.engine.types import Event, ExecutionStatus
-from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_auth import PgSessions, PgTokens
+from noetl.store._pg_connector import (
+    NOTIFY_INPUTS,
+    NOTIFY_TASKS,
+    PgConnector,
+    Target,
+    connect,
+    parse_dsn,
+)
 from noetl.store._pg_credentials import PgCredentials
 from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
-from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
-from noetl.store._pg_nul import json_in, json_out, jsonb_loads, pg_dumps
+from noetl.store._pg_listen import CHANNELS, Listener
+from noetl.store._pg_nul import json_in, json_out, pg_dumps
 from noetl.store._rows import (
     TASK_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
-    check_worker,
     input_from_row,
     inputs_to_check,
     lease_from_row,
@@ -76,11 +73,9 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
     StoreUnavailableError,
-    WorkerRecord,
 )
+from noetl.store.managers.catalog import Catalog
 from noetl.store.migrate import (
     Migration,
     SchemaStatus,
@@ -89,35 +84,20 @@ from noetl.store.migrate import (
     status_postgres,
 )
 
+__all__ = [
+    "PostgresStore",
+    "Target",
+    "connect",
+    "migrate_schema",
+    "parse_dsn",
+    "schema_status",
+]
+
 log = logging.getLogger("noetl.store.postgres")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-RECONNECT_S = 5.0
-# A connection that finished a statement this recently is trusted without a round trip;
-# one idle for longer is checked on checkout (it may have died with a server restart).
-FRESH_S = 1.0
-_last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-
-
-def _configure(conn: Any) -> None:
-    """Each pooled connection reads `jsonb` with NUL characters restored (only the store's
-    own connections: the postgres tool's users get psycopg's usual loader)."""
-    set_json_loads(jsonb_loads, conn)
-
-
-def _check_if_idle(conn: Any) -> None:
-    """The pool's checkout check, skipped for a connection used within FRESH_S: the check
-    costs a round trip on every call, and a connection that just worked is very likely alive
-    (if not, the call fails as retryable and the pool replaces it)."""
-    if time.monotonic() - _last_used.get(conn, float("-inf")) < FRESH_S:
-        return
-    ConnectionPool.check_connection(conn)
-
-
-# The playbook catalog serializes versions of one path on (this, hashtext(path)).
-_PLAYBOOK_LOCK_SPACE = 0x6E6F6570
 
 # --- values ------------------------------------------------------------------------------
 
@@ -176,98 +156,6 @@ def _record(row: tuple[Any, ...]) -> ExecutionRecord:
     )
 
 
-def _playbook(row: tuple[Any, ...]) -> PlaybookRecord:
-    path, version, name, text, created_at = row
-    return PlaybookRecord(path, version, name, text, _epoch(created_at))
-
-
-def _worker(row: tuple[Any, ...]) -> WorkerRecord:
-    worker_id, pool, hostname, pid, status, started_at, heartbeat_at = row
-    return WorkerRecord(
-        worker_id, pool, hostname, pid, status, _epoch(started_at), _epoch(heartbeat_at)
-    )
-
-
-# --- where the database is, without the password -----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What a DSN names, for messages: host, port, database and user, never the password."""
-
-    host: str
-    port: str
-    dbname: str
-    user: str
-    secrets: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return f"PostgreSQL database {self.dbname!r} at {self.host}:{self.port}"
-
-    def url(self) -> str:
-        """A URL to show people: the DSN without its password."""
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
-
-    def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def unavailable(self, exc: BaseException, *, retryable: bool = True) -> StoreUnavailableError:
-        """A readable StoreUnavailableError for a psycopg error (password removed)."""
-        text = self.scrub(" ".join(str(exc).split())) or type(exc).__name__
-        lowered = text.lower()
-        if "authentication failed" in lowered or "password" in lowered or "role" in lowered:
-            hint = f"check the user name ({self.user}) and password given in the DSN"
-            retryable = False
-        elif "database" in lowered and "does not exist" in lowered:
-            hint = "create the database (createdb) or fix the database name in the DSN"
-            retryable = False
-        else:
-            hint = (
-                "check that PostgreSQL is running and reachable from here, and that the "
-                "host and port in the DSN are right"
-            )
-        return StoreUnavailableError(f"{self} is unavailable ({text}): {hint}", retryable=retryable)
-
-
-def parse_dsn(dsn: str) -> tuple[str, Target]:
-    """The connection string to use (with noetl defaults) and its Target. ConfigError when
-    the DSN cannot be parsed; the message never repeats the DSN (it may hold a password)."""
-    try:
-        params: dict[str, Any] = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        raise ConfigError(
-            "the PostgreSQL DSN cannot be parsed; expected "
-            "postgresql://user:password@host:5432/database (or key=value pairs)"
-        ) from None
-    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
-    params.setdefault("application_name", "noetl")
-    env = os.environ
-    user = str(params.get("user") or env.get("PGUSER") or getpass.getuser())
-    secrets = tuple(
-        str(s) for s in (params.get("password"), env.get("PGPASSWORD")) if s and len(str(s)) > 1
-    )
-    target = Target(
-        host=str(params.get("host") or params.get("hostaddr") or env.get("PGHOST") or "localhost"),
-        port=str(params.get("port") or env.get("PGPORT") or "5432"),
-        dbname=str(params.get("dbname") or env.get("PGDATABASE") or user),
-        user=user,
-        secrets=secrets,
-    )
-    return pg_conninfo.make_conninfo(**params), target
-
-
-def connect(dsn: str) -> tuple[Conn, Target]:
-    """One autocommit connection (for migrations and tools); StoreUnavailableError if the
-    database cannot be reached."""
-    conninfo, target = parse_dsn(dsn)
-    try:
-        return psycopg.connect(conninfo, autocommit=True), target
-    except psycopg.OperationalError as exc:
-        raise target.unavailable(exc) from None
-
-
 def schema_status(dsn: str) -> SchemaStatus:
     """Applied and pending schema versions of a PostgreSQL database; changes nothing."""
     conn, target = connect(dsn)
@@ -291,15 +179,6 @@ def migrate_schema(dsn: str) -> list[Migration]:
     return [m for m in discover("postgres") if m.version in applied]
 
 
-# Notifications are sent AFTER the writes they announce commit, each in a transaction of
-# its own (pipelined: no extra round trip). A NOTIFY holds a lock on the notification
-# queue from the commit of its transaction to the end of it, so notifying inside the
-# writing transaction would serialize every writer through its WAL flush. A process that
-# dies between the two loses the wake-up only: waiters poll.
-_NOTIFY_TASKS = "SELECT pg_notify('noetl_tasks', '')"
-_NOTIFY_INPUTS = "SELECT pg_notify('noetl_inputs', '')"
-
-
 class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
 
@@ -318,8 +197,6 @@ class PostgresStore:
         self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
     ) -> None:
         self._conninfo, self.target = parse_dsn(dsn)
-        self._timeout = timeout
-        self._max_size = max_size
         conn, _ = connect(dsn)
         try:
             with conn:
@@ -328,94 +205,31 @@ class PostgresStore:
             raise self.target.unavailable(exc) from None
         except StoreUnavailableError as exc:
             raise StoreUnavailableError(f"{self.target}: {exc}") from exc
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            self._conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            name="noetl",
-            kwargs={"autocommit": True},
-            configure=_configure,
-            # A connection the server dropped (restart, failover) is replaced on checkout.
-            check=_check_if_idle,
-            timeout=timeout,
-            # Retry a lost connection with backoff for a few seconds only, then let demand
-            # grow the pool afresh: after a long outage it is back at once, not minutes on.
-            reconnect_timeout=RECONNECT_S,
-            num_workers=2,
+        self._db = PgConnector(
+            self._conninfo, self.target, min_size=min_size, max_size=max_size, timeout=timeout
         )
-        try:
-            self._pool.open(wait=True, timeout=timeout)
-        except PoolTimeout:
-            self._pool.close()
-            self._probe()
-            raise StoreUnavailableError(
-                f"{self.target}: the connection pool did not open within {timeout:g} s",
-                retryable=True,
-            ) from None
+        self._connection = self._db.connection
+        self._transaction = self._db.in_transaction
         self._listener = Listener(self._conninfo)
         # Input holders opened on this store, by token (kept when closed: a closed
         # holder's token must not claim through the pool either).
         self._holders: dict[str, PgHolder] = {}
+        # The parts written once over the connector (noetl.store.managers).
+        catalog = Catalog(self._db)
+        self.register_playbook = catalog.register_playbook
+        self.get_playbook = catalog.get_playbook
+        self.list_playbooks = catalog.list_playbooks
+        self.register_worker = catalog.register_worker
+        self.worker_heartbeat = catalog.worker_heartbeat
+        self.request_drain = catalog.request_drain
+        self.list_workers = catalog.list_workers
+        self.stats = catalog.stats
         self.tokens = PgTokens(self._connection, self._transaction)
         self.sessions = PgSessions(self._connection, self._transaction)
         self.credentials = PgCredentials(self._connection, self._transaction)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"
-
-    # --- connections and errors ----------------------------------------------------------
-
-    @contextmanager
-    def _connection(self) -> Iterator[Conn]:
-        """A pooled autocommit connection, with operational errors made readable."""
-        conn = self._getconn()
-        try:
-            with conn:
-                yield conn
-        except psycopg.OperationalError as exc:
-            # Also a connection lost mid-call: the pool drops it, a retry gets a new one.
-            raise self.target.unavailable(exc) from None
-        except psycopg.DataError as exc:
-            # A value JSONB or text cannot hold: the caller's data, as with a bad seq.
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"{self.target} cannot store a value: {reason}") from None
-        finally:
-            _last_used[conn] = time.monotonic()
-            self._pool.putconn(conn)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Conn]:
-        with self._connection() as conn, conn.transaction():
-            yield conn
-
-    def _getconn(self) -> Conn:
-        """A connection from the pool. When none comes within a second, ask the server
-        directly: if it is down, fail now (retryable) instead of after the full timeout."""
-        first = min(1.0, self._timeout)
-        try:
-            try:
-                return self._pool.getconn(timeout=first)
-            except PoolTimeout:
-                pass
-            self._probe()
-            return self._pool.getconn(timeout=max(self._timeout - first, 0.1))
-        except PoolTimeout:
-            raise StoreUnavailableError(
-                f"{self.target} answers, but no pooled connection came free within "
-                f"{self._timeout:g} s (all {self._max_size} busy, or reconnecting after an "
-                "outage); retry, or give the store a larger pool",
-                retryable=True,
-            ) from None
-        except PoolClosed:
-            raise StoreUnavailableError(f"the store for {self.target} is closed") from None
-
-    def _probe(self) -> None:
-        """Raise StoreUnavailableError (with the server's reason) if it cannot be reached."""
-        try:
-            psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2).close()
-        except psycopg.Error as exc:
-            raise self.target.unavailable(exc) from None
 
     # --- executions and events -----------------------------------------------------------
 
@@ -437,7 +251,7 @@ class PostgresStore:
                 if prepared is not None:
                     self._apply(conn, [prepared])
             if prepared is not None and self._wakes_workers([prepared]):
-                conn.execute(_NOTIFY_TASKS)
+                conn.execute(NOTIFY_TASKS)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
@@ -448,7 +262,7 @@ class PostgresStore:
             with conn.transaction():
                 self._apply(conn, prepared)
             if self._wakes_workers(prepared):
-                conn.execute(_NOTIFY_TASKS)
+                conn.execute(NOTIFY_TASKS)
 
     def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
         """`complete` for every report in one statement; the accepted task ids."""
@@ -458,7 +272,7 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE_MANY, columns)
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
             return {row[0] for row in done.fetchall()}
 
     def complete_and_commit(
@@ -487,7 +301,7 @@ class PostgresStore:
                             (worker_id, float(lease_s), list(lease), prepared.execution_id),
                         )
                 if self._wakes_workers([prepared], frozenset(lease)):
-                    conn.execute(_NOTIFY_TASKS)
+                    conn.execute(NOTIFY_TASKS)
                 # The writes, the leases, COMMIT and a notification went out together.
                 if lease:
                     rows = cur.fetchall()
@@ -714,7 +528,7 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.transaction():
                 conn.cursor().executemany(sql.POISONED, poisoned)
-            conn.execute(_NOTIFY_INPUTS)
+            conn.execute(NOTIFY_INPUTS)
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease held with `token`; alive False when it is no longer held."""
@@ -728,7 +542,7 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.COMPLETE, (task_id, token, payload))
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
             return done.fetchone() is not None
 
     def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
@@ -738,7 +552,7 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.pipeline():
                 done = conn.execute(sql.RELEASE, _columns(list(held)))
-                conn.execute(_NOTIFY_TASKS)
+                conn.execute(NOTIFY_TASKS)
             return {row[0] for row in done.fetchall()}
 
     def maintain(self) -> None:
@@ -762,7 +576,7 @@ class PostgresStore:
         with self._connection() as conn:
             reaped = len(conn.execute(statement, params).fetchall())
             if reaped:
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
             return reaped
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
@@ -785,7 +599,7 @@ class PostgresStore:
         with self._connection() as conn:
             with conn.pipeline():
                 posted = conn.execute(sql.POST_INPUT, values)
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
             row = posted.fetchone()
         if row is None:
             raise NotFoundError(f"execution {execution_id} not found")
@@ -818,7 +632,7 @@ class PostgresStore:
             with conn.transaction():
                 posted = dlq.post_replay(conn, message_id, pg_dumps(payload))
             if posted:
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
         return posted
 
     def discard_dead_letter(self, message_id: str, reason: str) -> bool:
@@ -868,7 +682,7 @@ class PostgresStore:
                 return 0
             freed = len(conn.execute(FREE_INPUTS, (gone,)).fetchall())
             if freed:
-                conn.execute(_NOTIFY_INPUTS)
+                conn.execute(NOTIFY_INPUTS)
         return freed
 
     def wait_for(self, channel: str, timeout: float) -> bool:
@@ -876,116 +690,9 @@ class PostgresStore:
         check_channel(channel)
         return self._listener.wait(CHANNELS[channel], timeout)
 
-    # --- playbooks and workers -----------------------------------------------------------
-
-    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
-        """A new version of `path`, or the latest one when its text is the same."""
-        with self._transaction() as conn:
-            # Versions of one path are numbered one writer at a time.
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PLAYBOOK_LOCK_SPACE, path)
-            )
-            row = conn.execute(
-                f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s "
-                "ORDER BY version DESC LIMIT 1",
-                (path,),
-            ).fetchone()
-            latest = None if row is None else _playbook(row)
-            if latest is not None and latest.text == text:
-                return latest
-            version = 1 if latest is None else latest.version + 1
-            conn.execute(
-                f"INSERT INTO playbook ({sql.PLAYBOOK_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
-                (path, version, name, text, _ts(now)),
-            )
-        return PlaybookRecord(path, version, name, text, _epoch(_ts(now)))
-
-    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
-        query = f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s"
-        params: tuple[Any, ...] = (path,)
-        if version is None:
-            query += " ORDER BY version DESC LIMIT 1"
-        else:
-            query += " AND version = %s"
-            params = (path, version)
-        with self._connection() as conn:
-            row = conn.execute(query, params).fetchone()
-        return None if row is None else _playbook(row)
-
-    def list_playbooks(self) -> list[PlaybookRecord]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT DISTINCT ON (path) {sql.PLAYBOOK_COLUMNS} FROM playbook "
-                "ORDER BY path, version DESC"
-            ).fetchall()
-        return [_playbook(row) for row in rows]
-
-    def register_worker(self, record: WorkerRecord) -> None:
-        """Insert or replace the worker's row."""
-        check_worker(record)
-        values = (
-            record.worker_id,
-            record.pool,
-            record.hostname,
-            record.pid,
-            record.status,
-            _ts(record.started_at),
-            _ts(record.heartbeat_at),
-        )
-        with self._connection() as conn:
-            conn.execute(sql.UPSERT_WORKER, values)
-
-    def worker_heartbeat(self, worker_id: str) -> str:
-        """Record the worker alive (database clock); its status, `draining` to stop."""
-        with self._connection() as conn:
-            row = conn.execute(
-                "UPDATE worker SET heartbeat_at = now() WHERE worker_id = %s RETURNING status",
-                (worker_id,),
-            ).fetchone()
-        if row is None:
-            raise NotFoundError(f"worker {worker_id} is not registered")
-        return str(row[0])
-
-    def request_drain(self, pool: str | None = None) -> int:
-        """Ask running workers (of one pool, or all) to drain; returns how many."""
-        with self._connection() as conn:
-            cur = conn.execute(
-                "UPDATE worker SET status = 'draining' "
-                "WHERE status = 'running' AND (%s::text IS NULL OR pool = %s::text)",
-                (pool, pool),
-            )
-            return cur.rowcount
-
-    def list_workers(self) -> list[WorkerRecord]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT {sql.WORKER_COLUMN_LIST} FROM worker ORDER BY worker_id"
-            ).fetchall()
-        return [_worker(row) for row in rows]
-
-    def stats(self) -> StoreStats:
-        """Counts for the metrics exporter (four grouped queries, one connection)."""
-        with self._connection() as conn:
-            executions: dict[tuple[str, str], int] = {}
-            running: dict[str, tuple[int, float]] = {}
-            for name, status, count, oldest in conn.execute(sql.STATS_EXECUTIONS).fetchall():
-                executions[(name, status)] = count
-                if status == "running":
-                    running[name] = (count, _epoch(oldest))
-            parked = {name: count for name, count in conn.execute(sql.STATS_PARKED).fetchall()}
-            tasks = {
-                (pool, status): (count, _epoch_or_none(oldest))
-                for pool, status, count, oldest in conn.execute(sql.STATS_TASKS).fetchall()
-            }
-            row = conn.execute(sql.STATS_INPUTS).fetchone()
-        inputs = (0, None) if row is None else (int(row[0]), _epoch_or_none(row[1]))
-        return StoreStats(
-            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
-        )
-
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""
         for holder in list(self._holders.values()):
             holder.close()
         self._listener.close()
-        self._pool.close()
+        self._db.close()

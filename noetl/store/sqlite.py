@@ -12,10 +12,8 @@ writer. The queue's SQL lives in `_sqlite_queue`; SQLite has no notifications, s
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,6 @@ from noetl.store._rows import (
     PreparedAppend,
     check_channel,
     check_page,
-    check_worker,
     dumps,
     event_from_row,
     inputs_to_check,
@@ -41,6 +38,7 @@ from noetl.store._rows import (
     stale_all,
 )
 from noetl.store._sqlite_auth import SqliteSessions, SqliteTokens
+from noetl.store._sqlite_connector import SqliteConnector
 from noetl.store.base import (
     Append,
     Clock,
@@ -53,12 +51,8 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
-    StoreUnavailableError,
-    WorkerRecord,
 )
-from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
+from noetl.store.managers.catalog import Catalog
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
@@ -111,104 +105,26 @@ class SqliteStore:
 
     def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
         self.path = Path(path).expanduser().absolute()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._conn = self._connect()
+        self._db = SqliteConnector(self.path, clock=clock, busy_timeout_ms=BUSY_TIMEOUT_MS)
+        self._conn = self._db.conn
+        self._use = self._db.use
+        self._transaction = self._db.in_transaction
+        # The parts written once over the connector (noetl.store.managers).
+        catalog = Catalog(self._db)
+        self.register_playbook = catalog.register_playbook
+        self.get_playbook = catalog.get_playbook
+        self.list_playbooks = catalog.list_playbooks
+        self.register_worker = catalog.register_worker
+        self.worker_heartbeat = catalog.worker_heartbeat
+        self.request_drain = catalog.request_drain
+        self.list_workers = catalog.list_workers
+        self.stats = catalog.stats
         self.tokens = SqliteTokens(self._use, self._transaction)
         self.sessions = SqliteSessions(self._use, self._transaction)
         self.credentials = SqliteCredentials(self._use, self._transaction)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreUnavailableError(
-                f"SQLite database {self.path} cannot be created: its directory "
-                f"{self.path.parent} cannot be made ({exc.strerror or exc}); choose a "
-                "database path inside a writable directory"
-            ) from exc
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,
-                factory=queue.ClockedConnection,
-            )
-        except sqlite3.Error as exc:
-            raise self._unavailable(exc) from exc
-        conn.clock = self._clock
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            migrate_sqlite(conn)
-        except SchemaTooNewError as exc:
-            conn.close()
-            raise StoreUnavailableError(f"SQLite database {self.path}: {exc}") from exc
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._unavailable(exc) from exc
-        return conn
-
-    def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailableError:
-        """Name the file and say what to do, instead of a bare sqlite3 error."""
-        text = str(exc)
-        lowered = text.lower()
-        retryable = False
-        if "locked" in lowered or "busy" in lowered:
-            hint = (
-                f"another process held its lock for more than {BUSY_TIMEOUT_MS // 1000} s; "
-                "stop other noetl processes using this file, or retry"
-            )
-            retryable = True
-        elif "not a database" in lowered or "malformed" in lowered:
-            hint = "it is not a usable NoETL database; move the file away or choose another path"
-        elif "full" in lowered:
-            hint = "the disk is full; free some space"
-        elif "readonly" in lowered or "read-only" in lowered:
-            hint = "make the file and its directory writable for this user, or choose another path"
-        else:
-            hint = (
-                "check that the path is a file (not a directory) in an existing directory that "
-                "this user can write to, or choose another database path"
-            )
-        return StoreUnavailableError(
-            f"SQLite database {self.path} is unavailable ({text}): {hint}", retryable=retryable
-        )
-
-    @contextmanager
-    def _use(self) -> Iterator[sqlite3.Connection]:
-        """The connection, under the lock, with operational errors made readable."""
-        with self._lock:
-            try:
-                yield self._conn
-            except sqlite3.OperationalError as exc:
-                raise self._unavailable(exc) from exc
-            except sqlite3.DatabaseError as exc:
-                # Exactly DatabaseError is "file is not a database" and kin; its subclasses
-                # (IntegrityError, ProgrammingError...) are bugs and stay as they are.
-                if type(exc) is not sqlite3.DatabaseError:
-                    raise
-                raise self._unavailable(exc) from exc
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the write lock from its start (BEGIN IMMEDIATE);
-        committed when the block ends, rolled back when it raises."""
-        with self._use() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
@@ -495,48 +411,6 @@ class SqliteStore:
         time.sleep(max(0.0, min(timeout, POLL_S)))
         return False
 
-    # --- playbooks and workers --------------------------------------------------------------
-
-    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
-        """A new version of `path`, unless `text` equals the latest version's."""
-        with self._transaction() as conn:
-            return queue.register_playbook(conn, path, name, text, now)
-
-    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
-        with self._use() as conn:
-            return queue.get_playbook(conn, path, version)
-
-    def list_playbooks(self) -> list[PlaybookRecord]:
-        with self._use() as conn:
-            return queue.list_playbooks(conn)
-
-    def register_worker(self, record: WorkerRecord) -> None:
-        """Insert or replace the worker's row."""
-        check_worker(record)
-        with self._transaction() as conn:
-            queue.register_worker(conn, record)
-
-    def worker_heartbeat(self, worker_id: str) -> str:
-        """Stamp the worker alive and return its status; NotFoundError if unregistered."""
-        with self._transaction() as conn:
-            return queue.worker_heartbeat(conn, worker_id)
-
-    def request_drain(self, pool: str | None = None) -> int:
-        """Move running workers (of `pool`, or all) to draining; returns how many."""
-        with self._transaction() as conn:
-            return queue.request_drain(conn, pool)
-
-    def list_workers(self) -> list[WorkerRecord]:
-        """Every registered worker, by id."""
-        with self._use() as conn:
-            return queue.list_workers(conn)
-
-    def stats(self) -> StoreStats:
-        """Counts for the metrics exporter (four grouped queries)."""
-        with self._use() as conn:
-            return queue.stats(conn)
-
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
-        with self._lock:
-            self._conn.close()
+        self._db.close()

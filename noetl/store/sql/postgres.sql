@@ -1,0 +1,72 @@
+-- Named queries of the PostgreSQL store (noetl.store.queries). Times are the database's
+-- now(); parameters are named (%(name)s).
+
+-- --- the playbook catalog --------------------------------------------------------------
+
+-- Versions of one path are numbered one writer at a time (advisory lock space 'noep').
+-- name: lock_playbook_path
+SELECT pg_advisory_xact_lock(1852794224, hashtext(%(path)s))
+
+-- name: latest_playbook
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = %(path)s ORDER BY version DESC LIMIT 1
+
+-- name: playbook_version
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = %(path)s AND version = %(version)s
+
+-- name: insert_playbook
+INSERT INTO playbook (path, version, name, text, created_at)
+VALUES (%(path)s, %(version)s, %(name)s, %(text)s, %(created_at)s)
+
+-- name: list_playbooks
+SELECT DISTINCT ON (path) path, version, name, text, created_at FROM playbook
+ORDER BY path, version DESC
+
+-- --- workers -----------------------------------------------------------------------------
+
+-- name: upsert_worker
+INSERT INTO worker (worker_id, pool, hostname, pid, status, started_at, heartbeat_at)
+VALUES (%(worker_id)s, %(pool)s, %(hostname)s, %(pid)s, %(status)s, %(started_at)s,
+        %(heartbeat_at)s)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+
+-- The row is locked by worker_status, read first in the same transaction.
+-- name: worker_heartbeat
+UPDATE worker SET heartbeat_at = now() WHERE worker_id = %(worker_id)s
+
+-- name: worker_status
+SELECT status FROM worker WHERE worker_id = %(worker_id)s FOR UPDATE
+
+-- name: request_drain
+UPDATE worker SET status = 'draining'
+WHERE status = 'running' AND (%(pool)s::text IS NULL OR pool = %(pool)s::text)
+
+-- name: list_workers
+SELECT worker_id, pool, hostname, pid, status, started_at, heartbeat_at FROM worker
+ORDER BY worker_id
+
+-- --- the counts of Store.stats (read when the metrics are scraped) ----------------------
+
+-- name: stats_executions
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
+
+-- name: stats_parked
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND s.status->>'status' = 'parked'
+GROUP BY e.playbook_name
+
+-- name: stats_tasks
+SELECT pool, status, count(*),
+       min(not_before) FILTER (WHERE status = 'queued' AND not_before <= now())
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+
+-- Timers that are not due yet are no backlog.
+-- name: stats_inputs
+SELECT count(*), min(created_at) FROM inbox
+WHERE NOT (kind = 'timer' AND claimed_until > now())

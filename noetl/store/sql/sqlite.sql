@@ -1,0 +1,71 @@
+-- Named queries of the SQLite store (noetl.store.queries). `:now` is the store's clock
+-- (epoch seconds), given to every query by the connector; parameters are named (:name).
+
+-- --- the playbook catalog --------------------------------------------------------------
+
+-- The transaction holds the write lock from its start (BEGIN IMMEDIATE): nothing to take.
+-- name: lock_playbook_path
+SELECT 1
+
+-- name: latest_playbook
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = :path ORDER BY version DESC LIMIT 1
+
+-- name: playbook_version
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = :path AND version = :version
+
+-- name: insert_playbook
+INSERT INTO playbook (path, version, name, text, created_at)
+VALUES (:path, :version, :name, :text, :created_at)
+
+-- name: list_playbooks
+SELECT path, version, name, text, created_at FROM playbook p
+WHERE version = (SELECT MAX(version) FROM playbook WHERE path = p.path) ORDER BY path
+
+-- --- workers -----------------------------------------------------------------------------
+
+-- name: upsert_worker
+INSERT INTO worker (worker_id, pool, hostname, pid, status, started_at, heartbeat_at)
+VALUES (:worker_id, :pool, :hostname, :pid, :status, :started_at, :heartbeat_at)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+
+-- No RETURNING (older SQLite libraries lack it): the status is read first, in the same
+-- transaction (see worker_status).
+-- name: worker_heartbeat
+UPDATE worker SET heartbeat_at = :now WHERE worker_id = :worker_id
+
+-- name: worker_status
+SELECT status FROM worker WHERE worker_id = :worker_id
+
+-- name: request_drain
+UPDATE worker SET status = 'draining'
+WHERE status = 'running' AND (:pool IS NULL OR pool = :pool)
+
+-- name: list_workers
+SELECT worker_id, pool, hostname, pid, status, started_at, heartbeat_at FROM worker
+ORDER BY worker_id
+
+-- --- the counts of Store.stats (read when the metrics are scraped) ----------------------
+
+-- name: stats_executions
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
+
+-- name: stats_parked
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND json_extract(s.status, '$.status') = 'parked'
+GROUP BY e.playbook_name
+
+-- name: stats_tasks
+SELECT pool, status, count(*),
+       min(CASE WHEN status = 'queued' AND not_before <= :now THEN not_before END)
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+
+-- Timers that are not due yet are no backlog.
+-- name: stats_inputs
+SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > :now)
