@@ -280,14 +280,6 @@ def _dlq_value(column: str) -> str:
     return "%s"
 
 
-def _dlq_select(column: str) -> str:
-    if column in DLQ_JSON_COLUMNS:
-        return f"{column}::text"
-    if column in _DLQ_TIMES:
-        return f"extract(epoch FROM {column})::float8"
-    return column
-
-
 _DLQ_KEEP = ("message_id", "first_seen", "replays")
 # A task that fails again after a replay updates its row: pending again, first_seen and the
 # replay count kept.
@@ -299,22 +291,3 @@ ON CONFLICT (message_id) DO UPDATE SET
     updated_at = excluded.updated_at
 """
 SET_DLQ_STATUS = "UPDATE dlq SET status = %s, updated_at = now() WHERE message_id = %s"
-SELECT_DLQ = f"SELECT {', '.join(_dlq_select(c) for c in DLQ_COLUMNS)} FROM dlq"
-DLQ_COUNTS = "SELECT status, count(*) FROM dlq GROUP BY status"
-DLQ_STATUS = "SELECT status FROM dlq WHERE message_id = %s"
-# Replay: the entry moves to `replayed` and its REPLAY input is posted, in one statement.
-POST_REPLAY = """
-WITH marked AS (
-    UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
-    WHERE message_id = %s AND status = 'pending'
-    RETURNING execution_id
-)
-INSERT INTO inbox (execution_id, kind, payload, created_at)
-SELECT execution_id, 'replay', %s::jsonb, now() FROM marked
-RETURNING id
-"""
-DISCARD_DLQ = """
-UPDATE dlq SET status = 'discarded', discard_reason = %s, updated_at = now()
-WHERE message_id = %s AND status = 'pending'
-RETURNING 1
-"""

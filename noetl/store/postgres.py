@@ -65,8 +65,6 @@ from noetl.store._rows import (
 from noetl.store.base import (
     Append,
     ConcurrencyError,
-    DeadLetter,
-    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
@@ -76,6 +74,7 @@ from noetl.store.base import (
     StoreUnavailableError,
 )
 from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.dead_letters import DeadLetters
 from noetl.store.migrate import (
     Migration,
     SchemaStatus,
@@ -224,6 +223,12 @@ class PostgresStore:
         self.request_drain = catalog.request_drain
         self.list_workers = catalog.list_workers
         self.stats = catalog.stats
+        dead_letters = DeadLetters(self._db)
+        self.list_dead_letters = dead_letters.list_dead_letters
+        self.get_dead_letter = dead_letters.get_dead_letter
+        self.dead_letter_counts = dead_letters.dead_letter_counts
+        self.post_replay = dead_letters.post_replay
+        self.discard_dead_letter = dead_letters.discard_dead_letter
         self.tokens = PgTokens(self._connection, self._transaction)
         self.sessions = PgSessions(self._connection, self._transaction)
         self.credentials = PgCredentials(self._connection, self._transaction)
@@ -604,40 +609,6 @@ class PostgresStore:
         if row is None:
             raise NotFoundError(f"execution {execution_id} not found")
         return int(row[0])
-
-    # --- the dead-letter queue -----------------------------------------------------------
-
-    def list_dead_letters(
-        self,
-        *,
-        status: DeadLetterStatus | None = None,
-        execution_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[DeadLetter]:
-        check_page(limit, offset)
-        with self._connection() as conn:
-            return dlq.select(conn, status, execution_id, limit, offset)
-
-    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
-        with self._connection() as conn:
-            return dlq.get(conn, message_id)
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        with self._connection() as conn:
-            return dlq.counts(conn)
-
-    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
-        with self._connection() as conn:
-            with conn.transaction():
-                posted = dlq.post_replay(conn, message_id, pg_dumps(payload))
-            if posted:
-                conn.execute(NOTIFY_INPUTS)
-        return posted
-
-    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
-        with self._connection() as conn, conn.transaction():
-            return dlq.discard(conn, message_id, reason)
 
     def claim_inputs(
         self,

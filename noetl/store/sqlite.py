@@ -43,8 +43,6 @@ from noetl.store.base import (
     Append,
     Clock,
     ConcurrencyError,
-    DeadLetter,
-    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
@@ -53,6 +51,7 @@ from noetl.store.base import (
     NotFoundError,
 )
 from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.dead_letters import DeadLetters
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
@@ -119,6 +118,12 @@ class SqliteStore:
         self.request_drain = catalog.request_drain
         self.list_workers = catalog.list_workers
         self.stats = catalog.stats
+        dead_letters = DeadLetters(self._db)
+        self.list_dead_letters = dead_letters.list_dead_letters
+        self.get_dead_letter = dead_letters.get_dead_letter
+        self.dead_letter_counts = dead_letters.dead_letter_counts
+        self.post_replay = dead_letters.post_replay
+        self.discard_dead_letter = dead_letters.discard_dead_letter
         self.tokens = SqliteTokens(self._use, self._transaction)
         self.sessions = SqliteSessions(self._use, self._transaction)
         self.credentials = SqliteCredentials(self._use, self._transaction)
@@ -374,36 +379,6 @@ class SqliteStore:
             return 0
         with self._transaction() as conn:
             return queue.release_inputs(conn, gone)
-
-    # --- the dead-letter queue -----------------------------------------------------------
-
-    def list_dead_letters(
-        self,
-        *,
-        status: DeadLetterStatus | None = None,
-        execution_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[DeadLetter]:
-        check_page(limit, offset)
-        with self._use() as conn:
-            return dlq.select(conn, status, execution_id, limit, offset)
-
-    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
-        with self._use() as conn:
-            return dlq.get(conn, message_id)
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        with self._use() as conn:
-            return dlq.counts(conn)
-
-    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
-        with self._transaction() as conn:
-            return dlq.post_replay(conn, message_id, dumps(payload))
-
-    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
-        with self._transaction() as conn:
-            return dlq.discard(conn, message_id, reason)
 
     def wait_for(self, channel: str, timeout: float) -> bool:
         """No notifications in SQLite: sleep a poll interval (at most `timeout`), False."""

@@ -70,3 +70,43 @@ FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
 -- name: stats_inputs
 SELECT count(*), min(created_at) FROM inbox
 WHERE NOT (kind = 'timer' AND claimed_until > now())
+
+-- --- the dead-letter queue (its writes go with a commit: noetl.store._pg_dlq) ----------
+
+-- JSON columns as text (their NUL escapes are undone by the connector), times as epoch
+-- seconds.
+-- name: list_dead_letters
+SELECT message_id, execution_id, step_id, loop_index, loop_key::text, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack,
+       extract(epoch FROM first_seen)::float8, extract(epoch FROM last_seen)::float8,
+       payload::text, context_excerpt, task::text, status, replays, discard_reason
+FROM dlq
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(execution_id)s::text IS NULL OR execution_id = %(execution_id)s::text)
+ORDER BY last_seen DESC, message_id DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: get_dead_letter
+SELECT message_id, execution_id, step_id, loop_index, loop_key::text, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack,
+       extract(epoch FROM first_seen)::float8, extract(epoch FROM last_seen)::float8,
+       payload::text, context_excerpt, task::text, status, replays, discard_reason
+FROM dlq WHERE message_id = %(message_id)s
+
+-- name: dead_letter_counts
+SELECT status, count(*) FROM dlq GROUP BY status
+
+-- Locks the entry: two replays (or a replay and a discard) decide one after the other.
+-- name: dead_letter_status
+SELECT status, execution_id FROM dlq WHERE message_id = %(message_id)s FOR UPDATE
+
+-- name: mark_replayed
+UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
+WHERE message_id = %(message_id)s
+
+-- name: post_replay_input
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+VALUES (%(execution_id)s, 'replay', %(payload)s::jsonb, now())
+
+-- name: mark_discarded
+UPDATE dlq SET status = 'discarded', discard_reason = %(reason)s, updated_at = now()
+WHERE message_id = %(message_id)s

@@ -69,3 +69,38 @@ FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
 -- Timers that are not due yet are no backlog.
 -- name: stats_inputs
 SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > :now)
+
+-- --- the dead-letter queue (its writes go with a commit: noetl.store._sqlite_dlq) -------
+
+-- name: list_dead_letters
+SELECT message_id, execution_id, step_id, loop_index, loop_key, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack, first_seen, last_seen,
+       payload, context_excerpt, task, status, replays, discard_reason
+FROM dlq
+WHERE (:status IS NULL OR status = :status)
+  AND (:execution_id IS NULL OR execution_id = :execution_id)
+ORDER BY last_seen DESC, message_id DESC LIMIT :limit OFFSET :offset
+
+-- name: get_dead_letter
+SELECT message_id, execution_id, step_id, loop_index, loop_key, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack, first_seen, last_seen,
+       payload, context_excerpt, task, status, replays, discard_reason
+FROM dlq WHERE message_id = :message_id
+
+-- name: dead_letter_counts
+SELECT status, count(*) FROM dlq GROUP BY status
+
+-- name: dead_letter_status
+SELECT status, execution_id FROM dlq WHERE message_id = :message_id
+
+-- name: mark_replayed
+UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = :now
+WHERE message_id = :message_id
+
+-- name: post_replay_input
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+VALUES (:execution_id, 'replay', :payload, :now)
+
+-- name: mark_discarded
+UPDATE dlq SET status = 'discarded', discard_reason = :reason, updated_at = :now
+WHERE message_id = :message_id
