@@ -21,13 +21,14 @@ from typing import Any
 
 import psycopg
 from psycopg import conninfo as pg_conninfo
+from psycopg import errors as pg_errors
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
 from noetl.errors import ConfigError
 from noetl.store._pg_listen import CONNECT_TIMEOUT_S
 from noetl.store._pg_nul import json_out, jsonb_loads, pg_dumps, text_in, text_out
-from noetl.store.connector import Params, Row
+from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.queries import QUERIES
 from noetl.store.records import StoreUnavailableError
 
@@ -185,14 +186,20 @@ class PgSession(_Values):
         self._in_transaction = in_transaction
         self.pending: set[str] = set()
 
+    def _run(self, query: str, params: Params | None) -> psycopg.Cursor[Row]:
+        try:
+            return self.conn.execute(_QUERIES[query], params)
+        except pg_errors.UniqueViolation as exc:
+            raise DuplicateKeyError(str(exc)) from None
+
     def execute(self, query: str, params: Params | None = None) -> int:
-        return self.conn.execute(_QUERIES[query], params).rowcount
+        return self._run(query, params).rowcount
 
     def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
-        return self.conn.execute(_QUERIES[query], params).fetchone()
+        return self._run(query, params).fetchone()
 
     def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
-        return self.conn.execute(_QUERIES[query], params).fetchall()
+        return self._run(query, params).fetchall()
 
     @contextmanager
     def session(self) -> Iterator[PgSession]:

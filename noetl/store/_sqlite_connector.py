@@ -20,12 +20,13 @@ from typing import Any
 
 from noetl.store._rows import dumps
 from noetl.store._sqlite_queue import ClockedConnection
-from noetl.store.connector import Params, Row
+from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
 from noetl.store.queries import QUERIES
 from noetl.store.records import Clock, StoreUnavailableError
 
 _QUERIES = QUERIES["sqlite"]
+_DUPLICATE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})
 
 
 class _Values:
@@ -65,15 +66,23 @@ class SqliteSession(_Values):
     def _params(self, params: Params | None) -> dict[str, Any]:
         return {"now": self._now} if params is None else {"now": self._now, **params}
 
+    def _run(self, query: str, params: Params | None) -> sqlite3.Cursor:
+        try:
+            return self.conn.execute(_QUERIES[query], self._params(params))
+        except sqlite3.IntegrityError as exc:
+            if exc.sqlite_errorname not in _DUPLICATE:
+                raise
+            raise DuplicateKeyError(str(exc)) from None
+
     def execute(self, query: str, params: Params | None = None) -> int:
-        return self.conn.execute(_QUERIES[query], self._params(params)).rowcount
+        return self._run(query, params).rowcount
 
     def fetch_one(self, query: str, params: Params | None = None) -> Row | None:
-        row: Row | None = self.conn.execute(_QUERIES[query], self._params(params)).fetchone()
+        row: Row | None = self._run(query, params).fetchone()
         return row
 
     def fetch_all(self, query: str, params: Params | None = None) -> list[Row]:
-        return self.conn.execute(_QUERIES[query], self._params(params)).fetchall()
+        return self._run(query, params).fetchall()
 
     @contextmanager
     def session(self) -> Iterator[SqliteSession]:

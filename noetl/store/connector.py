@@ -19,6 +19,12 @@ Params = Mapping[str, Any]
 Row = tuple[Any, ...]
 
 
+class DuplicateKeyError(Exception):
+    """A statement would have written a second row with the same primary or unique key
+    (raised by the connector in place of its driver's error; the transaction is rolled
+    back)."""
+
+
 class Connector(Protocol):
     """Named queries on one database, outside a transaction (each call on its own) or in
     one (`transaction`)."""

@@ -33,7 +33,6 @@ import psycopg
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
-from noetl.store._pg_auth import PgSessions, PgTokens
 from noetl.store._pg_connector import (
     NOTIFY_INPUTS,
     NOTIFY_TASKS,
@@ -42,7 +41,6 @@ from noetl.store._pg_connector import (
     connect,
     parse_dsn,
 )
-from noetl.store._pg_credentials import PgCredentials
 from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
 from noetl.store._pg_listen import CHANNELS, Listener
 from noetl.store._pg_nul import json_in, json_out, pg_dumps
@@ -73,7 +71,9 @@ from noetl.store.base import (
     NotFoundError,
     StoreUnavailableError,
 )
+from noetl.store.managers.auth import Sessions, Tokens
 from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
 from noetl.store.migrate import (
     Migration,
@@ -229,9 +229,9 @@ class PostgresStore:
         self.dead_letter_counts = dead_letters.dead_letter_counts
         self.post_replay = dead_letters.post_replay
         self.discard_dead_letter = dead_letters.discard_dead_letter
-        self.tokens = PgTokens(self._connection, self._transaction)
-        self.sessions = PgSessions(self._connection, self._transaction)
-        self.credentials = PgCredentials(self._connection, self._transaction)
+        self.tokens = Tokens(self._db)
+        self.sessions = Sessions(self._db)
+        self.credentials = Credentials(self._db)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"

@@ -20,7 +20,6 @@ from typing import Any
 from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
-from noetl.store._credentials import SqliteCredentials
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     EXECUTION_COLUMNS,
@@ -37,7 +36,6 @@ from noetl.store._rows import (
     record_to_row,
     stale_all,
 )
-from noetl.store._sqlite_auth import SqliteSessions, SqliteTokens
 from noetl.store._sqlite_connector import SqliteConnector
 from noetl.store.base import (
     Append,
@@ -50,7 +48,9 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
 )
+from noetl.store.managers.auth import Sessions, Tokens
 from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
 
 BUSY_TIMEOUT_MS = 5000
@@ -124,9 +124,9 @@ class SqliteStore:
         self.dead_letter_counts = dead_letters.dead_letter_counts
         self.post_replay = dead_letters.post_replay
         self.discard_dead_letter = dead_letters.discard_dead_letter
-        self.tokens = SqliteTokens(self._use, self._transaction)
-        self.sessions = SqliteSessions(self._use, self._transaction)
-        self.credentials = SqliteCredentials(self._use, self._transaction)
+        self.tokens = Tokens(self._db)
+        self.sessions = Sessions(self._db)
+        self.credentials = Credentials(self._db)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"

@@ -110,3 +110,83 @@ VALUES (%(execution_id)s, 'replay', %(payload)s::jsonb, now())
 -- name: mark_discarded
 UPDATE dlq SET status = 'discarded', discard_reason = %(reason)s, updated_at = now()
 WHERE message_id = %(message_id)s
+
+-- --- credentials (ciphertext only: encryption happens above the store) ------------------
+
+-- Puts of one name are serialized, so credential_exists (read after the lock, with a
+-- snapshot of its own) tells a new name from a replaced one exactly (space 'noec').
+-- name: lock_credential
+SELECT pg_advisory_xact_lock(1852794211, hashtext(%(name)s))
+
+-- name: credential_exists
+SELECT 1 FROM credential WHERE name = %(name)s
+
+-- name: put_credential
+INSERT INTO credential (name, type, ciphertext, key_id, created_at, updated_at)
+VALUES (%(name)s, %(type)s, %(ciphertext)s, %(key_id)s, %(created_at)s, %(updated_at)s)
+ON CONFLICT (name) DO UPDATE SET type = excluded.type, ciphertext = excluded.ciphertext,
+    key_id = excluded.key_id, updated_at = excluded.updated_at
+
+-- name: get_credential
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+WHERE name = %(name)s
+
+-- name: list_credentials
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+ORDER BY name COLLATE "C"
+
+-- name: delete_credential
+DELETE FROM credential WHERE name = %(name)s
+
+-- name: reencrypt_credential
+UPDATE credential SET ciphertext = %(ciphertext)s, key_id = %(key_id)s
+WHERE name = %(name)s AND ciphertext = %(expected)s
+
+-- --- API tokens ----------------------------------------------------------------------------
+
+-- name: insert_token
+INSERT INTO api_token (token_id, name, role, token_hash, created_at, last_used_at,
+                       expires_at, revoked, revoked_at)
+VALUES (%(token_id)s, %(name)s, %(role)s, %(token_hash)s, %(created_at)s,
+        %(last_used_at)s, %(expires_at)s, %(revoked)s, %(revoked_at)s)
+
+-- name: token_by_hash
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_hash = %(value)s
+
+-- name: token_by_id
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_id = %(value)s
+
+-- name: list_tokens
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token ORDER BY created_at, token_id
+
+-- name: revoke_token
+UPDATE api_token SET revoked = true, revoked_at = %(at)s
+WHERE token_id = %(value)s AND NOT revoked
+
+-- name: touch_token
+UPDATE api_token SET last_used_at = %(at)s WHERE token_id = %(token_id)s
+
+-- --- database sessions: one row per revision ----------------------------------------------
+
+-- name: drop_expired_sessions
+DELETE FROM session WHERE expires_at < %(before)s
+
+-- name: session_revisions
+SELECT session_key, revision, operation, token_id, role, created_at, expires_at,
+       last_activity_at, client, written_at
+FROM session WHERE session_key = %(key)s ORDER BY revision DESC LIMIT %(limit)s
+
+-- name: insert_session
+INSERT INTO session (session_key, revision, operation, token_id, role, created_at,
+                     expires_at, last_activity_at, client, written_at)
+VALUES (%(key)s, %(revision)s, %(operation)s, %(token_id)s, %(role)s, %(created_at)s,
+        %(expires_at)s, %(last_activity_at)s, %(client)s, %(written_at)s)
+
+-- name: trim_session
+DELETE FROM session WHERE session_key = %(key)s AND revision <= %(oldest)s

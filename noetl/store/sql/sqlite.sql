@@ -104,3 +104,82 @@ VALUES (:execution_id, 'replay', :payload, :now)
 -- name: mark_discarded
 UPDATE dlq SET status = 'discarded', discard_reason = :reason, updated_at = :now
 WHERE message_id = :message_id
+
+-- --- credentials (ciphertext only: encryption happens above the store) ------------------
+
+-- The transaction holds the write lock from its start (BEGIN IMMEDIATE): nothing to take.
+-- name: lock_credential
+SELECT 1
+
+-- name: credential_exists
+SELECT 1 FROM credential WHERE name = :name
+
+-- name: put_credential
+INSERT INTO credential (name, type, ciphertext, key_id, created_at, updated_at)
+VALUES (:name, :type, :ciphertext, :key_id, :created_at, :updated_at)
+ON CONFLICT (name) DO UPDATE SET type = excluded.type, ciphertext = excluded.ciphertext,
+    key_id = excluded.key_id, updated_at = excluded.updated_at
+
+-- name: get_credential
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+WHERE name = :name
+
+-- name: list_credentials
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+ORDER BY name
+
+-- name: delete_credential
+DELETE FROM credential WHERE name = :name
+
+-- name: reencrypt_credential
+UPDATE credential SET ciphertext = :ciphertext, key_id = :key_id
+WHERE name = :name AND ciphertext = :expected
+
+-- --- API tokens ----------------------------------------------------------------------------
+
+-- name: insert_token
+INSERT INTO api_token (token_id, name, role, token_hash, created_at, last_used_at,
+                       expires_at, revoked, revoked_at)
+VALUES (:token_id, :name, :role, :token_hash, :created_at,
+        :last_used_at, :expires_at, :revoked, :revoked_at)
+
+-- name: token_by_hash
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_hash = :value
+
+-- name: token_by_id
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_id = :value
+
+-- name: list_tokens
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token ORDER BY created_at, token_id
+
+-- name: revoke_token
+UPDATE api_token SET revoked = 1, revoked_at = :at
+WHERE token_id = :value AND revoked = 0
+
+-- name: touch_token
+UPDATE api_token SET last_used_at = :at WHERE token_id = :token_id
+
+-- --- database sessions: one row per revision ----------------------------------------------
+
+-- name: drop_expired_sessions
+DELETE FROM session WHERE expires_at < :before
+
+-- name: session_revisions
+SELECT session_key, revision, operation, token_id, role, created_at, expires_at,
+       last_activity_at, client, written_at
+FROM session WHERE session_key = :key ORDER BY revision DESC LIMIT :limit
+
+-- name: insert_session
+INSERT INTO session (session_key, revision, operation, token_id, role, created_at,
+                     expires_at, last_activity_at, client, written_at)
+VALUES (:key, :revision, :operation, :token_id, :role, :created_at,
+        :expires_at, :last_activity_at, :client, :written_at)
+
+-- name: trim_session
+DELETE FROM session WHERE session_key = :key AND revision <= :oldest
