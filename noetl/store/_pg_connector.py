@@ -173,6 +173,9 @@ class _Values:
     def text_out(self, text: str) -> str:
         return text_out(text)
 
+    def json_value(self, value: Any) -> Any:
+        return value
+
     def json_text_out(self, text: str) -> str:
         return json_out(text)
 

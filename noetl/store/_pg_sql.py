@@ -8,12 +8,6 @@ from __future__ import annotations
 
 from noetl.store._rows import DLQ_COLUMNS, DLQ_JSON_COLUMNS, TASK_COLUMNS
 
-EXECUTION_COLUMNS = (
-    "e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, "
-    "e.status, e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at, "
-    "e.finished_at"
-)
-FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
 INSERT_EXECUTION = """
 WITH e AS (
     INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,
@@ -102,11 +96,6 @@ UPDATE task_queue SET
     updated_at = now()
 WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status IN ('queued', 'leased')
 """
-SELECT_EVENTS = (
-    "SELECT seq, type, ts, step, payload FROM event_log "
-    "WHERE execution_id = %s AND seq > %s ORDER BY seq LIMIT %s"
-)
-EXISTS = "SELECT 1 FROM execution WHERE execution_id = %s"
 # The claim is ONE statement: pick due rows that nobody else is picking (SKIP LOCKED) and
 # lease them. The token grows by one per claim. Every queue time is the database's now().
 _CLAIM = """
@@ -128,17 +117,6 @@ RETURNING t.payload::text, t.attempt, t.lease_token, t.lease_expires_at, t.worke
 # of only some executions' (a command working for one execution on a shared database).
 CLAIM = _CLAIM.format(scope="")
 CLAIM_SCOPED = _CLAIM.format(scope=" AND execution_id = ANY(%(executions)s)")
-# The execution and its descendants, nearest first (a depth bound guards against a cycle
-# no code makes).
-FAMILY = """
-WITH RECURSIVE family(id, depth) AS (
-    SELECT execution_id, 0 FROM execution WHERE execution_id = %s
-    UNION
-    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
-        ON e.parent_execution_id = f.id WHERE f.depth < 64
-)
-SELECT id FROM family GROUP BY id ORDER BY min(depth), id
-"""
 # A claimed task that cannot be decoded (a poison message) is done at once and reported
 # failed (fatal), so it goes to the dead-letter queue instead of failing every claim.
 POISONED = """

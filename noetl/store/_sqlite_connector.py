@@ -18,7 +18,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from noetl.store._rows import dumps
+from noetl.store._rows import dumps, loads
 from noetl.store._sqlite_queue import ClockedConnection
 from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
@@ -48,6 +48,9 @@ class _Values:
 
     def text_out(self, text: str) -> str:
         return text
+
+    def json_value(self, value: Any) -> Any:
+        return loads(value)
 
     def json_text_out(self, text: str) -> str:
         return text

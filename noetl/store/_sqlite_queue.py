@@ -85,17 +85,6 @@ LIMIT ?
 """
 # Only rows of the executions given as a JSON list (a scoped claim, reap or input claim).
 _SCOPE = " AND execution_id IN (SELECT value FROM json_each(?))"
-# The execution and its descendants, nearest first (a depth bound guards against a cycle
-# no code makes).
-FAMILY = """
-WITH RECURSIVE family(id, depth) AS (
-    SELECT execution_id, 0 FROM execution WHERE execution_id = ?
-    UNION
-    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
-        ON e.parent_execution_id = f.id WHERE f.depth < 64
-)
-SELECT id FROM family GROUP BY id ORDER BY min(depth), id
-"""
 _LEASE = """
 UPDATE task_queue SET
     status = 'leased', worker_id = ?, lease_token = ?, lease_expires_at = ?, updated_at = ?

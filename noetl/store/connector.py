@@ -67,5 +67,8 @@ class Connector(Protocol):
     def text_out(self, text: str) -> str:
         """Free text read back as it was written."""
 
+    def json_value(self, value: Any) -> Any:
+        """A JSON column as read (PostgreSQL: decoded already; SQLite: its text) decoded."""
+
     def json_text_out(self, text: str) -> str:
         """JSON text read back (a JSON column selected as text) as it was written."""

@@ -30,7 +30,6 @@ from typing import Any
 
 import psycopg
 
-from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _pg_dlq as dlq
 from noetl.store import _pg_sql as sql
 from noetl.store._pg_connector import (
@@ -75,6 +74,7 @@ from noetl.store.managers.auth import Sessions, Tokens
 from noetl.store.managers.catalog import Catalog
 from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
+from noetl.store.managers.executions import Executions
 from noetl.store.migrate import (
     Migration,
     SchemaStatus,
@@ -136,23 +136,6 @@ def _epoch(value: datetime) -> float:
 
 def _epoch_or_none(value: datetime | None) -> float | None:
     return None if value is None else value.timestamp()
-
-
-def _record(row: tuple[Any, ...]) -> ExecutionRecord:
-    """Build an ExecutionRecord from the columns of `sql.EXECUTION_COLUMNS`."""
-    return ExecutionRecord(
-        execution_id=row[0],
-        playbook_name=row[1],
-        playbook_path=row[2],
-        playbook_text=row[3],
-        status=ExecutionStatus(row[4]),
-        context=row[5],
-        parent_execution_id=row[6],
-        last_seq=row[7],
-        created_at=_epoch(row[8]),
-        updated_at=_epoch(row[9]),
-        finished_at=_epoch_or_none(row[10]),
-    )
 
 
 def schema_status(dsn: str) -> SchemaStatus:
@@ -223,6 +206,13 @@ class PostgresStore:
         self.request_drain = catalog.request_drain
         self.list_workers = catalog.list_workers
         self.stats = catalog.stats
+        executions = Executions(self._db)
+        self.get_compiled = executions.get_compiled
+        self.load_events = executions.load_events
+        self.get_execution = executions.get_execution
+        self.execution_family = executions.execution_family
+        self.list_executions = executions.list_executions
+        self.get_steps = executions.get_steps
         dead_letters = DeadLetters(self._db)
         self.list_dead_letters = dead_letters.list_dead_letters
         self.get_dead_letter = dead_letters.get_dead_letter
@@ -417,66 +407,6 @@ class PostgresStore:
         done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
         if done:
             cur.execute(sql.DELETE_ALL_INPUTS, _columns(done))
-
-    def get_compiled(self, execution_id: str) -> str | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT compiled FROM execution_input WHERE execution_id = %s", (execution_id,)
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def load_events(
-        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        """Events in sequence order after `after_seq`, at most `limit`."""
-        check_page(limit)
-        with self._connection() as conn:
-            rows = conn.execute(sql.SELECT_EVENTS, (execution_id, after_seq, limit)).fetchall()
-            # Only an empty answer needs the extra lookup that tells "none" from "no such".
-            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
-                raise NotFoundError(f"execution {execution_id} not found")
-        return [
-            Event(seq, type_, execution_id, _epoch(ts), step, payload)
-            for seq, type_, ts, step, payload in rows
-        ]
-
-    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} WHERE e.execution_id = %s",
-                (execution_id,),
-            ).fetchone()
-        return None if row is None else _record(row)
-
-    def execution_family(self, execution_id: str) -> list[str]:
-        with self._connection() as conn:
-            return [row[0] for row in conn.execute(sql.FAMILY, (execution_id,)).fetchall()]
-
-    def list_executions(
-        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
-    ) -> list[ExecutionRecord]:
-        """Newest first (created_at, then insertion order); optionally one status."""
-        check_page(limit, offset)
-        where = "" if status is None else "WHERE e.status = %s"
-        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} {where} "
-                "ORDER BY e.created_at DESC, e.created_order DESC LIMIT %s OFFSET %s",
-                (*params, limit, offset),
-            ).fetchall()
-        return [_record(row) for row in rows]
-
-    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT step, status FROM step_state WHERE execution_id = %s "
-                "ORDER BY created_order",
-                (execution_id,),
-            ).fetchall()
-            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
-                raise NotFoundError(f"execution {execution_id} not found")
-        return {step: status for step, status in rows}
 
     # --- the task queue ------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
@@ -27,12 +26,9 @@ from noetl.store._rows import (
     check_channel,
     check_page,
     dumps,
-    event_from_row,
     inputs_to_check,
-    loads,
     prepare,
     prepare_initial,
-    record_from_row,
     record_to_row,
     stale_all,
 )
@@ -52,6 +48,7 @@ from noetl.store.managers.auth import Sessions, Tokens
 from noetl.store.managers.catalog import Catalog
 from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
+from noetl.store.managers.executions import Executions
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
@@ -61,8 +58,6 @@ POLL_S = 0.05
 # workflow.started): new rows keep its default, '{}'.
 _INPUT_COLUMNS = ("playbook_text",)
 _ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
-_COLUMNS = ", ".join(f"i.{c}" if c in _INPUT_COLUMNS else f"e.{c}" for c in EXECUTION_COLUMNS)
-_FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
 _INSERT_EXECUTION = (
     f"INSERT INTO execution ({', '.join(_ROW_COLUMNS)}) "
     f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
@@ -89,14 +84,6 @@ INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (?, ?, ?,
 ON CONFLICT (execution_id, step) DO UPDATE SET
     status = excluded.status, updated_at = excluded.updated_at
 """
-_SELECT_EVENTS = (
-    "SELECT seq, type, ts, step, payload FROM event_log "
-    "WHERE execution_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-)
-
-
-def _record(row: tuple[Any, ...]) -> ExecutionRecord:
-    return record_from_row(dict(zip(EXECUTION_COLUMNS, row, strict=True)))
 
 
 class SqliteStore:
@@ -118,6 +105,13 @@ class SqliteStore:
         self.request_drain = catalog.request_drain
         self.list_workers = catalog.list_workers
         self.stats = catalog.stats
+        executions = Executions(self._db)
+        self.get_compiled = executions.get_compiled
+        self.load_events = executions.load_events
+        self.get_execution = executions.get_execution
+        self.execution_family = executions.execution_family
+        self.list_executions = executions.list_executions
+        self.get_steps = executions.get_steps
         dead_letters = DeadLetters(self._db)
         self.list_dead_letters = dead_letters.list_dead_letters
         self.get_dead_letter = dead_letters.get_dead_letter
@@ -201,67 +195,6 @@ class SqliteStore:
         queue.apply_queue(conn, item)
         if item.dead_letters or item.dead_letter_status:
             dlq.apply(conn, item, queue.db_now(conn))
-
-    def get_compiled(self, execution_id: str) -> str | None:
-        with self._use() as conn:
-            row = conn.execute(
-                "SELECT compiled FROM execution_input WHERE execution_id = ?", (execution_id,)
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def load_events(
-        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        """Events in sequence order after `after_seq`, at most `limit`."""
-        check_page(limit)
-        with self._use() as conn:
-            rows = conn.execute(
-                _SELECT_EVENTS, (execution_id, after_seq, -1 if limit is None else limit)
-            ).fetchall()
-            # Only an empty answer needs the extra lookup that tells "none" from "no such".
-            if not rows and not self._exists(conn, execution_id):
-                raise NotFoundError(f"execution {execution_id} not found")
-        return [event_from_row(execution_id, row) for row in rows]
-
-    @staticmethod
-    def _exists(conn: sqlite3.Connection, execution_id: str) -> bool:
-        return conn.execute(_SELECT_LAST_SEQ, (execution_id,)).fetchone() is not None
-
-    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._use() as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.execution_id = ?", (execution_id,)
-            ).fetchone()
-        return None if row is None else _record(row)
-
-    def execution_family(self, execution_id: str) -> list[str]:
-        with self._use() as conn:
-            return [row[0] for row in conn.execute(queue.FAMILY, (execution_id,))]
-
-    def list_executions(
-        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
-    ) -> list[ExecutionRecord]:
-        """Newest first (created_at, then insertion order); optionally one status."""
-        check_page(limit, offset)
-        where = "" if status is None else "WHERE e.status = ?"
-        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
-        with self._use() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM {_FROM} {where} "
-                "ORDER BY e.created_at DESC, e.rowid DESC LIMIT ? OFFSET ?",
-                (*params, limit, offset),
-            ).fetchall()
-        return [_record(row) for row in rows]
-
-    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
-        with self._use() as conn:
-            rows = conn.execute(
-                "SELECT step, status FROM step_state WHERE execution_id = ? ORDER BY rowid",
-                (execution_id,),
-            ).fetchall()
-            if not rows and not self._exists(conn, execution_id):
-                raise NotFoundError(f"execution {execution_id} not found")
-        return {step: loads(status) for step, status in rows}
 
     # --- the task queue ------------------------------------------------------------------
 

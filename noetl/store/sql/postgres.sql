@@ -190,3 +190,52 @@ VALUES (%(key)s, %(revision)s, %(operation)s, %(token_id)s, %(role)s, %(created_
 
 -- name: trim_session
 DELETE FROM session WHERE session_key = %(key)s AND revision <= %(oldest)s
+
+-- --- executions and their event logs (reads; the writes go with a commit) -----------------
+
+-- name: compiled_playbook
+SELECT compiled FROM execution_input WHERE execution_id = %(execution_id)s
+
+-- name: load_events
+SELECT seq, type, ts, step, payload FROM event_log
+WHERE execution_id = %(execution_id)s AND seq > %(after_seq)s ORDER BY seq LIMIT %(limit)s
+
+-- name: execution_exists
+SELECT 1 FROM execution WHERE execution_id = %(execution_id)s
+
+-- name: get_execution
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id = %(execution_id)s
+
+-- name: list_executions
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: list_executions_by_status
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.status = %(status)s
+ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- The execution and its descendants, nearest first (a depth bound guards against a cycle
+-- no code makes).
+-- name: execution_family
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = %(execution_id)s
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
+
+-- name: get_steps
+SELECT step, status FROM step_state WHERE execution_id = %(execution_id)s
+ORDER BY created_order
