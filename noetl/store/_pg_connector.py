@@ -13,7 +13,7 @@ import getpass
 import os
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -151,6 +151,25 @@ NOTIFY = {"tasks": NOTIFY_TASKS, "inputs": NOTIFY_INPUTS}
 def ts(seconds: float) -> datetime:
     """Epoch seconds -> timestamptz (rounded to the microsecond, as PostgreSQL keeps it)."""
     return datetime.fromtimestamp(seconds, UTC)
+
+
+def columns(
+    rows: Sequence[tuple[Any, ...]], *, time_columns: tuple[int, ...] = ()
+) -> list[list[Any]]:
+    """Rows as one list per column (the arrays of an `unnest` statement); the columns at
+    `time_columns` hold epoch seconds, passed as timestamps."""
+    columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
+    for index in time_columns:
+        columns[index] = [ts(value) for value in columns[index]]
+    return columns
+
+
+def epoch(value: datetime) -> float:
+    return value.timestamp()
+
+
+def epoch_or_none(value: datetime | None) -> float | None:
+    return None if value is None else value.timestamp()
 
 
 class _Values:

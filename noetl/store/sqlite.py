@@ -44,11 +44,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
 )
-from noetl.store.managers.auth import Sessions, Tokens
-from noetl.store.managers.catalog import Catalog
-from noetl.store.managers.credentials import Credentials
-from noetl.store.managers.dead_letters import DeadLetters
-from noetl.store.managers.executions import Executions
+from noetl.store.managers import SqlStore
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
@@ -86,41 +82,16 @@ ON CONFLICT (execution_id, step) DO UPDATE SET
 """
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """Store in one SQLite file; the file and its directory are created when missing."""
 
     def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
         self.path = Path(path).expanduser().absolute()
-        self._db = SqliteConnector(self.path, clock=clock, busy_timeout_ms=BUSY_TIMEOUT_MS)
-        self._conn = self._db.conn
-        self._use = self._db.use
-        self._transaction = self._db.in_transaction
-        # The parts written once over the connector (noetl.store.managers).
-        catalog = Catalog(self._db)
-        self.register_playbook = catalog.register_playbook
-        self.get_playbook = catalog.get_playbook
-        self.list_playbooks = catalog.list_playbooks
-        self.register_worker = catalog.register_worker
-        self.worker_heartbeat = catalog.worker_heartbeat
-        self.request_drain = catalog.request_drain
-        self.list_workers = catalog.list_workers
-        self.stats = catalog.stats
-        executions = Executions(self._db)
-        self.get_compiled = executions.get_compiled
-        self.load_events = executions.load_events
-        self.get_execution = executions.get_execution
-        self.execution_family = executions.execution_family
-        self.list_executions = executions.list_executions
-        self.get_steps = executions.get_steps
-        dead_letters = DeadLetters(self._db)
-        self.list_dead_letters = dead_letters.list_dead_letters
-        self.get_dead_letter = dead_letters.get_dead_letter
-        self.dead_letter_counts = dead_letters.dead_letter_counts
-        self.post_replay = dead_letters.post_replay
-        self.discard_dead_letter = dead_letters.discard_dead_letter
-        self.tokens = Tokens(self._db)
-        self.sessions = Sessions(self._db)
-        self.credentials = Credentials(self._db)
+        self._connector = SqliteConnector(self.path, clock=clock, busy_timeout_ms=BUSY_TIMEOUT_MS)
+        self._conn = self._connector.conn
+        self._use = self._connector.use
+        self._transaction = self._connector.in_transaction
+        super().__init__(self._connector)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
@@ -321,4 +292,4 @@ class SqliteStore:
 
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
-        self._db.close()
+        self._connector.close()
