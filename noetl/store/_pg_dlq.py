@@ -7,13 +7,15 @@ from typing import Any
 
 import psycopg
 
-from noetl.store import _pg_sql as sql
 from noetl.store._pg_nul import text_in
 from noetl.store._rows import (
     DLQ_COLUMNS,
     DLQ_JSON_COLUMNS,
     PreparedAppend,
 )
+from noetl.store.queries import QUERIES
+
+SQL = QUERIES["postgres"]
 
 Conn = psycopg.Connection[Any]
 
@@ -37,8 +39,8 @@ def _row_in(row: tuple[Any, ...]) -> tuple[Any, ...]:
 def write(cur: psycopg.Cursor[Any], item: PreparedAppend) -> None:
     """Queue the dead-letter writes of one append (rare: failures only)."""
     if item.dead_letters:
-        cur.executemany(sql.UPSERT_DLQ, [_row_in(row) for row in item.dead_letters])
+        cur.executemany(SQL["upsert_dlq"], [_row_in(row) for row in item.dead_letters])
     if item.dead_letter_status:
         cur.executemany(
-            sql.SET_DLQ_STATUS, [(status, mid) for mid, status in item.dead_letter_status]
+            SQL["set_dlq_status"], [(status, mid) for mid, status in item.dead_letter_status]
         )

@@ -14,7 +14,6 @@ from typing import Any
 
 import psycopg
 
-from noetl.store import _pg_sql as sql
 from noetl.store._pg_connector import (
     NOTIFY_INPUTS,
     NOTIFY_TASKS,
@@ -32,7 +31,10 @@ from noetl.store._rows import (
     try_lease,
     undecodable_outcome,
 )
+from noetl.store.queries import QUERIES
 from noetl.store.records import Heartbeat, Input, InputKind, Lease, NotFoundError
+
+SQL = QUERIES["postgres"]
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Use = Callable[[], AbstractContextManager[Conn]]
@@ -54,7 +56,7 @@ class PgQueue:
         arrays = columns([(task_id, token, pg_dumps(o)) for task_id, token, o in reports])
         with self._connection() as conn:
             with conn.pipeline():
-                done = conn.execute(sql.COMPLETE_MANY, arrays)
+                done = conn.execute(SQL["complete_many"], arrays)
                 conn.execute(NOTIFY_INPUTS)
             return {row[0] for row in done.fetchall()}
 
@@ -78,9 +80,9 @@ class PgQueue:
             "worker_id": worker_id,
             "lease_s": float(lease_s),
         }
-        statement = sql.CLAIM
+        statement = SQL["claim"]
         if executions is not None:
-            statement, params["executions"] = sql.CLAIM_SCOPED, sorted(executions)
+            statement, params["executions"] = SQL["claim_scoped"], sorted(executions)
         with self._connection() as conn:
             rows = conn.execute(statement, params).fetchall()
         # RETURNING does not keep the order of the inner SELECT.
@@ -110,13 +112,13 @@ class PgQueue:
         """Claimed tasks that cannot be decoded: done at once, reported failed."""
         with self._connection() as conn:
             with conn.transaction():
-                conn.cursor().executemany(sql.POISONED, poisoned)
+                conn.cursor().executemany(SQL["poisoned"], poisoned)
             conn.execute(NOTIFY_INPUTS)
 
     def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
         """Extend a lease held with `token`; alive False when it is no longer held."""
         with self._connection() as conn:
-            row = conn.execute(sql.HEARTBEAT, (float(lease_s), task_id, token)).fetchone()
+            row = conn.execute(SQL["heartbeat"], (float(lease_s), task_id, token)).fetchone()
         return Heartbeat(alive=False) if row is None else Heartbeat(alive=True, cancel=row[0])
 
     def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
@@ -124,7 +126,7 @@ class PgQueue:
         payload = pg_dumps(outcome)
         with self._connection() as conn:
             with conn.pipeline():
-                done = conn.execute(sql.COMPLETE, (task_id, token, payload))
+                done = conn.execute(SQL["complete"], (task_id, token, payload))
                 conn.execute(NOTIFY_INPUTS)
             return done.fetchone() is not None
 
@@ -134,7 +136,7 @@ class PgQueue:
             return set()
         with self._connection() as conn:
             with conn.pipeline():
-                done = conn.execute(sql.RELEASE, columns(list(held)))
+                done = conn.execute(SQL["release"], columns(list(held)))
                 conn.execute(NOTIFY_TASKS)
             return {row[0] for row in done.fetchall()}
 
@@ -145,7 +147,7 @@ class PgQueue:
         100,000-item loop cost 1.3x per item of a 10,000-item one without this, 1.1x with
         it. SKIP_LOCKED: another server vacuuming at the same time is not waited for."""
         with self._connection() as conn:
-            conn.execute(b"VACUUM (SKIP_LOCKED) task_queue, inbox")
+            conn.execute(SQL["vacuum_queue"])
 
     def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
         """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
@@ -153,9 +155,9 @@ class PgQueue:
         if limit == 0 or (executions is not None and not executions):
             return 0
         params: dict[str, Any] = {"limit": limit}
-        statement = sql.REAP
+        statement = SQL["reap"]
         if executions is not None:
-            statement, params["executions"] = sql.REAP_SCOPED, sorted(executions)
+            statement, params["executions"] = SQL["reap_scoped"], sorted(executions)
         with self._connection() as conn:
             reaped = len(conn.execute(statement, params).fetchall())
             if reaped:
@@ -164,11 +166,11 @@ class PgQueue:
 
     def get_task(self, task_id: str) -> dict[str, Any] | None:
         with self._connection() as conn:
-            row = conn.execute(sql.SELECT_TASK, (task_id,)).fetchone()
+            row = conn.execute(SQL["select_task"], (task_id,)).fetchone()
         if row is None:
             return None
         values = dict(zip(TASK_COLUMNS, row, strict=True))
-        for column in sql.TIME_COLUMNS:
+        for column in ("lease_expires_at", "not_before"):
             values[column] = epoch_or_none(values[column])
         values["payload"] = json_out(values["payload"])
         return task_from_row(values)
@@ -179,7 +181,7 @@ class PgQueue:
         values = (InputKind(kind).value, pg_dumps(payload), execution_id)
         with self._connection() as conn:
             with conn.pipeline():
-                posted = conn.execute(sql.POST_INPUT, values)
+                posted = conn.execute(SQL["post_input"], values)
                 conn.execute(NOTIFY_INPUTS)
             row = posted.fetchone()
         if row is None:
@@ -200,9 +202,9 @@ class PgQueue:
         if limit == 0 or (executions is not None and not executions):
             return []
         params: dict[str, Any] = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
-        statement = sql.CLAIM_INPUTS
+        statement = SQL["claim_inputs"]
         if executions is not None:
-            statement, params["executions"] = sql.CLAIM_INPUTS_SCOPED, sorted(executions)
+            statement, params["executions"] = SQL["claim_inputs_scoped"], sorted(executions)
         holder = self._holders.get(owner)
         with self._connection() if holder is None else holder.connection() as conn:
             rows = conn.execute(statement, params).fetchall()

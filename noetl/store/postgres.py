@@ -31,7 +31,6 @@ from typing import Any
 import psycopg
 
 from noetl.store import _pg_dlq as dlq
-from noetl.store import _pg_sql as sql
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
     PgConnector,
@@ -71,6 +70,9 @@ from noetl.store.migrate import (
     migrate_postgres,
     status_postgres,
 )
+from noetl.store.queries import QUERIES
+
+SQL = QUERIES["postgres"]
 
 __all__ = [
     "PostgresStore",
@@ -95,12 +97,15 @@ def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
     eid = item.execution_id
     if item.requeue:
         cur.executemany(
-            sql.REQUEUE, [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue]
+            SQL["requeue"],
+            [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
         )
     if item.cancel_tasks:
-        cur.execute(sql.CANCEL_TASKS, (item.cancel_tasks, eid))
+        cur.execute(SQL["cancel_tasks"], (item.cancel_tasks, eid))
     if item.timers:
-        cur.executemany(sql.INSERT_TIMER, [(eid, payload, delay) for delay, payload in item.timers])
+        cur.executemany(
+            SQL["insert_timer"], [(eid, payload, delay) for delay, payload in item.timers]
+        )
 
 
 def _ts(seconds: float) -> datetime:
@@ -186,7 +191,7 @@ class PostgresStore(SqlStore, PgQueue):
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
-                if conn.execute(sql.INSERT_EXECUTION, row).fetchone() is None:
+                if conn.execute(SQL["insert_execution"], row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
                     self._apply(conn, [prepared])
@@ -222,11 +227,11 @@ class PostgresStore(SqlStore, PgQueue):
             with self._connection() as conn, conn.pipeline():
                 with conn.transaction():
                     # Sent together with the row lock of `_apply`: one round trip for both.
-                    done = conn.execute(sql.DONE, (task_id, token))
+                    done = conn.execute(SQL["done"], (task_id, token))
                     self._apply(conn, [prepared], held=done)
                     if lease:
                         cur = conn.execute(
-                            sql.LEASE_IDS,
+                            SQL["lease_ids"],
                             (worker_id, float(lease_s), list(lease), prepared.execution_id),
                         )
                 if self._wakes_workers([prepared], frozenset(lease)):
@@ -262,11 +267,11 @@ class PostgresStore(SqlStore, PgQueue):
         (_LeaseLost, raised before anything is written)."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
-        locked = conn.execute(sql.LOCK_EXECUTIONS, (ids,))
+        locked = conn.execute(SQL["lock_executions"], (ids,))
         # Under the same locks (every commit that consumes an execution's inputs holds
         # it), the inputs decided on that another commit consumed already; same round trip.
         check = inputs_to_check(prepared)
-        missing = conn.execute(sql.CONSUMED_INPUTS, columns(check)) if check else None
+        missing = conn.execute(SQL["consumed_inputs"], columns(check)) if check else None
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -299,7 +304,7 @@ class PostgresStore(SqlStore, PgQueue):
         """Queue the writes of every append: one statement per kind of row."""
         events = [row for item in prepared for row in item.events]
         if events:
-            cur.execute(sql.INSERT_EVENTS, columns(events, time_columns=(3,)), binary=True)
+            cur.execute(SQL["insert_events"], columns(events, time_columns=(3,)), binary=True)
         # Appends to one execution chain: its row ends as the last one leaves it.
         rows: dict[str, tuple[Any, ...]] = {}
         for item in prepared:
@@ -318,18 +323,18 @@ class PostgresStore(SqlStore, PgQueue):
                 finished,
                 context,
             )
-        cur.execute(sql.UPDATE_EXECUTIONS, columns(list(rows.values())), binary=True)
+        cur.execute(SQL["update_executions"], columns(list(rows.values())), binary=True)
         steps = {
             (e, step): (e, step, status, _ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }
         if steps:
-            cur.execute(sql.UPSERT_STEPS, columns(list(steps.values())), binary=True)
+            cur.execute(SQL["upsert_steps"], columns(list(steps.values())), binary=True)
         tasks = {row[0]: row for item in prepared for row in item.enqueue}
         if tasks:
             cur.execute(
-                sql.ENQUEUE_ALL,
+                SQL["enqueue_all"],
                 columns([(*row[:7], float(row[7])) for row in tasks.values()]),
                 binary=True,
             )
@@ -340,7 +345,7 @@ class PostgresStore(SqlStore, PgQueue):
                 dlq.write(cur, item)
         done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
         if done:
-            cur.execute(sql.DELETE_ALL_INPUTS, columns(done))
+            cur.execute(SQL["delete_all_inputs"], columns(done))
 
     # --- input holders and notifications ----------------------------------------------------
 

@@ -2,13 +2,27 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+from noetl.store import managers
 from noetl.store.queries import QUERIES, parse
 
 
-def test_both_dialects_define_the_same_queries() -> None:
-    assert set(QUERIES["postgres"]) == set(QUERIES["sqlite"])
+def _used_by_managers() -> set[str]:
+    """The query names the managers (written once for both dialects) ask for."""
+    call = re.compile(r"\b(?:execute|fetch_one|fetch_all)\(\s*\"(\w+)\"")
+    folder = Path(managers.__file__).parent
+    return {name for path in folder.glob("*.py") for name in call.findall(path.read_text())}
+
+
+def test_both_dialects_define_every_query_a_manager_uses() -> None:
+    used = _used_by_managers()
+    assert len(used) > 40
+    assert used <= set(QUERIES["postgres"])
+    assert used <= set(QUERIES["sqlite"])
     assert all(text.strip() for dialect in QUERIES.values() for text in dialect.values())
 
 
