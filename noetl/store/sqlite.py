@@ -21,7 +21,6 @@ from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
-    EXECUTION_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
@@ -45,41 +44,13 @@ from noetl.store.base import (
     NotFoundError,
 )
 from noetl.store.managers import SqlStore
+from noetl.store.queries import QUERIES
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
 POLL_S = 0.05
 
-# execution_input.workload is no longer written (the workload lives in the log's
-# workflow.started): new rows keep its default, '{}'.
-_INPUT_COLUMNS = ("playbook_text",)
-_ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
-_INSERT_EXECUTION = (
-    f"INSERT INTO execution ({', '.join(_ROW_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
-)
-_INSERT_INPUT = (
-    "INSERT INTO execution_input (execution_id, playbook_text, compiled) "
-    "VALUES (:execution_id, :playbook_text, :compiled)"
-)
-_SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
-_INSERT_EVENT = (
-    "INSERT INTO event_log (execution_id, seq, type, ts, step, payload) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_UPDATE_EXECUTION = """
-UPDATE execution SET
-    last_seq = :last_seq,
-    updated_at = :now,
-    status = COALESCE(:status, status),
-    finished_at = CASE WHEN :status IS NULL THEN finished_at ELSE :finished_at END,
-    context = COALESCE(:context, context)
-WHERE execution_id = :execution_id
-"""
-_UPSERT_STEP = """
-INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (execution_id, step) DO UPDATE SET
-    status = excluded.status, updated_at = excluded.updated_at
-"""
+SQL = QUERIES["sqlite"]
 
 
 class SqliteStore(SqlStore):
@@ -105,12 +76,12 @@ class SqliteStore(SqlStore):
         prepared = prepare_initial(record, initial)
         with self._transaction() as conn:
             try:
-                conn.execute(_INSERT_EXECUTION, row)
+                conn.execute(SQL["insert_execution"], row)
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
                 raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
-            conn.execute(_INSERT_INPUT, {**row, "compiled": compiled})
+            conn.execute(SQL["insert_execution_input"], {**row, "compiled": compiled})
             if prepared is not None:
                 self._check(conn, [prepared])
                 self._write(conn, prepared)
@@ -135,7 +106,7 @@ class SqliteStore(SqlStore):
         for item in prepared:
             current = last.get(item.execution_id)
             if current is None:
-                row = conn.execute(_SELECT_LAST_SEQ, (item.execution_id,)).fetchone()
+                row = conn.execute(SQL["select_last_seq"], (item.execution_id,)).fetchone()
                 if row is None:
                     raise NotFoundError(f"execution {item.execution_id} not found")
                 current = row[0]
@@ -149,9 +120,9 @@ class SqliteStore(SqlStore):
     @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
         if item.events:
-            conn.executemany(_INSERT_EVENT, item.events)
+            conn.executemany(SQL["insert_event"], item.events)
         conn.execute(
-            _UPDATE_EXECUTION,
+            SQL["update_execution"],
             {
                 "last_seq": item.last_seq,
                 "now": item.now,
@@ -162,7 +133,7 @@ class SqliteStore(SqlStore):
             },
         )
         if item.steps:
-            conn.executemany(_UPSERT_STEP, item.steps)
+            conn.executemany(SQL["upsert_step"], item.steps)
         queue.apply_queue(conn, item)
         if item.dead_letters or item.dead_letter_status:
             dlq.apply(conn, item, queue.db_now(conn))
