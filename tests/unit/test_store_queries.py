@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from noetl.store import managers
-from noetl.store.queries import QUERIES, parse
+from noetl.store.queries import QUERIES, parse, read
 
 
 def _used_by_managers() -> set[str]:
@@ -18,11 +18,8 @@ def _used_by_managers() -> set[str]:
     return {name for path in folder.glob("*.py") for name in call.findall(path.read_text())}
 
 
-def test_both_dialects_define_every_query_a_manager_uses() -> None:
-    used = _used_by_managers()
-    assert len(used) > 40
-    assert used <= set(QUERIES["postgres"])
-    assert used <= set(QUERIES["sqlite"])
+def test_both_dialects_define_the_managers_queries_and_only_those() -> None:
+    assert set(read("postgres")) == set(read("sqlite")) == _used_by_managers()
     assert all(text.strip() for dialect in QUERIES.values() for text in dialect.values())
 
 

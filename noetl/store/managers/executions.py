@@ -72,10 +72,12 @@ class Executions:
         """Newest first (created_at, then insertion order); optionally one status."""
         check_page(limit, offset)
         params: dict[str, Any] = {"limit": limit, "offset": offset}
-        query = "list_executions"
-        if status is not None:
-            query, params["status"] = "list_executions_by_status", ExecutionStatus(status).value
-        return [self._record(row) for row in self._db.fetch_all(query, params)]
+        if status is None:
+            rows = self._db.fetch_all("list_executions", params)
+        else:
+            params["status"] = ExecutionStatus(status).value
+            rows = self._db.fetch_all("list_executions_by_status", params)
+        return [self._record(row) for row in rows]
 
     def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
         """The step_state projection; NotFoundError if the execution does not exist."""
