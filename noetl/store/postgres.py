@@ -19,13 +19,16 @@ Errors: anything operational (server down, connection refused or lost, bad passw
 pool with no free connection) becomes StoreUnavailableError naming host, port and
 database, never the password; a lost connection is retryable, and the pool replaces
 broken connections, so a restarted server is picked up again without a restart of ours.
+
+The pool lives in `_pg_connector`, what is written once for both SQL stores in
+`noetl.store.managers`; the commit is here, the queue and the inbox in `_pg_queue`, their
+statements in `sql/postgres_queue.sql`.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -39,6 +42,7 @@ from noetl.store._pg_connector import (
     connect,
     epoch,
     parse_dsn,
+    ts,
 )
 from noetl.store._pg_holder import PgHolder
 from noetl.store._pg_listen import CHANNELS, Listener
@@ -106,11 +110,6 @@ def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
         cur.executemany(
             SQL["insert_timer"], [(eid, payload, delay) for delay, payload in item.timers]
         )
-
-
-def _ts(seconds: float) -> datetime:
-    """Epoch seconds -> timestamptz (rounded to the microsecond, as PostgreSQL keeps it)."""
-    return datetime.fromtimestamp(seconds, UTC)
 
 
 def schema_status(dsn: str) -> SchemaStatus:
@@ -186,7 +185,7 @@ class PostgresStore(SqlStore, PgQueue):
         row = record_to_row(record, pg_dumps)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
-                row[column] = _ts(row[column])
+                row[column] = ts(row[column])
         row["compiled"] = compiled
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
@@ -312,20 +311,20 @@ class PostgresStore(SqlStore, PgQueue):
             status, finished, context = (None, None, None) if old is None else old[3:]
             if item.status is not None:
                 status = item.status.value
-                finished = _ts(item.now) if item.finished else None
+                finished = ts(item.now) if item.finished else None
             if item.context is not None:
                 context = item.context
             rows[item.execution_id] = (
                 item.execution_id,
                 item.last_seq,
-                _ts(item.now),
+                ts(item.now),
                 status,
                 finished,
                 context,
             )
         cur.execute(SQL["update_executions"], columns(list(rows.values())), binary=True)
         steps = {
-            (e, step): (e, step, status, _ts(now))
+            (e, step): (e, step, status, ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }

@@ -5,8 +5,10 @@ lets other processes (`noetl status`, a second `noetl run`) read while it writes
 in other processes wait up to 5 s for the lock (`busy_timeout`); every write transaction
 takes the write lock up front (`BEGIN IMMEDIATE`) so the read of `last_seq` and the
 append, or the choice of ready tasks and their lease, cannot interleave with another
-writer. The queue's SQL lives in `_sqlite_queue`; SQLite has no notifications, so
-`wait_for` is a short sleep and callers poll.
+writer. The connection lives in `_sqlite_connector`, what is written once for both SQL
+stores in `noetl.store.managers`; the commit is here, the queue in `_sqlite_queue`, their
+statements in `sql/sqlite_queue.sql`. SQLite has no notifications, so `wait_for` is a
+short sleep and callers poll.
 """
 
 from __future__ import annotations
