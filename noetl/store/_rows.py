@@ -228,22 +228,6 @@ def dead_letter_row(entry: DeadLetter, encode: Encode = dumps) -> DeadLetterRow:
     return tuple(values[column] for column in DLQ_COLUMNS)
 
 
-def dead_letter_filter(
-    status: DeadLetterStatus | None, execution_id: str | None, mark: str
-) -> tuple[str, list[Any]]:
-    """The WHERE clause (with `mark` as the placeholder, or empty) and its parameters of a
-    dead-letter listing."""
-    where: list[str] = []
-    params: list[Any] = []
-    if status is not None:
-        where.append(f"status = {mark}")
-        params.append(DeadLetterStatus(status).value)
-    if execution_id is not None:
-        where.append(f"execution_id = {mark}")
-        params.append(execution_id)
-    return (f" WHERE {' AND '.join(where)}" if where else ""), params
-
-
 def dead_letter_from_row(row: Sequence[Any]) -> DeadLetter:
     """A `dlq` row (DLQ_COLUMNS order; JSON columns as text, times as epoch seconds)."""
     values = dict(zip(DLQ_COLUMNS, row, strict=True))

@@ -20,7 +20,6 @@ from typing import Any
 from noetl.store._holders import LocalHolders, parse, process_gone
 from noetl.store._rows import (
     TASK_COLUMNS,
-    WORKER_COLUMNS,
     PreparedAppend,
     expired_payload,
     input_from_row,
@@ -28,7 +27,6 @@ from noetl.store._rows import (
     task_from_row,
     try_lease,
     undecodable_outcome,
-    worker_from_row,
 )
 from noetl.store.base import (
     Clock,
@@ -37,113 +35,10 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
-    WorkerRecord,
 )
+from noetl.store.queries import QUERIES
 
-# ?1 task_id ?2 execution_id ?3 step ?4 pool ?5 priority ?6 attempt ?7 payload ?8 delay ?9 now
-# Enqueueing an id again (a step run again) reuses the row and keeps its lease_token, so
-# the fencing token still only grows and a holder of an older lease stays fenced off.
-_ENQUEUE = """
-INSERT INTO task_queue (
-    task_id, execution_id, step, pool, priority, status, attempt, lease_token,
-    cancel_requested, not_before, payload, created_at, updated_at
-) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, 0, 0, ?9 + ?8, ?7, ?9, ?9)
-ON CONFLICT (task_id) DO UPDATE SET
-    execution_id = excluded.execution_id,
-    step = excluded.step,
-    pool = excluded.pool,
-    priority = excluded.priority,
-    status = 'queued',
-    attempt = excluded.attempt,
-    lease_expires_at = NULL,
-    worker_id = NULL,
-    cancel_requested = 0,
-    not_before = excluded.not_before,
-    payload = excluded.payload,
-    updated_at = excluded.updated_at
-"""
-# ?1 task_id ?2 attempt ?3 delay ?4 execution_id ?5 now
-_REQUEUE = """
-UPDATE task_queue SET
-    status = 'queued', attempt = ?2, not_before = ?5 + ?3, lease_expires_at = NULL,
-    worker_id = NULL, cancel_requested = 0, updated_at = ?5
-WHERE task_id = ?1 AND execution_id = ?4
-"""
-# ?1 task_id ?2 execution_id ?3 now. A queued task is canceled outright; a leased one is
-# flagged, and its holder learns it from the next heartbeat.
-_CANCEL = """
-UPDATE task_queue SET
-    status = CASE status WHEN 'queued' THEN 'canceled' ELSE status END,
-    cancel_requested = CASE status WHEN 'leased' THEN 1 ELSE cancel_requested END,
-    updated_at = ?3
-WHERE task_id = ?1 AND execution_id = ?2 AND status IN ('queued', 'leased')
-"""
-_INPUT_DONE = "DELETE FROM inbox WHERE id = ? AND execution_id = ?"
-
-_READY = """
-SELECT task_id, attempt, lease_token, payload, not_before, execution_id FROM task_queue
-WHERE pool = ? AND status = 'queued' AND not_before <= ?{scope}
-ORDER BY priority DESC, not_before, rowid
-LIMIT ?
-"""
-# Only rows of the executions given as a JSON list (a scoped claim, reap or input claim).
-_SCOPE = " AND execution_id IN (SELECT value FROM json_each(?))"
-# The execution and its descendants, nearest first (a depth bound guards against a cycle
-# no code makes).
-FAMILY = """
-WITH RECURSIVE family(id, depth) AS (
-    SELECT execution_id, 0 FROM execution WHERE execution_id = ?
-    UNION
-    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
-        ON e.parent_execution_id = f.id WHERE f.depth < 64
-)
-SELECT id FROM family GROUP BY id ORDER BY min(depth), id
-"""
-_LEASE = """
-UPDATE task_queue SET
-    status = 'leased', worker_id = ?, lease_token = ?, lease_expires_at = ?, updated_at = ?
-WHERE task_id = ?
-"""
-_HELD = """
-SELECT execution_id, cancel_requested FROM task_queue
-WHERE task_id = ? AND lease_token = ? AND status = 'leased'
-"""
-# ?1 now ?2 task_id ?3 token: a leased task handed back by its holder.
-_RELEASE = """
-UPDATE task_queue SET
-    status = CASE cancel_requested WHEN 1 THEN 'canceled' ELSE 'queued' END,
-    worker_id = NULL, lease_expires_at = NULL, updated_at = ?1
-WHERE task_id = ?2 AND lease_token = ?3 AND status = 'leased'
-"""
-_EXPIRED = """
-SELECT task_id, execution_id, attempt, worker_id FROM task_queue
-WHERE status = 'leased' AND lease_expires_at < ?{scope}
-ORDER BY lease_expires_at, rowid
-LIMIT ?
-"""
-_INSERT_INPUT = "INSERT INTO inbox (execution_id, kind, payload, created_at) VALUES (?, ?, ?, ?)"
-# A timer is an input held (by nobody) until it is due.
-_INSERT_TIMER = (
-    "INSERT INTO inbox (execution_id, kind, payload, created_at, claimed_by, claimed_until) "
-    "VALUES (?, ?, ?, ?, 'timer', ?)"
-)
-_FREE_INPUTS = """
-SELECT id, execution_id, kind, payload, created_at FROM inbox
-WHERE (claimed_until IS NULL OR claimed_until < ?){scope}
-ORDER BY id
-LIMIT ?
-"""
-_PLAYBOOK_COLUMNS = "path, version, name, text, created_at"
-_LATEST_PLAYBOOK = (
-    f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? ORDER BY version DESC LIMIT 1"
-)
-_UPSERT_WORKER = f"""
-INSERT INTO worker ({", ".join(WORKER_COLUMNS)}) VALUES ({", ".join("?" * len(WORKER_COLUMNS))})
-ON CONFLICT (worker_id) DO UPDATE SET
-    {", ".join(f"{c} = excluded.{c}" for c in WORKER_COLUMNS[1:])}
-"""
+SQL = QUERIES["sqlite"]
 
 
 class ClockedConnection(sqlite3.Connection):
@@ -162,34 +57,36 @@ def apply_queue(conn: sqlite3.Connection, item: PreparedAppend) -> None:
     """The queue changes of one append (after its expected_seq check)."""
     eid = item.execution_id
     if item.inputs_done:
-        conn.executemany(_INPUT_DONE, [(input_id, eid) for input_id in item.inputs_done])
+        conn.executemany(SQL["input_done"], [(input_id, eid) for input_id in item.inputs_done])
     if not (item.enqueue or item.requeue or item.cancel_tasks or item.timers):
         return  # most commits of the embedded runtime: no clock to read
     now = db_now(conn)
     if item.timers:
         conn.executemany(
-            _INSERT_TIMER,
+            SQL["insert_timer"],
             [
                 (eid, InputKind.TIMER.value, payload, now, now + delay)
                 for delay, payload in item.timers
             ],
         )
     if item.enqueue:
-        conn.executemany(_ENQUEUE, [(*row, now) for row in item.enqueue])
+        conn.executemany(SQL["enqueue"], [(*row, now) for row in item.enqueue])
     if item.requeue:
-        conn.executemany(_REQUEUE, [(*row, eid, now) for row in item.requeue])
+        conn.executemany(SQL["requeue"], [(*row, eid, now) for row in item.requeue])
     if item.cancel_tasks:
-        conn.executemany(_CANCEL, [(task_id, eid, now) for task_id in item.cancel_tasks])
+        conn.executemany(
+            SQL["cancel_tasks"], [(task_id, eid, now) for task_id in item.cancel_tasks]
+        )
 
 
 # --- the task queue -----------------------------------------------------------------------
 
 
-def _scoped(query: str, executions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
-    """The query with its scope filter (and the filter's parameter), or without."""
+def _scoped(name: str, executions: Collection[str] | None) -> tuple[str, tuple[Any, ...]]:
+    """The named query, or its `_scoped` twin with the scope's parameter."""
     if executions is None:
-        return query.format(scope=""), ()
-    return query.format(scope=_SCOPE), (json.dumps(sorted(executions)),)
+        return SQL[name], ()
+    return SQL[f"{name}_scoped"], (json.dumps(sorted(executions)),)
 
 
 def claim(
@@ -203,11 +100,11 @@ def claim(
 ) -> list[Lease]:
     now = db_now(conn)
     expires = now + lease_s
-    query, scope = _scoped(_READY, executions)
+    query, scope = _scoped("ready_tasks", executions)
     ready = conn.execute(query, (pool, now, *scope, limit)).fetchall()
     leases = []
     for task_id, attempt, token, payload, not_before, execution_id in ready:
-        conn.execute(_LEASE, (worker_id, token + 1, expires, now, task_id))
+        conn.execute(SQL["lease"], (worker_id, token + 1, expires, now, task_id))
         row = {
             "not_before": not_before,
             "payload": payload,
@@ -221,36 +118,28 @@ def claim(
             leases.append(lease)
             continue
         # A poison message: done at once, reported failed for the orchestrator.
-        conn.execute(
-            "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?",
-            (now, task_id),
-        )
+        conn.execute(SQL["mark_done"], (now, task_id))
         outcome = undecodable_outcome(task_id, lease)
-        conn.execute(_INSERT_INPUT, (execution_id, InputKind.OUTCOME.value, outcome, now))
+        conn.execute(SQL["insert_input"], (execution_id, InputKind.OUTCOME.value, outcome, now))
     return leases
 
 
 def heartbeat(conn: sqlite3.Connection, task_id: str, token: int, lease_s: float) -> Heartbeat:
-    held = conn.execute(_HELD, (task_id, token)).fetchone()
+    held = conn.execute(SQL["held"], (task_id, token)).fetchone()
     if held is None:
         return Heartbeat(alive=False)
     now = db_now(conn)
-    conn.execute(
-        "UPDATE task_queue SET lease_expires_at = ?, updated_at = ? WHERE task_id = ?",
-        (now + lease_s, now, task_id),
-    )
+    conn.execute(SQL["extend_lease"], (now + lease_s, now, task_id))
     return Heartbeat(alive=True, cancel=bool(held[1]))
 
 
 def complete(conn: sqlite3.Connection, task_id: str, token: int, payload: str) -> bool:
-    held = conn.execute(_HELD, (task_id, token)).fetchone()
+    held = conn.execute(SQL["held"], (task_id, token)).fetchone()
     if held is None:
         return False
     now = db_now(conn)
-    conn.execute(
-        "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?", (now, task_id)
-    )
-    conn.execute(_INSERT_INPUT, (held[0], InputKind.OUTCOME.value, payload, now))
+    conn.execute(SQL["mark_done"], (now, task_id))
+    conn.execute(SQL["insert_input"], (held[0], InputKind.OUTCOME.value, payload, now))
     return True
 
 
@@ -260,19 +149,16 @@ def release(conn: sqlite3.Connection, held: Sequence[tuple[str, int]]) -> set[st
     now = db_now(conn)
     released: set[str] = set()
     for task_id, token in held:
-        if conn.execute(_RELEASE, (now, task_id, token)).rowcount:
+        if conn.execute(SQL["release"], (now, task_id, token)).rowcount:
             released.add(task_id)
     return released
 
 
 def mark_done(conn: sqlite3.Connection, task_id: str, token: int) -> bool:
     """The holder's task is done (no inbox input: its outcome was decided already)."""
-    if conn.execute(_HELD, (task_id, token)).fetchone() is None:
+    if conn.execute(SQL["held"], (task_id, token)).fetchone() is None:
         return False
-    conn.execute(
-        "UPDATE task_queue SET status = 'done', updated_at = ? WHERE task_id = ?",
-        (db_now(conn), task_id),
-    )
+    conn.execute(SQL["mark_done"], (db_now(conn), task_id))
     return True
 
 
@@ -287,15 +173,11 @@ def lease_ids(
     now = db_now(conn)
     leases = []
     for task_id in task_ids:
-        row = conn.execute(
-            "SELECT attempt, lease_token, payload FROM task_queue "
-            "WHERE task_id = ? AND execution_id = ? AND status = 'queued'",
-            (task_id, execution_id),
-        ).fetchone()
+        row = conn.execute(SQL["queued_task"], (task_id, execution_id)).fetchone()
         if row is None:
             continue
         attempt, token, payload = row
-        conn.execute(_LEASE, (worker_id, token + 1, now + lease_s, now, task_id))
+        conn.execute(SQL["lease"], (worker_id, token + 1, now + lease_s, now, task_id))
         leases.append(
             lease_from_row(
                 {
@@ -315,25 +197,21 @@ def reap_expired(
 ) -> int:
     now = db_now(conn)
     columns = ("task_id", "execution_id", "attempt", "worker_id")
-    query, scope = _scoped(_EXPIRED, executions)
+    query, scope = _scoped("expired_tasks", executions)
     rows = [
         dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
     ]
-    conn.executemany(
-        "UPDATE task_queue SET status = 'expired', updated_at = ? WHERE task_id = ?",
-        [(now, row["task_id"]) for row in rows],
-    )
+    conn.executemany(SQL["mark_expired"], [(now, row["task_id"]) for row in rows])
     kind = InputKind.LEASE_EXPIRED.value
     conn.executemany(
-        _INSERT_INPUT, [(row["execution_id"], kind, expired_payload(row), now) for row in rows]
+        SQL["insert_input"],
+        [(row["execution_id"], kind, expired_payload(row), now) for row in rows],
     )
     return len(rows)
 
 
 def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
-    row = conn.execute(
-        f"SELECT {', '.join(TASK_COLUMNS)} FROM task_queue WHERE task_id = ?", (task_id,)
-    ).fetchone()
+    row = conn.execute(SQL["select_task"], (task_id,)).fetchone()
     return None if row is None else task_from_row(dict(zip(TASK_COLUMNS, row, strict=True)))
 
 
@@ -341,10 +219,9 @@ def get_task(conn: sqlite3.Connection, task_id: str) -> dict[str, Any] | None:
 
 
 def post_input(conn: sqlite3.Connection, execution_id: str, kind: InputKind, payload: str) -> int:
-    exists = conn.execute("SELECT 1 FROM execution WHERE execution_id = ?", (execution_id,))
-    if exists.fetchone() is None:
+    if conn.execute(SQL["select_last_seq"], (execution_id,)).fetchone() is None:
         raise NotFoundError(f"execution {execution_id} not found")
-    cursor = conn.execute(_INSERT_INPUT, (execution_id, kind.value, payload, db_now(conn)))
+    cursor = conn.execute(SQL["insert_input"], (execution_id, kind.value, payload, db_now(conn)))
     assert cursor.lastrowid is not None
     return cursor.lastrowid
 
@@ -358,27 +235,17 @@ def claim_inputs(
 ) -> list[Input]:
     now = db_now(conn)
     columns = ("id", "execution_id", "kind", "payload", "created_at")
-    query, scope = _scoped(_FREE_INPUTS, executions)
+    query, scope = _scoped("free_inputs", executions)
     rows = [
         dict(zip(columns, row, strict=True)) for row in conn.execute(query, (now, *scope, limit))
     ]
-    conn.executemany(
-        "UPDATE inbox SET claimed_by = ?, claimed_until = ? WHERE id = ?",
-        [(owner, now + lease_s, row["id"]) for row in rows],
-    )
+    conn.executemany(SQL["hold_input"], [(owner, now + lease_s, row["id"]) for row in rows])
     return [input_from_row(row) for row in rows]
-
-
-# Inputs held (hold not expired) under a holder's token; timers are held by 'timer'.
-_HOLDERS = """
-SELECT DISTINCT claimed_by FROM inbox
-WHERE claimed_until > ? AND claimed_by IS NOT NULL AND claimed_by <> 'timer'
-"""
 
 
 def orphaned_holders(conn: sqlite3.Connection, local: LocalHolders) -> list[str]:
     """Tokens of holders that hold inputs and are gone (closed, or their process ended)."""
-    tokens = [row[0] for row in conn.execute(_HOLDERS, (db_now(conn),))]
+    tokens = [row[0] for row in conn.execute(SQL["holders"], (db_now(conn),))]
     return [
         token
         for token in tokens
@@ -388,12 +255,7 @@ def orphaned_holders(conn: sqlite3.Connection, local: LocalHolders) -> list[str]
 
 def release_inputs(conn: sqlite3.Connection, tokens: Sequence[str]) -> int:
     """Free the inputs the (gone) holders `tokens` hold."""
-    marks = ", ".join("?" * len(tokens))
-    cursor = conn.execute(
-        "UPDATE inbox SET claimed_by = NULL, claimed_until = NULL "
-        f"WHERE claimed_until > ? AND claimed_by IN ({marks})",
-        (db_now(conn), *tokens),
-    )
+    cursor = conn.execute(SQL["release_inputs"], (db_now(conn), json.dumps(list(tokens))))
     return cursor.rowcount
 
 
@@ -404,115 +266,5 @@ def consumed_inputs(
     return [
         (input_id, execution_id)
         for input_id, execution_id in pairs
-        if conn.execute(
-            "SELECT 1 FROM inbox WHERE id = ? AND execution_id = ?", (input_id, execution_id)
-        ).fetchone()
-        is None
+        if conn.execute(SQL["input_exists"], (input_id, execution_id)).fetchone() is None
     ]
-
-
-# --- playbooks and workers --------------------------------------------------------------------
-
-
-def register_playbook(
-    conn: sqlite3.Connection, path: str, name: str, text: str, now: float
-) -> PlaybookRecord:
-    latest = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
-    if latest is not None and latest[3] == text:
-        return PlaybookRecord(*latest)
-    record = PlaybookRecord(path, 1 if latest is None else latest[1] + 1, name, text, now)
-    conn.execute(
-        f"INSERT INTO playbook ({_PLAYBOOK_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-        (record.path, record.version, record.name, record.text, record.created_at),
-    )
-    return record
-
-
-def get_playbook(conn: sqlite3.Connection, path: str, version: int | None) -> PlaybookRecord | None:
-    if version is None:
-        row = conn.execute(_LATEST_PLAYBOOK, (path,)).fetchone()
-    else:
-        row = conn.execute(
-            f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook WHERE path = ? AND version = ?",
-            (path, version),
-        ).fetchone()
-    return None if row is None else PlaybookRecord(*row)
-
-
-def list_playbooks(conn: sqlite3.Connection) -> list[PlaybookRecord]:
-    rows = conn.execute(
-        f"SELECT {_PLAYBOOK_COLUMNS} FROM playbook p "
-        "WHERE version = (SELECT MAX(version) FROM playbook WHERE path = p.path) ORDER BY path"
-    ).fetchall()
-    return [PlaybookRecord(*row) for row in rows]
-
-
-def register_worker(conn: sqlite3.Connection, record: WorkerRecord) -> None:
-    conn.execute(_UPSERT_WORKER, tuple(getattr(record, c) for c in WORKER_COLUMNS))
-
-
-def worker_heartbeat(conn: sqlite3.Connection, worker_id: str) -> str:
-    row = conn.execute("SELECT status FROM worker WHERE worker_id = ?", (worker_id,)).fetchone()
-    if row is None:
-        raise NotFoundError(f"worker {worker_id} is not registered")
-    conn.execute(
-        "UPDATE worker SET heartbeat_at = ? WHERE worker_id = ?", (db_now(conn), worker_id)
-    )
-    return str(row[0])
-
-
-def request_drain(conn: sqlite3.Connection, pool: str | None) -> int:
-    where = "" if pool is None else " AND pool = ?"
-    cursor = conn.execute(
-        f"UPDATE worker SET status = 'draining' WHERE status = 'running'{where}",
-        () if pool is None else (pool,),
-    )
-    return cursor.rowcount
-
-
-def list_workers(conn: sqlite3.Connection) -> list[WorkerRecord]:
-    rows = conn.execute(
-        f"SELECT {', '.join(WORKER_COLUMNS)} FROM worker ORDER BY worker_id"
-    ).fetchall()
-    return [worker_from_row(row) for row in rows]
-
-
-_STATS_EXECUTIONS = """
-SELECT playbook_name, status, count(*), min(updated_at) FROM execution
-GROUP BY playbook_name, status
-"""
-_STATS_PARKED = """
-SELECT e.playbook_name, count(*) FROM step_state s
-JOIN execution e ON e.execution_id = s.execution_id
-WHERE e.status = 'running' AND json_extract(s.status, '$.status') = 'parked'
-GROUP BY e.playbook_name
-"""
-_STATS_TASKS = """
-SELECT pool, status, count(*),
-       min(CASE WHEN status = 'queued' AND not_before <= ? THEN not_before END)
-FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
-"""
-# Timers that are not due yet are no backlog.
-_STATS_INPUTS = (
-    "SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > ?)"
-)
-
-
-def stats(conn: sqlite3.Connection) -> StoreStats:
-    """The counts of `Store.stats`."""
-    now = db_now(conn)
-    executions: dict[tuple[str, str], int] = {}
-    running: dict[str, tuple[int, float]] = {}
-    for name, status, count, oldest in conn.execute(_STATS_EXECUTIONS):
-        executions[(name, status)] = count
-        if status == "running":
-            running[name] = (count, oldest)
-    parked = {name: count for name, count in conn.execute(_STATS_PARKED)}
-    tasks = {
-        (pool, status): (count, oldest)
-        for pool, status, count, oldest in conn.execute(_STATS_TASKS, (now,))
-    }
-    count, oldest = conn.execute(_STATS_INPUTS, (now,)).fetchone()
-    return StoreStats(
-        running=running, parked=parked, tasks=tasks, inputs=(count, oldest), executions=executions
-    )

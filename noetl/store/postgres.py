@@ -19,68 +19,54 @@ Errors: anything operational (server down, connection refused or lost, bad passw
 pool with no free connection) becomes StoreUnavailableError naming host, port and
 database, never the password; a lost connection is retryable, and the pool replaces
 broken connections, so a restarted server is picked up again without a restart of ours.
+
+The pool lives in `_pg_connector`, what is written once for both SQL stores in
+`noetl.store.managers`; the commit is here, the queue and the inbox in `_pg_queue`, their
+statements in `sql/postgres_queue.sql`.
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
-import os
-import time
-import weakref
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
-from psycopg import conninfo as pg_conninfo
-from psycopg.types.json import set_json_loads
-from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
-from noetl.engine.types import Event, ExecutionStatus
-from noetl.errors import ConfigError
 from noetl.store import _pg_dlq as dlq
-from noetl.store import _pg_sql as sql
-from noetl.store._pg_auth import PgSessions, PgTokens
-from noetl.store._pg_credentials import PgCredentials
-from noetl.store._pg_holder import FREE_INPUTS, GONE_HOLDERS, PgHolder
-from noetl.store._pg_listen import CHANNELS, CONNECT_TIMEOUT_S, Listener
-from noetl.store._pg_nul import json_in, json_out, jsonb_loads, pg_dumps
+from noetl.store._pg_connector import (
+    NOTIFY_TASKS,
+    PgConnector,
+    Target,
+    columns,
+    connect,
+    epoch,
+    parse_dsn,
+    ts,
+)
+from noetl.store._pg_holder import PgHolder
+from noetl.store._pg_listen import CHANNELS, Listener
+from noetl.store._pg_nul import json_out, pg_dumps
+from noetl.store._pg_queue import PgQueue
 from noetl.store._rows import (
-    TASK_COLUMNS,
     PreparedAppend,
     check_channel,
-    check_page,
-    check_worker,
-    input_from_row,
     inputs_to_check,
     lease_from_row,
     prepare,
     prepare_initial,
     record_to_row,
     stale_all,
-    task_from_row,
-    try_lease,
-    undecodable_outcome,
 )
 from noetl.store.base import (
     Append,
     ConcurrencyError,
-    DeadLetter,
-    DeadLetterStatus,
     ExecutionRecord,
-    Heartbeat,
-    Input,
-    InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
     StoreUnavailableError,
-    WorkerRecord,
 )
+from noetl.store.managers import SqlStore
 from noetl.store.migrate import (
     Migration,
     SchemaStatus,
@@ -88,49 +74,26 @@ from noetl.store.migrate import (
     migrate_postgres,
     status_postgres,
 )
+from noetl.store.queries import QUERIES
+
+SQL = QUERIES["postgres"]
+
+__all__ = [
+    "PostgresStore",
+    "Target",
+    "connect",
+    "migrate_schema",
+    "parse_dsn",
+    "schema_status",
+]
 
 log = logging.getLogger("noetl.store.postgres")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
-RECONNECT_S = 5.0
-# A connection that finished a statement this recently is trusted without a round trip;
-# one idle for longer is checked on checkout (it may have died with a server restart).
-FRESH_S = 1.0
-_last_used: weakref.WeakKeyDictionary[Any, float] = weakref.WeakKeyDictionary()
-
-
-def _configure(conn: Any) -> None:
-    """Each pooled connection reads `jsonb` with NUL characters restored (only the store's
-    own connections: the postgres tool's users get psycopg's usual loader)."""
-    set_json_loads(jsonb_loads, conn)
-
-
-def _check_if_idle(conn: Any) -> None:
-    """The pool's checkout check, skipped for a connection used within FRESH_S: the check
-    costs a round trip on every call, and a connection that just worked is very likely alive
-    (if not, the call fails as retryable and the pool replaces it)."""
-    if time.monotonic() - _last_used.get(conn, float("-inf")) < FRESH_S:
-        return
-    ConnectionPool.check_connection(conn)
-
-
-# The playbook catalog serializes versions of one path on (this, hashtext(path)).
-_PLAYBOOK_LOCK_SPACE = 0x6E6F6570
 
 # --- values ------------------------------------------------------------------------------
-
-
-def _columns(
-    rows: Sequence[tuple[Any, ...]], *, time_columns: tuple[int, ...] = ()
-) -> list[list[Any]]:
-    """Rows as one list per column (the arrays of an `unnest` statement); the columns at
-    `time_columns` hold epoch seconds, passed as timestamps."""
-    columns: list[list[Any]] = [list(column) for column in zip(*rows, strict=True)]
-    for index in time_columns:
-        columns[index] = [_ts(value) for value in columns[index]]
-    return columns
 
 
 def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
@@ -138,134 +101,15 @@ def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
     eid = item.execution_id
     if item.requeue:
         cur.executemany(
-            sql.REQUEUE, [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue]
+            SQL["requeue"],
+            [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
         )
     if item.cancel_tasks:
-        cur.execute(sql.CANCEL_TASKS, (item.cancel_tasks, eid))
+        cur.execute(SQL["cancel_tasks"], (item.cancel_tasks, eid))
     if item.timers:
-        cur.executemany(sql.INSERT_TIMER, [(eid, payload, delay) for delay, payload in item.timers])
-
-
-def _ts(seconds: float) -> datetime:
-    """Epoch seconds -> timestamptz (rounded to the microsecond, as PostgreSQL keeps it)."""
-    return datetime.fromtimestamp(seconds, UTC)
-
-
-def _epoch(value: datetime) -> float:
-    return value.timestamp()
-
-
-def _epoch_or_none(value: datetime | None) -> float | None:
-    return None if value is None else value.timestamp()
-
-
-def _record(row: tuple[Any, ...]) -> ExecutionRecord:
-    """Build an ExecutionRecord from the columns of `sql.EXECUTION_COLUMNS`."""
-    return ExecutionRecord(
-        execution_id=row[0],
-        playbook_name=row[1],
-        playbook_path=row[2],
-        playbook_text=row[3],
-        status=ExecutionStatus(row[4]),
-        context=row[5],
-        parent_execution_id=row[6],
-        last_seq=row[7],
-        created_at=_epoch(row[8]),
-        updated_at=_epoch(row[9]),
-        finished_at=_epoch_or_none(row[10]),
-    )
-
-
-def _playbook(row: tuple[Any, ...]) -> PlaybookRecord:
-    path, version, name, text, created_at = row
-    return PlaybookRecord(path, version, name, text, _epoch(created_at))
-
-
-def _worker(row: tuple[Any, ...]) -> WorkerRecord:
-    worker_id, pool, hostname, pid, status, started_at, heartbeat_at = row
-    return WorkerRecord(
-        worker_id, pool, hostname, pid, status, _epoch(started_at), _epoch(heartbeat_at)
-    )
-
-
-# --- where the database is, without the password -----------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Target:
-    """What a DSN names, for messages: host, port, database and user, never the password."""
-
-    host: str
-    port: str
-    dbname: str
-    user: str
-    secrets: tuple[str, ...] = ()
-
-    def __str__(self) -> str:
-        return f"PostgreSQL database {self.dbname!r} at {self.host}:{self.port}"
-
-    def url(self) -> str:
-        """A URL to show people: the DSN without its password."""
-        return f"postgresql://{self.user}@{self.host}:{self.port}/{self.dbname}"
-
-    def scrub(self, text: str) -> str:
-        for secret in self.secrets:
-            text = text.replace(secret, "***")
-        return text
-
-    def unavailable(self, exc: BaseException, *, retryable: bool = True) -> StoreUnavailableError:
-        """A readable StoreUnavailableError for a psycopg error (password removed)."""
-        text = self.scrub(" ".join(str(exc).split())) or type(exc).__name__
-        lowered = text.lower()
-        if "authentication failed" in lowered or "password" in lowered or "role" in lowered:
-            hint = f"check the user name ({self.user}) and password given in the DSN"
-            retryable = False
-        elif "database" in lowered and "does not exist" in lowered:
-            hint = "create the database (createdb) or fix the database name in the DSN"
-            retryable = False
-        else:
-            hint = (
-                "check that PostgreSQL is running and reachable from here, and that the "
-                "host and port in the DSN are right"
-            )
-        return StoreUnavailableError(f"{self} is unavailable ({text}): {hint}", retryable=retryable)
-
-
-def parse_dsn(dsn: str) -> tuple[str, Target]:
-    """The connection string to use (with noetl defaults) and its Target. ConfigError when
-    the DSN cannot be parsed; the message never repeats the DSN (it may hold a password)."""
-    try:
-        params: dict[str, Any] = pg_conninfo.conninfo_to_dict(dsn)
-    except psycopg.Error:
-        raise ConfigError(
-            "the PostgreSQL DSN cannot be parsed; expected "
-            "postgresql://user:password@host:5432/database (or key=value pairs)"
-        ) from None
-    params.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
-    params.setdefault("application_name", "noetl")
-    env = os.environ
-    user = str(params.get("user") or env.get("PGUSER") or getpass.getuser())
-    secrets = tuple(
-        str(s) for s in (params.get("password"), env.get("PGPASSWORD")) if s and len(str(s)) > 1
-    )
-    target = Target(
-        host=str(params.get("host") or params.get("hostaddr") or env.get("PGHOST") or "localhost"),
-        port=str(params.get("port") or env.get("PGPORT") or "5432"),
-        dbname=str(params.get("dbname") or env.get("PGDATABASE") or user),
-        user=user,
-        secrets=secrets,
-    )
-    return pg_conninfo.make_conninfo(**params), target
-
-
-def connect(dsn: str) -> tuple[Conn, Target]:
-    """One autocommit connection (for migrations and tools); StoreUnavailableError if the
-    database cannot be reached."""
-    conninfo, target = parse_dsn(dsn)
-    try:
-        return psycopg.connect(conninfo, autocommit=True), target
-    except psycopg.OperationalError as exc:
-        raise target.unavailable(exc) from None
+        cur.executemany(
+            SQL["insert_timer"], [(eid, payload, delay) for delay, payload in item.timers]
+        )
 
 
 def schema_status(dsn: str) -> SchemaStatus:
@@ -291,15 +135,6 @@ def migrate_schema(dsn: str) -> list[Migration]:
     return [m for m in discover("postgres") if m.version in applied]
 
 
-# Notifications are sent AFTER the writes they announce commit, each in a transaction of
-# its own (pipelined: no extra round trip). A NOTIFY holds a lock on the notification
-# queue from the commit of its transaction to the end of it, so notifying inside the
-# writing transaction would serialize every writer through its WAL flush. A process that
-# dies between the two loses the wake-up only: waiters poll.
-_NOTIFY_TASKS = "SELECT pg_notify('noetl_tasks', '')"
-_NOTIFY_INPUTS = "SELECT pg_notify('noetl_inputs', '')"
-
-
 class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
 
@@ -307,7 +142,7 @@ class _LeaseLost(Exception):
 # --- the store ---------------------------------------------------------------------------
 
 
-class PostgresStore:
+class PostgresStore(SqlStore, PgQueue):
     """Store in a PostgreSQL database, shared by every server and worker; thread-safe.
 
     The schema is brought up to date when the store opens (migrations under an advisory
@@ -318,8 +153,6 @@ class PostgresStore:
         self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
     ) -> None:
         self._conninfo, self.target = parse_dsn(dsn)
-        self._timeout = timeout
-        self._max_size = max_size
         conn, _ = connect(dsn)
         try:
             with conn:
@@ -328,94 +161,19 @@ class PostgresStore:
             raise self.target.unavailable(exc) from None
         except StoreUnavailableError as exc:
             raise StoreUnavailableError(f"{self.target}: {exc}") from exc
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
-            self._conninfo,
-            min_size=min_size,
-            max_size=max_size,
-            open=False,
-            name="noetl",
-            kwargs={"autocommit": True},
-            configure=_configure,
-            # A connection the server dropped (restart, failover) is replaced on checkout.
-            check=_check_if_idle,
-            timeout=timeout,
-            # Retry a lost connection with backoff for a few seconds only, then let demand
-            # grow the pool afresh: after a long outage it is back at once, not minutes on.
-            reconnect_timeout=RECONNECT_S,
-            num_workers=2,
+        self._connector = PgConnector(
+            self._conninfo, self.target, min_size=min_size, max_size=max_size, timeout=timeout
         )
-        try:
-            self._pool.open(wait=True, timeout=timeout)
-        except PoolTimeout:
-            self._pool.close()
-            self._probe()
-            raise StoreUnavailableError(
-                f"{self.target}: the connection pool did not open within {timeout:g} s",
-                retryable=True,
-            ) from None
+        super().__init__(self._connector)
+        self._connection = self._connector.connection
+        self._transaction = self._connector.in_transaction
         self._listener = Listener(self._conninfo)
         # Input holders opened on this store, by token (kept when closed: a closed
         # holder's token must not claim through the pool either).
         self._holders: dict[str, PgHolder] = {}
-        self.tokens = PgTokens(self._connection, self._transaction)
-        self.sessions = PgSessions(self._connection, self._transaction)
-        self.credentials = PgCredentials(self._connection, self._transaction)
 
     def __repr__(self) -> str:
         return f"PostgresStore({self.target.url()!r})"
-
-    # --- connections and errors ----------------------------------------------------------
-
-    @contextmanager
-    def _connection(self) -> Iterator[Conn]:
-        """A pooled autocommit connection, with operational errors made readable."""
-        conn = self._getconn()
-        try:
-            with conn:
-                yield conn
-        except psycopg.OperationalError as exc:
-            # Also a connection lost mid-call: the pool drops it, a retry gets a new one.
-            raise self.target.unavailable(exc) from None
-        except psycopg.DataError as exc:
-            # A value JSONB or text cannot hold: the caller's data, as with a bad seq.
-            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise ValueError(f"{self.target} cannot store a value: {reason}") from None
-        finally:
-            _last_used[conn] = time.monotonic()
-            self._pool.putconn(conn)
-
-    @contextmanager
-    def _transaction(self) -> Iterator[Conn]:
-        with self._connection() as conn, conn.transaction():
-            yield conn
-
-    def _getconn(self) -> Conn:
-        """A connection from the pool. When none comes within a second, ask the server
-        directly: if it is down, fail now (retryable) instead of after the full timeout."""
-        first = min(1.0, self._timeout)
-        try:
-            try:
-                return self._pool.getconn(timeout=first)
-            except PoolTimeout:
-                pass
-            self._probe()
-            return self._pool.getconn(timeout=max(self._timeout - first, 0.1))
-        except PoolTimeout:
-            raise StoreUnavailableError(
-                f"{self.target} answers, but no pooled connection came free within "
-                f"{self._timeout:g} s (all {self._max_size} busy, or reconnecting after an "
-                "outage); retry, or give the store a larger pool",
-                retryable=True,
-            ) from None
-        except PoolClosed:
-            raise StoreUnavailableError(f"the store for {self.target} is closed") from None
-
-    def _probe(self) -> None:
-        """Raise StoreUnavailableError (with the server's reason) if it cannot be reached."""
-        try:
-            psycopg.connect(self._conninfo, autocommit=True, connect_timeout=2).close()
-        except psycopg.Error as exc:
-            raise self.target.unavailable(exc) from None
 
     # --- executions and events -----------------------------------------------------------
 
@@ -427,17 +185,17 @@ class PostgresStore:
         row = record_to_row(record, pg_dumps)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
-                row[column] = _ts(row[column])
+                row[column] = ts(row[column])
         row["compiled"] = compiled
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
             with conn.transaction():
-                if conn.execute(sql.INSERT_EXECUTION, row).fetchone() is None:
+                if conn.execute(SQL["insert_execution"], row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
                     self._apply(conn, [prepared])
             if prepared is not None and self._wakes_workers([prepared]):
-                conn.execute(_NOTIFY_TASKS)
+                conn.execute(NOTIFY_TASKS)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
@@ -448,18 +206,7 @@ class PostgresStore:
             with conn.transaction():
                 self._apply(conn, prepared)
             if self._wakes_workers(prepared):
-                conn.execute(_NOTIFY_TASKS)
-
-    def complete_many(self, reports: Sequence[tuple[str, int, dict[str, Any]]]) -> set[str]:
-        """`complete` for every report in one statement; the accepted task ids."""
-        if not reports:
-            return set()
-        columns = _columns([(task_id, token, pg_dumps(o)) for task_id, token, o in reports])
-        with self._connection() as conn:
-            with conn.pipeline():
-                done = conn.execute(sql.COMPLETE_MANY, columns)
-                conn.execute(_NOTIFY_INPUTS)
-            return {row[0] for row in done.fetchall()}
+                conn.execute(NOTIFY_TASKS)
 
     def complete_and_commit(
         self,
@@ -479,15 +226,15 @@ class PostgresStore:
             with self._connection() as conn, conn.pipeline():
                 with conn.transaction():
                     # Sent together with the row lock of `_apply`: one round trip for both.
-                    done = conn.execute(sql.DONE, (task_id, token))
+                    done = conn.execute(SQL["done"], (task_id, token))
                     self._apply(conn, [prepared], held=done)
                     if lease:
                         cur = conn.execute(
-                            sql.LEASE_IDS,
+                            SQL["lease_ids"],
                             (worker_id, float(lease_s), list(lease), prepared.execution_id),
                         )
                 if self._wakes_workers([prepared], frozenset(lease)):
-                    conn.execute(_NOTIFY_TASKS)
+                    conn.execute(NOTIFY_TASKS)
                 # The writes, the leases, COMMIT and a notification went out together.
                 if lease:
                     rows = cur.fetchall()
@@ -499,7 +246,7 @@ class PostgresStore:
                     "payload": json_out(payload),
                     "attempt": attempt,
                     "lease_token": lease_token,
-                    "lease_expires_at": _epoch(expires),
+                    "lease_expires_at": epoch(expires),
                     "worker_id": holder,
                 }
             )
@@ -519,11 +266,11 @@ class PostgresStore:
         (_LeaseLost, raised before anything is written)."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
-        locked = conn.execute(sql.LOCK_EXECUTIONS, (ids,))
+        locked = conn.execute(SQL["lock_executions"], (ids,))
         # Under the same locks (every commit that consumes an execution's inputs holds
         # it), the inputs decided on that another commit consumed already; same round trip.
         check = inputs_to_check(prepared)
-        missing = conn.execute(sql.CONSUMED_INPUTS, _columns(check)) if check else None
+        missing = conn.execute(SQL["consumed_inputs"], columns(check)) if check else None
         if held is not None and held.fetchone() is None:
             raise _LeaseLost("the task's lease is no longer held")
         last: dict[str, int] = dict(locked.fetchall())
@@ -556,7 +303,7 @@ class PostgresStore:
         """Queue the writes of every append: one statement per kind of row."""
         events = [row for item in prepared for row in item.events]
         if events:
-            cur.execute(sql.INSERT_EVENTS, _columns(events, time_columns=(3,)), binary=True)
+            cur.execute(SQL["insert_events"], columns(events, time_columns=(3,)), binary=True)
         # Appends to one execution chain: its row ends as the last one leaves it.
         rows: dict[str, tuple[Any, ...]] = {}
         for item in prepared:
@@ -564,30 +311,30 @@ class PostgresStore:
             status, finished, context = (None, None, None) if old is None else old[3:]
             if item.status is not None:
                 status = item.status.value
-                finished = _ts(item.now) if item.finished else None
+                finished = ts(item.now) if item.finished else None
             if item.context is not None:
                 context = item.context
             rows[item.execution_id] = (
                 item.execution_id,
                 item.last_seq,
-                _ts(item.now),
+                ts(item.now),
                 status,
                 finished,
                 context,
             )
-        cur.execute(sql.UPDATE_EXECUTIONS, _columns(list(rows.values())), binary=True)
+        cur.execute(SQL["update_executions"], columns(list(rows.values())), binary=True)
         steps = {
-            (e, step): (e, step, status, _ts(now))
+            (e, step): (e, step, status, ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }
         if steps:
-            cur.execute(sql.UPSERT_STEPS, _columns(list(steps.values())), binary=True)
+            cur.execute(SQL["upsert_steps"], columns(list(steps.values())), binary=True)
         tasks = {row[0]: row for item in prepared for row in item.enqueue}
         if tasks:
             cur.execute(
-                sql.ENQUEUE_ALL,
-                _columns([(*row[:7], float(row[7])) for row in tasks.values()]),
+                SQL["enqueue_all"],
+                columns([(*row[:7], float(row[7])) for row in tasks.values()]),
                 binary=True,
             )
         for item in prepared:
@@ -597,262 +344,9 @@ class PostgresStore:
                 dlq.write(cur, item)
         done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
         if done:
-            cur.execute(sql.DELETE_ALL_INPUTS, _columns(done))
+            cur.execute(SQL["delete_all_inputs"], columns(done))
 
-    def get_compiled(self, execution_id: str) -> str | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                "SELECT compiled FROM execution_input WHERE execution_id = %s", (execution_id,)
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def load_events(
-        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        """Events in sequence order after `after_seq`, at most `limit`."""
-        check_page(limit)
-        with self._connection() as conn:
-            rows = conn.execute(sql.SELECT_EVENTS, (execution_id, after_seq, limit)).fetchall()
-            # Only an empty answer needs the extra lookup that tells "none" from "no such".
-            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
-                raise NotFoundError(f"execution {execution_id} not found")
-        return [
-            Event(seq, type_, execution_id, _epoch(ts), step, payload)
-            for seq, type_, ts, step, payload in rows
-        ]
-
-    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._connection() as conn:
-            row = conn.execute(
-                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} WHERE e.execution_id = %s",
-                (execution_id,),
-            ).fetchone()
-        return None if row is None else _record(row)
-
-    def execution_family(self, execution_id: str) -> list[str]:
-        with self._connection() as conn:
-            return [row[0] for row in conn.execute(sql.FAMILY, (execution_id,)).fetchall()]
-
-    def list_executions(
-        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
-    ) -> list[ExecutionRecord]:
-        """Newest first (created_at, then insertion order); optionally one status."""
-        check_page(limit, offset)
-        where = "" if status is None else "WHERE e.status = %s"
-        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT {sql.EXECUTION_COLUMNS} FROM {sql.FROM} {where} "
-                "ORDER BY e.created_at DESC, e.created_order DESC LIMIT %s OFFSET %s",
-                (*params, limit, offset),
-            ).fetchall()
-        return [_record(row) for row in rows]
-
-    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                "SELECT step, status FROM step_state WHERE execution_id = %s "
-                "ORDER BY created_order",
-                (execution_id,),
-            ).fetchall()
-            if not rows and conn.execute(sql.EXISTS, (execution_id,)).fetchone() is None:
-                raise NotFoundError(f"execution {execution_id} not found")
-        return {step: status for step, status in rows}
-
-    # --- the task queue ------------------------------------------------------------------
-
-    def claim(
-        self,
-        worker_id: str,
-        *,
-        pool: str = "default",
-        limit: int = 1,
-        lease_s: float = 30.0,
-        executions: Collection[str] | None = None,
-    ) -> list[Lease]:
-        """Lease up to `limit` due tasks of `pool` (of `executions`, when given), best
-        first, in one statement."""
-        check_page(limit)
-        if limit == 0 or (executions is not None and not executions):
-            return []
-        params: dict[str, Any] = {
-            "pool": pool,
-            "limit": limit,
-            "worker_id": worker_id,
-            "lease_s": float(lease_s),
-        }
-        statement = sql.CLAIM
-        if executions is not None:
-            statement, params["executions"] = sql.CLAIM_SCOPED, sorted(executions)
-        with self._connection() as conn:
-            rows = conn.execute(statement, params).fetchall()
-        # RETURNING does not keep the order of the inner SELECT.
-        rows.sort(key=lambda row: (-row[5], row[6], row[7]))
-        leases: list[Lease] = []
-        poisoned: list[tuple[str, int, str]] = []
-        for payload, attempt, token, expires, holder, _, not_before, _, task_id, _ in rows:
-            lease = try_lease(
-                {
-                    "payload": json_out(payload),
-                    "attempt": attempt,
-                    "lease_token": token,
-                    "lease_expires_at": _epoch(expires),
-                    "worker_id": holder,
-                    "not_before": _epoch(not_before),
-                }
-            )
-            if isinstance(lease, Lease):
-                leases.append(lease)
-            else:
-                poisoned.append((task_id, token, json_in(undecodable_outcome(task_id, lease))))
-        if poisoned:
-            self._report_poisoned(poisoned)
-        return leases
-
-    def _report_poisoned(self, poisoned: list[tuple[str, int, str]]) -> None:
-        """Claimed tasks that cannot be decoded: done at once, reported failed."""
-        with self._connection() as conn:
-            with conn.transaction():
-                conn.cursor().executemany(sql.POISONED, poisoned)
-            conn.execute(_NOTIFY_INPUTS)
-
-    def heartbeat(self, task_id: str, token: int, *, lease_s: float = 30.0) -> Heartbeat:
-        """Extend a lease held with `token`; alive False when it is no longer held."""
-        with self._connection() as conn:
-            row = conn.execute(sql.HEARTBEAT, (float(lease_s), task_id, token)).fetchone()
-        return Heartbeat(alive=False) if row is None else Heartbeat(alive=True, cancel=row[0])
-
-    def complete(self, task_id: str, token: int, outcome: dict[str, Any]) -> bool:
-        """With the current token: mark the task done and post its outcome, atomically."""
-        payload = pg_dumps(outcome)
-        with self._connection() as conn:
-            with conn.pipeline():
-                done = conn.execute(sql.COMPLETE, (task_id, token, payload))
-                conn.execute(_NOTIFY_INPUTS)
-            return done.fetchone() is not None
-
-    def release(self, held: Sequence[tuple[str, int]]) -> set[str]:
-        """Queue the held tasks again at once, in one statement (see `Store.release`)."""
-        if not held:
-            return set()
-        with self._connection() as conn:
-            with conn.pipeline():
-                done = conn.execute(sql.RELEASE, _columns(list(held)))
-                conn.execute(_NOTIFY_TASKS)
-            return {row[0] for row in done.fetchall()}
-
-    def maintain(self) -> None:
-        """Vacuum the queue and the inbox. Their rows are rewritten row by row (queued,
-        leased, done; posted, held, deleted) faster than autovacuum's round (a minute by
-        default) clears the dead versions, and claims slow down stepping over them: a
-        100,000-item loop cost 1.3x per item of a 10,000-item one without this, 1.1x with
-        it. SKIP_LOCKED: another server vacuuming at the same time is not waited for."""
-        with self._connection() as conn:
-            conn.execute(b"VACUUM (SKIP_LOCKED) task_queue, inbox")
-
-    def reap_expired(self, *, limit: int = 100, executions: Collection[str] | None = None) -> int:
-        """Expire leases past their time (database clock), posting LEASE_EXPIRED inputs."""
-        check_page(limit)
-        if limit == 0 or (executions is not None and not executions):
-            return 0
-        params: dict[str, Any] = {"limit": limit}
-        statement = sql.REAP
-        if executions is not None:
-            statement, params["executions"] = sql.REAP_SCOPED, sorted(executions)
-        with self._connection() as conn:
-            reaped = len(conn.execute(statement, params).fetchall())
-            if reaped:
-                conn.execute(_NOTIFY_INPUTS)
-            return reaped
-
-    def get_task(self, task_id: str) -> dict[str, Any] | None:
-        with self._connection() as conn:
-            row = conn.execute(sql.SELECT_TASK, (task_id,)).fetchone()
-        if row is None:
-            return None
-        values = dict(zip(TASK_COLUMNS, row, strict=True))
-        for column in sql.TIME_COLUMNS:
-            values[column] = _epoch_or_none(values[column])
-        values["payload"] = json_out(values["payload"])
-        return task_from_row(values)
-
-    # --- the inbox -----------------------------------------------------------------------
-
-    def post_input(self, execution_id: str, kind: InputKind, payload: dict[str, Any]) -> int:
-        """Add an input for the orchestrators (and wake them); returns its id.
-        NotFoundError if the execution does not exist."""
-        values = (InputKind(kind).value, pg_dumps(payload), execution_id)
-        with self._connection() as conn:
-            with conn.pipeline():
-                posted = conn.execute(sql.POST_INPUT, values)
-                conn.execute(_NOTIFY_INPUTS)
-            row = posted.fetchone()
-        if row is None:
-            raise NotFoundError(f"execution {execution_id} not found")
-        return int(row[0])
-
-    # --- the dead-letter queue -----------------------------------------------------------
-
-    def list_dead_letters(
-        self,
-        *,
-        status: DeadLetterStatus | None = None,
-        execution_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[DeadLetter]:
-        check_page(limit, offset)
-        with self._connection() as conn:
-            return dlq.select(conn, status, execution_id, limit, offset)
-
-    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
-        with self._connection() as conn:
-            return dlq.get(conn, message_id)
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        with self._connection() as conn:
-            return dlq.counts(conn)
-
-    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
-        with self._connection() as conn:
-            with conn.transaction():
-                posted = dlq.post_replay(conn, message_id, pg_dumps(payload))
-            if posted:
-                conn.execute(_NOTIFY_INPUTS)
-        return posted
-
-    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
-        with self._connection() as conn, conn.transaction():
-            return dlq.discard(conn, message_id, reason)
-
-    def claim_inputs(
-        self,
-        owner: str,
-        *,
-        limit: int = 500,
-        lease_s: float = 30.0,
-        executions: Collection[str] | None = None,
-    ) -> list[Input]:
-        """Hold up to `limit` free inputs (of `executions`, when given) for `lease_s`,
-        oldest first; a holder's claims run on its own session (`noetl.store._pg_holder`)."""
-        check_page(limit)
-        if limit == 0 or (executions is not None and not executions):
-            return []
-        params: dict[str, Any] = {"limit": limit, "owner": owner, "lease_s": float(lease_s)}
-        statement = sql.CLAIM_INPUTS
-        if executions is not None:
-            statement, params["executions"] = sql.CLAIM_INPUTS_SCOPED, sorted(executions)
-        holder = self._holders.get(owner)
-        with self._connection() if holder is None else holder.connection() as conn:
-            rows = conn.execute(statement, params).fetchall()
-        rows.sort(key=lambda row: row[0])
-        columns = ("id", "execution_id", "kind", "payload", "created_at")
-        return [
-            input_from_row(
-                dict(zip(columns, (*row[:3], json_out(row[3]), _epoch(row[4])), strict=True))
-            )
-            for row in rows
-        ]
+    # --- input holders and notifications ----------------------------------------------------
 
     def open_holder(self, owner: str) -> PgHolder:
         """A holder of inputs: a session of its own holding its advisory lock."""
@@ -860,132 +354,14 @@ class PostgresStore:
         self._holders[holder.token] = holder
         return holder
 
-    def release_orphaned_inputs(self) -> int:
-        """Free the inputs of holders whose lock is free (their session ended)."""
-        with self._connection() as conn:
-            gone = [row[0] for row in conn.execute(GONE_HOLDERS).fetchall()]
-            if not gone:
-                return 0
-            freed = len(conn.execute(FREE_INPUTS, (gone,)).fetchall())
-            if freed:
-                conn.execute(_NOTIFY_INPUTS)
-        return freed
-
     def wait_for(self, channel: str, timeout: float) -> bool:
         """Sleep until a NOTIFY on `channel` ("tasks" or "inputs") or the timeout."""
         check_channel(channel)
         return self._listener.wait(CHANNELS[channel], timeout)
-
-    # --- playbooks and workers -----------------------------------------------------------
-
-    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
-        """A new version of `path`, or the latest one when its text is the same."""
-        with self._transaction() as conn:
-            # Versions of one path are numbered one writer at a time.
-            conn.execute(
-                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (_PLAYBOOK_LOCK_SPACE, path)
-            )
-            row = conn.execute(
-                f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s "
-                "ORDER BY version DESC LIMIT 1",
-                (path,),
-            ).fetchone()
-            latest = None if row is None else _playbook(row)
-            if latest is not None and latest.text == text:
-                return latest
-            version = 1 if latest is None else latest.version + 1
-            conn.execute(
-                f"INSERT INTO playbook ({sql.PLAYBOOK_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
-                (path, version, name, text, _ts(now)),
-            )
-        return PlaybookRecord(path, version, name, text, _epoch(_ts(now)))
-
-    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
-        query = f"SELECT {sql.PLAYBOOK_COLUMNS} FROM playbook WHERE path = %s"
-        params: tuple[Any, ...] = (path,)
-        if version is None:
-            query += " ORDER BY version DESC LIMIT 1"
-        else:
-            query += " AND version = %s"
-            params = (path, version)
-        with self._connection() as conn:
-            row = conn.execute(query, params).fetchone()
-        return None if row is None else _playbook(row)
-
-    def list_playbooks(self) -> list[PlaybookRecord]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT DISTINCT ON (path) {sql.PLAYBOOK_COLUMNS} FROM playbook "
-                "ORDER BY path, version DESC"
-            ).fetchall()
-        return [_playbook(row) for row in rows]
-
-    def register_worker(self, record: WorkerRecord) -> None:
-        """Insert or replace the worker's row."""
-        check_worker(record)
-        values = (
-            record.worker_id,
-            record.pool,
-            record.hostname,
-            record.pid,
-            record.status,
-            _ts(record.started_at),
-            _ts(record.heartbeat_at),
-        )
-        with self._connection() as conn:
-            conn.execute(sql.UPSERT_WORKER, values)
-
-    def worker_heartbeat(self, worker_id: str) -> str:
-        """Record the worker alive (database clock); its status, `draining` to stop."""
-        with self._connection() as conn:
-            row = conn.execute(
-                "UPDATE worker SET heartbeat_at = now() WHERE worker_id = %s RETURNING status",
-                (worker_id,),
-            ).fetchone()
-        if row is None:
-            raise NotFoundError(f"worker {worker_id} is not registered")
-        return str(row[0])
-
-    def request_drain(self, pool: str | None = None) -> int:
-        """Ask running workers (of one pool, or all) to drain; returns how many."""
-        with self._connection() as conn:
-            cur = conn.execute(
-                "UPDATE worker SET status = 'draining' "
-                "WHERE status = 'running' AND (%s::text IS NULL OR pool = %s::text)",
-                (pool, pool),
-            )
-            return cur.rowcount
-
-    def list_workers(self) -> list[WorkerRecord]:
-        with self._connection() as conn:
-            rows = conn.execute(
-                f"SELECT {sql.WORKER_COLUMN_LIST} FROM worker ORDER BY worker_id"
-            ).fetchall()
-        return [_worker(row) for row in rows]
-
-    def stats(self) -> StoreStats:
-        """Counts for the metrics exporter (four grouped queries, one connection)."""
-        with self._connection() as conn:
-            executions: dict[tuple[str, str], int] = {}
-            running: dict[str, tuple[int, float]] = {}
-            for name, status, count, oldest in conn.execute(sql.STATS_EXECUTIONS).fetchall():
-                executions[(name, status)] = count
-                if status == "running":
-                    running[name] = (count, _epoch(oldest))
-            parked = {name: count for name, count in conn.execute(sql.STATS_PARKED).fetchall()}
-            tasks = {
-                (pool, status): (count, _epoch_or_none(oldest))
-                for pool, status, count, oldest in conn.execute(sql.STATS_TASKS).fetchall()
-            }
-            row = conn.execute(sql.STATS_INPUTS).fetchone()
-        inputs = (0, None) if row is None else (int(row[0]), _epoch_or_none(row[1]))
-        return StoreStats(
-            running=running, parked=parked, tasks=tasks, inputs=inputs, executions=executions
-        )
 
     def close(self) -> None:
         """Stop listening and close every connection; the store cannot be used afterwards."""
         for holder in list(self._holders.values()):
             holder.close()
         self._listener.close()
-        self._pool.close()
+        self._connector.close()

@@ -5,210 +5,69 @@ lets other processes (`noetl status`, a second `noetl run`) read while it writes
 in other processes wait up to 5 s for the lock (`busy_timeout`); every write transaction
 takes the write lock up front (`BEGIN IMMEDIATE`) so the read of `last_seq` and the
 append, or the choice of ready tasks and their lease, cannot interleave with another
-writer. The queue's SQL lives in `_sqlite_queue`; SQLite has no notifications, so
-`wait_for` is a short sleep and callers poll.
+writer. The connection lives in `_sqlite_connector`, what is written once for both SQL
+stores in `noetl.store.managers`; the commit is here, the queue in `_sqlite_queue`, their
+statements in `sql/sqlite_queue.sql`. SQLite has no notifications, so `wait_for` is a
+short sleep and callers poll.
 """
 
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
-from noetl.store._credentials import SqliteCredentials
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
-    EXECUTION_COLUMNS,
     PreparedAppend,
     check_channel,
     check_page,
-    check_worker,
     dumps,
-    event_from_row,
     inputs_to_check,
-    loads,
     prepare,
     prepare_initial,
-    record_from_row,
     record_to_row,
     stale_all,
 )
-from noetl.store._sqlite_auth import SqliteSessions, SqliteTokens
+from noetl.store._sqlite_connector import SqliteConnector
 from noetl.store.base import (
     Append,
     Clock,
     ConcurrencyError,
-    DeadLetter,
-    DeadLetterStatus,
     ExecutionRecord,
     Heartbeat,
     Input,
     InputKind,
     Lease,
     NotFoundError,
-    PlaybookRecord,
-    StoreStats,
-    StoreUnavailableError,
-    WorkerRecord,
 )
-from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
+from noetl.store.managers import SqlStore
+from noetl.store.queries import QUERIES
 
 BUSY_TIMEOUT_MS = 5000
 # How long `wait_for` sleeps at most: the latency of a poll without notifications.
 POLL_S = 0.05
 
-# execution_input.workload is no longer written (the workload lives in the log's
-# workflow.started): new rows keep its default, '{}'.
-_INPUT_COLUMNS = ("playbook_text",)
-_ROW_COLUMNS = tuple(c for c in EXECUTION_COLUMNS if c not in _INPUT_COLUMNS)
-_COLUMNS = ", ".join(f"i.{c}" if c in _INPUT_COLUMNS else f"e.{c}" for c in EXECUTION_COLUMNS)
-_FROM = "execution e JOIN execution_input i ON i.execution_id = e.execution_id"
-_INSERT_EXECUTION = (
-    f"INSERT INTO execution ({', '.join(_ROW_COLUMNS)}) "
-    f"VALUES ({', '.join(':' + column for column in _ROW_COLUMNS)})"
-)
-_INSERT_INPUT = (
-    "INSERT INTO execution_input (execution_id, playbook_text, compiled) "
-    "VALUES (:execution_id, :playbook_text, :compiled)"
-)
-_SELECT_LAST_SEQ = "SELECT last_seq FROM execution WHERE execution_id = ?"
-_INSERT_EVENT = (
-    "INSERT INTO event_log (execution_id, seq, type, ts, step, payload) VALUES (?, ?, ?, ?, ?, ?)"
-)
-_UPDATE_EXECUTION = """
-UPDATE execution SET
-    last_seq = :last_seq,
-    updated_at = :now,
-    status = COALESCE(:status, status),
-    finished_at = CASE WHEN :status IS NULL THEN finished_at ELSE :finished_at END,
-    context = COALESCE(:context, context)
-WHERE execution_id = :execution_id
-"""
-_UPSERT_STEP = """
-INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (?, ?, ?, ?)
-ON CONFLICT (execution_id, step) DO UPDATE SET
-    status = excluded.status, updated_at = excluded.updated_at
-"""
-_SELECT_EVENTS = (
-    "SELECT seq, type, ts, step, payload FROM event_log "
-    "WHERE execution_id = ? AND seq > ? ORDER BY seq LIMIT ?"
-)
+SQL = QUERIES["sqlite"]
 
 
-def _record(row: tuple[Any, ...]) -> ExecutionRecord:
-    return record_from_row(dict(zip(EXECUTION_COLUMNS, row, strict=True)))
-
-
-class SqliteStore:
+class SqliteStore(SqlStore):
     """Store in one SQLite file; the file and its directory are created when missing."""
 
     def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
         self.path = Path(path).expanduser().absolute()
-        self._clock = clock
-        self._lock = threading.Lock()
-        self._conn = self._connect()
-        self.tokens = SqliteTokens(self._use, self._transaction)
-        self.sessions = SqliteSessions(self._use, self._transaction)
-        self.credentials = SqliteCredentials(self._use, self._transaction)
+        self._connector = SqliteConnector(self.path, clock=clock, busy_timeout_ms=BUSY_TIMEOUT_MS)
+        self._conn = self._connector.conn
+        self._use = self._connector.use
+        self._transaction = self._connector.in_transaction
+        super().__init__(self._connector)
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise StoreUnavailableError(
-                f"SQLite database {self.path} cannot be created: its directory "
-                f"{self.path.parent} cannot be made ({exc.strerror or exc}); choose a "
-                "database path inside a writable directory"
-            ) from exc
-        try:
-            conn = sqlite3.connect(
-                self.path,
-                timeout=BUSY_TIMEOUT_MS / 1000,
-                isolation_level=None,  # we issue BEGIN/COMMIT ourselves
-                check_same_thread=False,
-                factory=queue.ClockedConnection,
-            )
-        except sqlite3.Error as exc:
-            raise self._unavailable(exc) from exc
-        conn.clock = self._clock
-        try:
-            conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-            migrate_sqlite(conn)
-        except SchemaTooNewError as exc:
-            conn.close()
-            raise StoreUnavailableError(f"SQLite database {self.path}: {exc}") from exc
-        except sqlite3.Error as exc:
-            conn.close()
-            raise self._unavailable(exc) from exc
-        return conn
-
-    def _unavailable(self, exc: sqlite3.Error) -> StoreUnavailableError:
-        """Name the file and say what to do, instead of a bare sqlite3 error."""
-        text = str(exc)
-        lowered = text.lower()
-        retryable = False
-        if "locked" in lowered or "busy" in lowered:
-            hint = (
-                f"another process held its lock for more than {BUSY_TIMEOUT_MS // 1000} s; "
-                "stop other noetl processes using this file, or retry"
-            )
-            retryable = True
-        elif "not a database" in lowered or "malformed" in lowered:
-            hint = "it is not a usable NoETL database; move the file away or choose another path"
-        elif "full" in lowered:
-            hint = "the disk is full; free some space"
-        elif "readonly" in lowered or "read-only" in lowered:
-            hint = "make the file and its directory writable for this user, or choose another path"
-        else:
-            hint = (
-                "check that the path is a file (not a directory) in an existing directory that "
-                "this user can write to, or choose another database path"
-            )
-        return StoreUnavailableError(
-            f"SQLite database {self.path} is unavailable ({text}): {hint}", retryable=retryable
-        )
-
-    @contextmanager
-    def _use(self) -> Iterator[sqlite3.Connection]:
-        """The connection, under the lock, with operational errors made readable."""
-        with self._lock:
-            try:
-                yield self._conn
-            except sqlite3.OperationalError as exc:
-                raise self._unavailable(exc) from exc
-            except sqlite3.DatabaseError as exc:
-                # Exactly DatabaseError is "file is not a database" and kin; its subclasses
-                # (IntegrityError, ProgrammingError...) are bugs and stay as they are.
-                if type(exc) is not sqlite3.DatabaseError:
-                    raise
-                raise self._unavailable(exc) from exc
-
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction that holds the write lock from its start (BEGIN IMMEDIATE);
-        committed when the block ends, rolled back when it raises."""
-        with self._use() as conn:
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield conn
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
 
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
@@ -219,12 +78,12 @@ class SqliteStore:
         prepared = prepare_initial(record, initial)
         with self._transaction() as conn:
             try:
-                conn.execute(_INSERT_EXECUTION, row)
+                conn.execute(SQL["insert_execution"], row)
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
                 raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
-            conn.execute(_INSERT_INPUT, {**row, "compiled": compiled})
+            conn.execute(SQL["insert_execution_input"], {**row, "compiled": compiled})
             if prepared is not None:
                 self._check(conn, [prepared])
                 self._write(conn, prepared)
@@ -249,7 +108,7 @@ class SqliteStore:
         for item in prepared:
             current = last.get(item.execution_id)
             if current is None:
-                row = conn.execute(_SELECT_LAST_SEQ, (item.execution_id,)).fetchone()
+                row = conn.execute(SQL["select_last_seq"], (item.execution_id,)).fetchone()
                 if row is None:
                     raise NotFoundError(f"execution {item.execution_id} not found")
                 current = row[0]
@@ -263,9 +122,9 @@ class SqliteStore:
     @staticmethod
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
         if item.events:
-            conn.executemany(_INSERT_EVENT, item.events)
+            conn.executemany(SQL["insert_event"], item.events)
         conn.execute(
-            _UPDATE_EXECUTION,
+            SQL["update_execution"],
             {
                 "last_seq": item.last_seq,
                 "now": item.now,
@@ -276,71 +135,10 @@ class SqliteStore:
             },
         )
         if item.steps:
-            conn.executemany(_UPSERT_STEP, item.steps)
+            conn.executemany(SQL["upsert_step"], item.steps)
         queue.apply_queue(conn, item)
         if item.dead_letters or item.dead_letter_status:
             dlq.apply(conn, item, queue.db_now(conn))
-
-    def get_compiled(self, execution_id: str) -> str | None:
-        with self._use() as conn:
-            row = conn.execute(
-                "SELECT compiled FROM execution_input WHERE execution_id = ?", (execution_id,)
-            ).fetchone()
-        return None if row is None else row[0]
-
-    def load_events(
-        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
-    ) -> list[Event]:
-        """Events in sequence order after `after_seq`, at most `limit`."""
-        check_page(limit)
-        with self._use() as conn:
-            rows = conn.execute(
-                _SELECT_EVENTS, (execution_id, after_seq, -1 if limit is None else limit)
-            ).fetchall()
-            # Only an empty answer needs the extra lookup that tells "none" from "no such".
-            if not rows and not self._exists(conn, execution_id):
-                raise NotFoundError(f"execution {execution_id} not found")
-        return [event_from_row(execution_id, row) for row in rows]
-
-    @staticmethod
-    def _exists(conn: sqlite3.Connection, execution_id: str) -> bool:
-        return conn.execute(_SELECT_LAST_SEQ, (execution_id,)).fetchone() is not None
-
-    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
-        with self._use() as conn:
-            row = conn.execute(
-                f"SELECT {_COLUMNS} FROM {_FROM} WHERE e.execution_id = ?", (execution_id,)
-            ).fetchone()
-        return None if row is None else _record(row)
-
-    def execution_family(self, execution_id: str) -> list[str]:
-        with self._use() as conn:
-            return [row[0] for row in conn.execute(queue.FAMILY, (execution_id,))]
-
-    def list_executions(
-        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
-    ) -> list[ExecutionRecord]:
-        """Newest first (created_at, then insertion order); optionally one status."""
-        check_page(limit, offset)
-        where = "" if status is None else "WHERE e.status = ?"
-        params: tuple[Any, ...] = () if status is None else (ExecutionStatus(status).value,)
-        with self._use() as conn:
-            rows = conn.execute(
-                f"SELECT {_COLUMNS} FROM {_FROM} {where} "
-                "ORDER BY e.created_at DESC, e.rowid DESC LIMIT ? OFFSET ?",
-                (*params, limit, offset),
-            ).fetchall()
-        return [_record(row) for row in rows]
-
-    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
-        with self._use() as conn:
-            rows = conn.execute(
-                "SELECT step, status FROM step_state WHERE execution_id = ? ORDER BY rowid",
-                (execution_id,),
-            ).fetchall()
-            if not rows and not self._exists(conn, execution_id):
-                raise NotFoundError(f"execution {execution_id} not found")
-        return {step: loads(status) for step, status in rows}
 
     # --- the task queue ------------------------------------------------------------------
 
@@ -459,84 +257,12 @@ class SqliteStore:
         with self._transaction() as conn:
             return queue.release_inputs(conn, gone)
 
-    # --- the dead-letter queue -----------------------------------------------------------
-
-    def list_dead_letters(
-        self,
-        *,
-        status: DeadLetterStatus | None = None,
-        execution_id: str | None = None,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> list[DeadLetter]:
-        check_page(limit, offset)
-        with self._use() as conn:
-            return dlq.select(conn, status, execution_id, limit, offset)
-
-    def get_dead_letter(self, message_id: str) -> DeadLetter | None:
-        with self._use() as conn:
-            return dlq.get(conn, message_id)
-
-    def dead_letter_counts(self) -> dict[str, int]:
-        with self._use() as conn:
-            return dlq.counts(conn)
-
-    def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
-        with self._transaction() as conn:
-            return dlq.post_replay(conn, message_id, dumps(payload))
-
-    def discard_dead_letter(self, message_id: str, reason: str) -> bool:
-        with self._transaction() as conn:
-            return dlq.discard(conn, message_id, reason)
-
     def wait_for(self, channel: str, timeout: float) -> bool:
         """No notifications in SQLite: sleep a poll interval (at most `timeout`), False."""
         check_channel(channel)
         time.sleep(max(0.0, min(timeout, POLL_S)))
         return False
 
-    # --- playbooks and workers --------------------------------------------------------------
-
-    def register_playbook(self, path: str, name: str, text: str, now: float) -> PlaybookRecord:
-        """A new version of `path`, unless `text` equals the latest version's."""
-        with self._transaction() as conn:
-            return queue.register_playbook(conn, path, name, text, now)
-
-    def get_playbook(self, path: str, version: int | None = None) -> PlaybookRecord | None:
-        with self._use() as conn:
-            return queue.get_playbook(conn, path, version)
-
-    def list_playbooks(self) -> list[PlaybookRecord]:
-        with self._use() as conn:
-            return queue.list_playbooks(conn)
-
-    def register_worker(self, record: WorkerRecord) -> None:
-        """Insert or replace the worker's row."""
-        check_worker(record)
-        with self._transaction() as conn:
-            queue.register_worker(conn, record)
-
-    def worker_heartbeat(self, worker_id: str) -> str:
-        """Stamp the worker alive and return its status; NotFoundError if unregistered."""
-        with self._transaction() as conn:
-            return queue.worker_heartbeat(conn, worker_id)
-
-    def request_drain(self, pool: str | None = None) -> int:
-        """Move running workers (of `pool`, or all) to draining; returns how many."""
-        with self._transaction() as conn:
-            return queue.request_drain(conn, pool)
-
-    def list_workers(self) -> list[WorkerRecord]:
-        """Every registered worker, by id."""
-        with self._use() as conn:
-            return queue.list_workers(conn)
-
-    def stats(self) -> StoreStats:
-        """Counts for the metrics exporter (four grouped queries)."""
-        with self._use() as conn:
-            return queue.stats(conn)
-
     def close(self) -> None:
         """Close the connection; the store cannot be used afterwards."""
-        with self._lock:
-            self._conn.close()
+        self._connector.close()

@@ -3,6 +3,8 @@ same ciphertext out, by name."""
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 from noetl.credentials.keys import Keyring, new_key
@@ -78,3 +80,15 @@ def test_values_are_encrypted_end_to_end(store: Store) -> None:
     assert stored is not None and "tok-canary-42" not in stored.ciphertext
     assert rotate_all(store.credentials, Keyring([new, old])).rotated == ("api",)
     assert DatabaseCredentials(store.credentials, Keyring([new])).credential("api") == record
+
+
+def test_puts_of_one_new_name_at_once_call_exactly_one_of_them_new(store: Store) -> None:
+    barrier = threading.Barrier(4)
+
+    def put(index: int) -> bool:
+        barrier.wait()
+        return store.credentials.put(row("race", ciphertext=f"gAAAA-race-{index}"))
+
+    with ThreadPoolExecutor(4) as pool:
+        created = list(pool.map(put, range(4)))
+    assert created.count(True) == 1

@@ -1,0 +1,28 @@
+"""The store's domain logic, written once over a connector (`noetl.store.connector`).
+
+Each manager holds one part of the store: the catalog and the workers, the dead-letter
+queue, the reads of executions (parts of the store itself, sharing its connector), and
+the API tokens, the sessions and the credentials (the store's `tokens`, `sessions` and
+`credentials`). `SqlStore` is what the SQLite and PostgreSQL adapters have in common; each
+adds its connector, the writes of a commit and the queue. The memory adapter keeps its own
+in-process structures (a test double: see docs/architecture.md, Decisions).
+"""
+
+from __future__ import annotations
+
+from noetl.store.connector import Connector
+from noetl.store.managers.auth import Sessions, Tokens
+from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.credentials import Credentials
+from noetl.store.managers.dead_letters import DeadLetters
+from noetl.store.managers.executions import Executions
+
+
+class SqlStore(Catalog, DeadLetters, Executions):
+    """The managers of a SQL store, over its connector `db`."""
+
+    def __init__(self, db: Connector) -> None:
+        super().__init__(db)
+        self.tokens = Tokens(db)
+        self.sessions = Sessions(db)
+        self.credentials = Credentials(db)

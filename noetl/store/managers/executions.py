@@ -1,0 +1,88 @@
+"""Reading executions: their rows, event logs, step states and families. (Their writes
+go with a commit, in the adapters, in the same transaction as the queue's.)"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from noetl.engine.types import Event, ExecutionStatus
+from noetl.store._rows import check_page
+from noetl.store.connector import Connector, Row
+from noetl.store.records import ExecutionRecord, NotFoundError
+
+
+class Executions:
+    """The reads of `ExecutionPort` over a connector."""
+
+    def __init__(self, db: Connector) -> None:
+        self._db = db
+
+    def _record(self, row: Row) -> ExecutionRecord:
+        epoch = self._db.epoch
+        return ExecutionRecord(
+            execution_id=row[0],
+            playbook_name=row[1],
+            playbook_path=row[2],
+            playbook_text=row[3],
+            status=ExecutionStatus(row[4]),
+            context=self._db.json_value(row[5]),
+            parent_execution_id=row[6],
+            last_seq=row[7],
+            created_at=epoch(row[8]),
+            updated_at=epoch(row[9]),
+            finished_at=None if row[10] is None else epoch(row[10]),
+        )
+
+    @staticmethod
+    def _missing(db: Connector, execution_id: str) -> None:
+        if db.fetch_one("execution_exists", {"execution_id": execution_id}) is None:
+            raise NotFoundError(f"execution {execution_id} not found")
+
+    def get_compiled(self, execution_id: str) -> str | None:
+        row = self._db.fetch_one("compiled_playbook", {"execution_id": execution_id})
+        return None if row is None else row[0]
+
+    def load_events(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        """Events in sequence order after `after_seq`, at most `limit`."""
+        check_page(limit)
+        params = {"execution_id": execution_id, "after_seq": after_seq, "limit": limit}
+        with self._db.session() as db:
+            rows = db.fetch_all("load_events", params)
+            # Only an empty answer needs the extra lookup that tells "none" from "no such".
+            if not rows:
+                self._missing(db, execution_id)
+        return [
+            Event(seq, type_, execution_id, db.epoch(ts), step, db.json_value(payload))
+            for seq, type_, ts, step, payload in rows
+        ]
+
+    def get_execution(self, execution_id: str) -> ExecutionRecord | None:
+        row = self._db.fetch_one("get_execution", {"execution_id": execution_id})
+        return None if row is None else self._record(row)
+
+    def execution_family(self, execution_id: str) -> list[str]:
+        rows = self._db.fetch_all("execution_family", {"execution_id": execution_id})
+        return [row[0] for row in rows]
+
+    def list_executions(
+        self, *, status: ExecutionStatus | None = None, limit: int = 50, offset: int = 0
+    ) -> list[ExecutionRecord]:
+        """Newest first (created_at, then insertion order); optionally one status."""
+        check_page(limit, offset)
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if status is None:
+            rows = self._db.fetch_all("list_executions", params)
+        else:
+            params["status"] = ExecutionStatus(status).value
+            rows = self._db.fetch_all("list_executions_by_status", params)
+        return [self._record(row) for row in rows]
+
+    def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
+        """The step_state projection; NotFoundError if the execution does not exist."""
+        with self._db.session() as db:
+            rows = db.fetch_all("get_steps", {"execution_id": execution_id})
+            if not rows:
+                self._missing(db, execution_id)
+        return {step: db.json_value(status) for step, status in rows}

@@ -1,0 +1,296 @@
+"""The store's values: records, inputs, leases, the changes of a commit, its errors.
+
+Frozen dataclasses shared by every adapter and every role port (`noetl.store.ports`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from noetl.engine.types import Event, ExecutionStatus, Task
+from noetl.errors import NoetlError
+
+# The time source of an embedded store (memory, SQLite): epoch seconds, `time.time` unless
+# a test injects a fake one to expire leases without sleeping. PostgreSQL keeps the
+# database clock (`now()`): its servers and workers run on several machines.
+Clock = Callable[[], float]
+
+
+class ConcurrencyError(NoetlError):
+    """Another writer appended to the execution first (expected sequence did not match),
+    or another commit consumed an input this one decided on.
+
+    `execution_ids` names the executions whose append was refused (every one of a commit,
+    where the adapter can tell), so a batch can be committed again without them;
+    `input_ids` the inputs another commit consumed already: they were decided elsewhere
+    and must not be decided again."""
+
+    def __init__(
+        self, message: str, execution_ids: Sequence[str] = (), input_ids: Sequence[int] = ()
+    ) -> None:
+        super().__init__(message)
+        self.execution_ids = tuple(execution_ids)
+        self.input_ids = tuple(input_ids)
+
+
+class NotFoundError(NoetlError):
+    """No such execution."""
+
+
+class StoreUnavailableError(NoetlError):
+    """The database cannot be opened or used (missing directory, no permission, locked).
+
+    The message names the database and what to do about it. A locked or busy database is
+    transient (`retryable`); a path that cannot be opened is not.
+    """
+
+    def __init__(self, message: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutionRecord:
+    """One row of `execution`: what ran, its status and timestamps (epoch seconds).
+
+    The workload is not here: it is stored once, in the execution's `workflow.started`
+    event (`noetl.decision.workloads.stored_workload` reads it back)."""
+
+    execution_id: str
+    playbook_name: str
+    playbook_path: str | None
+    playbook_text: str
+    status: ExecutionStatus = ExecutionStatus.RUNNING
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float | None = None
+    parent_execution_id: str | None = None
+    last_seq: int = 0
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Events for one execution plus the projection changes they cause.
+
+    `expected_seq` is the sequence number of the last event already stored (0 for none);
+    `events` must continue it without gaps. `steps` maps step name -> its status dict
+    (replacing the stored one); `context` replaces the stored context when given.
+    """
+
+    execution_id: str
+    expected_seq: int
+    events: Sequence[Event]
+    status: ExecutionStatus | None = None
+    steps: Mapping[str, dict[str, Any]] = field(default_factory=dict)
+    context: dict[str, Any] | None = None
+    now: float = 0.0
+    # Queue changes made in the same transaction as the events (distributed mode):
+    enqueue: Sequence[Enqueue] = ()
+    requeue: Sequence[Requeue] = ()
+    cancel_tasks: Sequence[str] = ()
+    inputs_done: Sequence[int] = ()
+    # Timers: inputs delivered to this execution once their delay has passed.
+    timers: Sequence[Timer] = ()
+    # Dead-letter entries written (or written again: a replayed task failed once more)
+    # with the decision, and entries whose status changes (a refused replay: pending).
+    dead_letters: Sequence[DeadLetter] = ()
+    dead_letter_status: Mapping[str, DeadLetterStatus] = field(default_factory=dict)
+
+
+class TaskStatus(StrEnum):
+    """Lifecycle of a `task_queue` row."""
+
+    QUEUED = "queued"  # waiting for a worker (from not_before on)
+    LEASED = "leased"  # a worker holds it until lease_expires_at
+    DONE = "done"  # a worker reported an outcome with the current token
+    EXPIRED = "expired"  # the lease ran out; the server decides what happens next
+    CANCELED = "canceled"  # canceled before a worker took it
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    """A new task row. `delay_s` sets not_before = database now + delay."""
+
+    task: Task
+    pool: str = "default"
+    priority: int = 0
+    delay_s: float = 0.0
+    # A hint for the worker that runs it: when dispatched, it was the only task in flight
+    # of its execution (so its worker may well decide what follows; see Lease.solo).
+    solo: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """Put an existing task back in the queue for another attempt (same task id). A task
+    that must change (a replay from the dead-letter queue) is enqueued again instead:
+    enqueueing an existing id puts its row back in the queue with the new task."""
+
+    task_id: str
+    attempt: int
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Timer:
+    """An input (`InputKind.TIMER`, `payload`) for the execution, due after `delay_s`."""
+
+    delay_s: float
+    payload: dict[str, Any]
+
+
+class DeadLetterStatus(StrEnum):
+    PENDING = "pending"  # waiting for an operator
+    REPLAYED = "replayed"  # moved back to the queue (with its original message id)
+    DISCARDED = "discarded"  # given up, with a reason
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A task that failed for good (seed 000, 8.6): one row of `dlq`, keyed by the task's
+    ORIGINAL id (`message_id`), so a replay keeps every correlation.
+
+    `payload` (the task's kind, spec, args, key...) and `context_excerpt` (the end of its
+    template context) are redacted for people to read; `task` is the task as it was
+    dispatched (secret references, never their values), for the replay only."""
+
+    message_id: str
+    execution_id: str
+    step: str
+    loop_index: int | None
+    loop_key: Any
+    tool_kind: str | None
+    sink_id: str | None
+    attempts: int
+    reason: str
+    error_type: str | None
+    last_error: str
+    last_stack: str | None
+    payload: dict[str, Any]
+    context_excerpt: str
+    task: dict[str, Any]
+    first_seen: float
+    last_seen: float
+    status: DeadLetterStatus = DeadLetterStatus.PENDING
+    replays: int = 0
+    discard_reason: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        """What a list shows: everything but the payload, the excerpt and the task."""
+        return {
+            "message_id": self.message_id,
+            "execution_id": self.execution_id,
+            "step": self.step,
+            "loop_index": self.loop_index,
+            "loop_key": self.loop_key,
+            "tool_kind": self.tool_kind,
+            "sink_id": self.sink_id,
+            "attempts": self.attempts,
+            "reason": self.reason,
+            "error_type": self.error_type,
+            "last_error": self.last_error,
+            "first_seen": self.first_seen,
+            "last_seen": self.last_seen,
+            "status": self.status.value,
+            "replays": self.replays,
+            "discard_reason": self.discard_reason,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """What `show` prints: the summary, the stack, the redacted payload and excerpt
+        (never `task`)."""
+        return {
+            **self.summary(),
+            "last_stack": self.last_stack,
+            "payload": self.payload,
+            "context_excerpt": self.context_excerpt,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claimed task. `token` is the fencing token: it grows with every claim of the task,
+    and only the current holder's heartbeat and result are accepted."""
+
+    task: Task
+    token: int
+    expires_at: float
+    worker_id: str
+    solo: bool = False  # the Enqueue's hint
+    # When the task became due (its `not_before`, database clock), so the time it waited
+    # in the queue is `expires_at - lease_s - ready_at`; None where the adapter cannot say.
+    ready_at: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """Answer to a heartbeat: `alive` False means the lease is lost (stop, do not report);
+    `cancel` True means the execution asked this task to stop."""
+
+    alive: bool
+    cancel: bool = False
+
+
+class InputKind(StrEnum):
+    OUTCOME = "outcome"  # a worker's result (payload: Outcome.to_payload())
+    CANCEL = "cancel"  # cancel the execution (payload: {"by": ...})
+    LEASE_EXPIRED = "lease_expired"  # payload: {"task_id", "attempt", "worker_id"}
+    REPLAY = "replay"  # replay a dead letter (payload: {"message_id", "task", "by", ...})
+    FORCE_COMPLETE = "force_complete"  # payload: {"step", "status", "result", "reason", "by"}
+    TIMER = "timer"  # a timer came due (payload: the engine's StartTimer payload)
+
+
+@dataclass(frozen=True, slots=True)
+class Input:
+    """Something for the orchestrator to decide on, waiting in the `inbox` table."""
+
+    id: int
+    execution_id: str
+    kind: InputKind
+    payload: dict[str, Any]
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class PlaybookRecord:
+    """A registered playbook version."""
+
+    path: str
+    version: int
+    name: str
+    text: str
+    created_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerRecord:
+    worker_id: str
+    pool: str
+    hostname: str
+    pid: int
+    status: str  # running | draining | stopped
+    started_at: float
+    heartbeat_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What the metrics exporter reads from the store when scraped (epoch seconds).
+
+    `running`: running executions by playbook name, with the oldest `updated_at` among
+    them (when the least recently progressed one last committed). `parked`: parked steps
+    of running executions by playbook name. `tasks`: queued and leased tasks by (pool,
+    status), with, for queued tasks, the oldest `not_before` among the due ones (None if
+    none is due). `inputs`: inbox rows, and the oldest one's `created_at`. `executions`:
+    every execution by (playbook name, status), whoever committed its start or its end (a
+    server, a worker's continuation, another server)."""
+
+    running: Mapping[str, tuple[int, float]] = field(default_factory=dict)
+    parked: Mapping[str, int] = field(default_factory=dict)
+    tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
+    inputs: tuple[int, float | None] = (0, None)
+    executions: Mapping[tuple[str, str], int] = field(default_factory=dict)

@@ -1,0 +1,241 @@
+-- Named queries of the PostgreSQL store (noetl.store.queries). Times are the database's
+-- now(); parameters are named (%(name)s).
+
+-- --- the playbook catalog --------------------------------------------------------------
+
+-- Versions of one path are numbered one writer at a time (advisory lock space 'noep').
+-- name: lock_playbook_path
+SELECT pg_advisory_xact_lock(1852794224, hashtext(%(path)s))
+
+-- name: latest_playbook
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = %(path)s ORDER BY version DESC LIMIT 1
+
+-- name: playbook_version
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = %(path)s AND version = %(version)s
+
+-- name: insert_playbook
+INSERT INTO playbook (path, version, name, text, created_at)
+VALUES (%(path)s, %(version)s, %(name)s, %(text)s, %(created_at)s)
+
+-- name: list_playbooks
+SELECT DISTINCT ON (path) path, version, name, text, created_at FROM playbook
+ORDER BY path, version DESC
+
+-- --- workers -----------------------------------------------------------------------------
+
+-- name: upsert_worker
+INSERT INTO worker (worker_id, pool, hostname, pid, status, started_at, heartbeat_at)
+VALUES (%(worker_id)s, %(pool)s, %(hostname)s, %(pid)s, %(status)s, %(started_at)s,
+        %(heartbeat_at)s)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+
+-- The row is locked by worker_status, read first in the same transaction.
+-- name: worker_heartbeat
+UPDATE worker SET heartbeat_at = now() WHERE worker_id = %(worker_id)s
+
+-- name: worker_status
+SELECT status FROM worker WHERE worker_id = %(worker_id)s FOR UPDATE
+
+-- name: request_drain
+UPDATE worker SET status = 'draining'
+WHERE status = 'running' AND (%(pool)s::text IS NULL OR pool = %(pool)s::text)
+
+-- name: list_workers
+SELECT worker_id, pool, hostname, pid, status, started_at, heartbeat_at FROM worker
+ORDER BY worker_id
+
+-- --- the counts of Store.stats (read when the metrics are scraped) ----------------------
+
+-- name: stats_executions
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
+
+-- name: stats_parked
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND s.status->>'status' = 'parked'
+GROUP BY e.playbook_name
+
+-- name: stats_tasks
+SELECT pool, status, count(*),
+       min(not_before) FILTER (WHERE status = 'queued' AND not_before <= now())
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+
+-- Timers that are not due yet are no backlog.
+-- name: stats_inputs
+SELECT count(*), min(created_at) FROM inbox
+WHERE NOT (kind = 'timer' AND claimed_until > now())
+
+-- --- the dead-letter queue (its writes go with a commit: noetl.store._pg_dlq) ----------
+
+-- JSON columns as text (their NUL escapes are undone by the connector), times as epoch
+-- seconds.
+-- name: list_dead_letters
+SELECT message_id, execution_id, step_id, loop_index, loop_key::text, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack,
+       extract(epoch FROM first_seen)::float8, extract(epoch FROM last_seen)::float8,
+       payload::text, context_excerpt, task::text, status, replays, discard_reason
+FROM dlq
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(execution_id)s::text IS NULL OR execution_id = %(execution_id)s::text)
+ORDER BY last_seen DESC, message_id DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: get_dead_letter
+SELECT message_id, execution_id, step_id, loop_index, loop_key::text, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack,
+       extract(epoch FROM first_seen)::float8, extract(epoch FROM last_seen)::float8,
+       payload::text, context_excerpt, task::text, status, replays, discard_reason
+FROM dlq WHERE message_id = %(message_id)s
+
+-- name: dead_letter_counts
+SELECT status, count(*) FROM dlq GROUP BY status
+
+-- Locks the entry: two replays (or a replay and a discard) decide one after the other.
+-- name: dead_letter_status
+SELECT status, execution_id FROM dlq WHERE message_id = %(message_id)s FOR UPDATE
+
+-- name: mark_replayed
+UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
+WHERE message_id = %(message_id)s
+
+-- name: post_replay_input
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+VALUES (%(execution_id)s, 'replay', %(payload)s::jsonb, now())
+
+-- name: mark_discarded
+UPDATE dlq SET status = 'discarded', discard_reason = %(reason)s, updated_at = now()
+WHERE message_id = %(message_id)s
+
+-- --- credentials (ciphertext only: encryption happens above the store) ------------------
+
+-- Puts of one name are serialized, so credential_exists (read after the lock, with a
+-- snapshot of its own) tells a new name from a replaced one exactly (space 'noec').
+-- name: lock_credential
+SELECT pg_advisory_xact_lock(1852794211, hashtext(%(name)s))
+
+-- name: credential_exists
+SELECT 1 FROM credential WHERE name = %(name)s
+
+-- name: put_credential
+INSERT INTO credential (name, type, ciphertext, key_id, created_at, updated_at)
+VALUES (%(name)s, %(type)s, %(ciphertext)s, %(key_id)s, %(created_at)s, %(updated_at)s)
+ON CONFLICT (name) DO UPDATE SET type = excluded.type, ciphertext = excluded.ciphertext,
+    key_id = excluded.key_id, updated_at = excluded.updated_at
+
+-- name: get_credential
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+WHERE name = %(name)s
+
+-- name: list_credentials
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+ORDER BY name COLLATE "C"
+
+-- name: delete_credential
+DELETE FROM credential WHERE name = %(name)s
+
+-- name: reencrypt_credential
+UPDATE credential SET ciphertext = %(ciphertext)s, key_id = %(key_id)s
+WHERE name = %(name)s AND ciphertext = %(expected)s
+
+-- --- API tokens ----------------------------------------------------------------------------
+
+-- name: insert_token
+INSERT INTO api_token (token_id, name, role, token_hash, created_at, last_used_at,
+                       expires_at, revoked, revoked_at)
+VALUES (%(token_id)s, %(name)s, %(role)s, %(token_hash)s, %(created_at)s,
+        %(last_used_at)s, %(expires_at)s, %(revoked)s, %(revoked_at)s)
+
+-- name: token_by_hash
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_hash = %(value)s
+
+-- name: token_by_id
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_id = %(value)s
+
+-- name: list_tokens
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token ORDER BY created_at, token_id
+
+-- name: revoke_token
+UPDATE api_token SET revoked = true, revoked_at = %(at)s
+WHERE token_id = %(value)s AND NOT revoked
+
+-- name: touch_token
+UPDATE api_token SET last_used_at = %(at)s WHERE token_id = %(token_id)s
+
+-- --- database sessions: one row per revision ----------------------------------------------
+
+-- name: drop_expired_sessions
+DELETE FROM session WHERE expires_at < %(before)s
+
+-- name: session_revisions
+SELECT session_key, revision, operation, token_id, role, created_at, expires_at,
+       last_activity_at, client, written_at
+FROM session WHERE session_key = %(key)s ORDER BY revision DESC LIMIT %(limit)s
+
+-- name: insert_session
+INSERT INTO session (session_key, revision, operation, token_id, role, created_at,
+                     expires_at, last_activity_at, client, written_at)
+VALUES (%(key)s, %(revision)s, %(operation)s, %(token_id)s, %(role)s, %(created_at)s,
+        %(expires_at)s, %(last_activity_at)s, %(client)s, %(written_at)s)
+
+-- name: trim_session
+DELETE FROM session WHERE session_key = %(key)s AND revision <= %(oldest)s
+
+-- --- executions and their event logs (reads; the writes go with a commit) -----------------
+
+-- name: compiled_playbook
+SELECT compiled FROM execution_input WHERE execution_id = %(execution_id)s
+
+-- name: load_events
+SELECT seq, type, ts, step, payload FROM event_log
+WHERE execution_id = %(execution_id)s AND seq > %(after_seq)s ORDER BY seq LIMIT %(limit)s
+
+-- name: execution_exists
+SELECT 1 FROM execution WHERE execution_id = %(execution_id)s
+
+-- name: get_execution
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id = %(execution_id)s
+
+-- name: list_executions
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- name: list_executions_by_status
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.status = %(status)s
+ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
+
+-- The execution and its descendants, nearest first (a depth bound guards against a cycle
+-- no code makes).
+-- name: execution_family
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = %(execution_id)s
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
+
+-- name: get_steps
+SELECT step, status FROM step_state WHERE execution_id = %(execution_id)s
+ORDER BY created_order

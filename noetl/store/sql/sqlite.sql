@@ -1,0 +1,235 @@
+-- Named queries of the SQLite store (noetl.store.queries). `:now` is the store's clock
+-- (epoch seconds), given to every query by the connector; parameters are named (:name).
+
+-- --- the playbook catalog --------------------------------------------------------------
+
+-- The transaction holds the write lock from its start (BEGIN IMMEDIATE): nothing to take.
+-- name: lock_playbook_path
+SELECT 1
+
+-- name: latest_playbook
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = :path ORDER BY version DESC LIMIT 1
+
+-- name: playbook_version
+SELECT path, version, name, text, created_at FROM playbook
+WHERE path = :path AND version = :version
+
+-- name: insert_playbook
+INSERT INTO playbook (path, version, name, text, created_at)
+VALUES (:path, :version, :name, :text, :created_at)
+
+-- name: list_playbooks
+SELECT path, version, name, text, created_at FROM playbook p
+WHERE version = (SELECT MAX(version) FROM playbook WHERE path = p.path) ORDER BY path
+
+-- --- workers -----------------------------------------------------------------------------
+
+-- name: upsert_worker
+INSERT INTO worker (worker_id, pool, hostname, pid, status, started_at, heartbeat_at)
+VALUES (:worker_id, :pool, :hostname, :pid, :status, :started_at, :heartbeat_at)
+ON CONFLICT (worker_id) DO UPDATE SET
+    pool = excluded.pool, hostname = excluded.hostname, pid = excluded.pid,
+    status = excluded.status, started_at = excluded.started_at,
+    heartbeat_at = excluded.heartbeat_at
+
+-- No RETURNING (older SQLite libraries lack it): the status is read first, in the same
+-- transaction (see worker_status).
+-- name: worker_heartbeat
+UPDATE worker SET heartbeat_at = :now WHERE worker_id = :worker_id
+
+-- name: worker_status
+SELECT status FROM worker WHERE worker_id = :worker_id
+
+-- name: request_drain
+UPDATE worker SET status = 'draining'
+WHERE status = 'running' AND (:pool IS NULL OR pool = :pool)
+
+-- name: list_workers
+SELECT worker_id, pool, hostname, pid, status, started_at, heartbeat_at FROM worker
+ORDER BY worker_id
+
+-- --- the counts of Store.stats (read when the metrics are scraped) ----------------------
+
+-- name: stats_executions
+SELECT playbook_name, status, count(*), min(updated_at) FROM execution
+GROUP BY playbook_name, status
+
+-- name: stats_parked
+SELECT e.playbook_name, count(*) FROM step_state s
+JOIN execution e ON e.execution_id = s.execution_id
+WHERE e.status = 'running' AND json_extract(s.status, '$.status') = 'parked'
+GROUP BY e.playbook_name
+
+-- name: stats_tasks
+SELECT pool, status, count(*),
+       min(CASE WHEN status = 'queued' AND not_before <= :now THEN not_before END)
+FROM task_queue WHERE status IN ('queued', 'leased') GROUP BY pool, status
+
+-- Timers that are not due yet are no backlog.
+-- name: stats_inputs
+SELECT count(*), min(created_at) FROM inbox WHERE NOT (kind = 'timer' AND claimed_until > :now)
+
+-- --- the dead-letter queue (its writes go with a commit: noetl.store._sqlite_dlq) -------
+
+-- name: list_dead_letters
+SELECT message_id, execution_id, step_id, loop_index, loop_key, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack, first_seen, last_seen,
+       payload, context_excerpt, task, status, replays, discard_reason
+FROM dlq
+WHERE (:status IS NULL OR status = :status)
+  AND (:execution_id IS NULL OR execution_id = :execution_id)
+ORDER BY last_seen DESC, message_id DESC LIMIT :limit OFFSET :offset
+
+-- name: get_dead_letter
+SELECT message_id, execution_id, step_id, loop_index, loop_key, tool_kind, sink_id,
+       attempts, reason, error_type, last_error, last_stack, first_seen, last_seen,
+       payload, context_excerpt, task, status, replays, discard_reason
+FROM dlq WHERE message_id = :message_id
+
+-- name: dead_letter_counts
+SELECT status, count(*) FROM dlq GROUP BY status
+
+-- name: dead_letter_status
+SELECT status, execution_id FROM dlq WHERE message_id = :message_id
+
+-- name: mark_replayed
+UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = :now
+WHERE message_id = :message_id
+
+-- name: post_replay_input
+INSERT INTO inbox (execution_id, kind, payload, created_at)
+VALUES (:execution_id, 'replay', :payload, :now)
+
+-- name: mark_discarded
+UPDATE dlq SET status = 'discarded', discard_reason = :reason, updated_at = :now
+WHERE message_id = :message_id
+
+-- --- credentials (ciphertext only: encryption happens above the store) ------------------
+
+-- The transaction holds the write lock from its start (BEGIN IMMEDIATE): nothing to take.
+-- name: lock_credential
+SELECT 1
+
+-- name: credential_exists
+SELECT 1 FROM credential WHERE name = :name
+
+-- name: put_credential
+INSERT INTO credential (name, type, ciphertext, key_id, created_at, updated_at)
+VALUES (:name, :type, :ciphertext, :key_id, :created_at, :updated_at)
+ON CONFLICT (name) DO UPDATE SET type = excluded.type, ciphertext = excluded.ciphertext,
+    key_id = excluded.key_id, updated_at = excluded.updated_at
+
+-- name: get_credential
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+WHERE name = :name
+
+-- name: list_credentials
+SELECT name, type, ciphertext, key_id, created_at, updated_at FROM credential
+ORDER BY name
+
+-- name: delete_credential
+DELETE FROM credential WHERE name = :name
+
+-- name: reencrypt_credential
+UPDATE credential SET ciphertext = :ciphertext, key_id = :key_id
+WHERE name = :name AND ciphertext = :expected
+
+-- --- API tokens ----------------------------------------------------------------------------
+
+-- name: insert_token
+INSERT INTO api_token (token_id, name, role, token_hash, created_at, last_used_at,
+                       expires_at, revoked, revoked_at)
+VALUES (:token_id, :name, :role, :token_hash, :created_at,
+        :last_used_at, :expires_at, :revoked, :revoked_at)
+
+-- name: token_by_hash
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_hash = :value
+
+-- name: token_by_id
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token WHERE token_id = :value
+
+-- name: list_tokens
+SELECT token_id, name, role, token_hash, created_at, last_used_at, expires_at, revoked,
+       revoked_at
+FROM api_token ORDER BY created_at, token_id
+
+-- name: revoke_token
+UPDATE api_token SET revoked = 1, revoked_at = :at
+WHERE token_id = :value AND revoked = 0
+
+-- name: touch_token
+UPDATE api_token SET last_used_at = :at WHERE token_id = :token_id
+
+-- --- database sessions: one row per revision ----------------------------------------------
+
+-- name: drop_expired_sessions
+DELETE FROM session WHERE expires_at < :before
+
+-- name: session_revisions
+SELECT session_key, revision, operation, token_id, role, created_at, expires_at,
+       last_activity_at, client, written_at
+FROM session WHERE session_key = :key ORDER BY revision DESC LIMIT :limit
+
+-- name: insert_session
+INSERT INTO session (session_key, revision, operation, token_id, role, created_at,
+                     expires_at, last_activity_at, client, written_at)
+VALUES (:key, :revision, :operation, :token_id, :role, :created_at,
+        :expires_at, :last_activity_at, :client, :written_at)
+
+-- name: trim_session
+DELETE FROM session WHERE session_key = :key AND revision <= :oldest
+
+-- --- executions and their event logs (reads; the writes go with a commit) -----------------
+
+-- name: compiled_playbook
+SELECT compiled FROM execution_input WHERE execution_id = :execution_id
+
+-- A NULL limit is none (-1 in SQLite).
+-- name: load_events
+SELECT seq, type, ts, step, payload FROM event_log
+WHERE execution_id = :execution_id AND seq > :after_seq ORDER BY seq
+LIMIT ifnull(:limit, -1)
+
+-- name: execution_exists
+SELECT 1 FROM execution WHERE execution_id = :execution_id
+
+-- name: get_execution
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id = :execution_id
+
+-- name: list_executions
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+ORDER BY e.created_at DESC, e.rowid DESC LIMIT :limit OFFSET :offset
+
+-- name: list_executions_by_status
+SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at
+FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.status = :status
+ORDER BY e.created_at DESC, e.rowid DESC LIMIT :limit OFFSET :offset
+
+-- The execution and its descendants, nearest first (a depth bound guards against a cycle
+-- no code makes).
+-- name: execution_family
+WITH RECURSIVE family(id, depth) AS (
+    SELECT execution_id, 0 FROM execution WHERE execution_id = :execution_id
+    UNION
+    SELECT e.execution_id, f.depth + 1 FROM execution e JOIN family f
+        ON e.parent_execution_id = f.id WHERE f.depth < 64
+)
+SELECT id FROM family GROUP BY id ORDER BY min(depth), id
+
+-- name: get_steps
+SELECT step, status FROM step_state WHERE execution_id = :execution_id ORDER BY rowid
