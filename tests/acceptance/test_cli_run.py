@@ -32,6 +32,21 @@ def test_hello_world(tmp_path: Path) -> None:
     assert out["execution_id"].isdigit()
 
 
+def test_the_upstream_dialect_example_runs_as_written(tmp_path: Path) -> None:
+    code, out = run_json(EXAMPLES / "upstream_pipeline.yaml", tmp_path / "db.sqlite")
+    assert code == 0
+    assert out["status"] == "ok"
+    assert out["ctx"] == {"expected": 5, "total": 12}
+    assert out["steps"]["report"] == {"status": "ok"}
+    assert out["steps"]["nothing"] == {"status": "skipped"}
+    code, out = run_json(
+        EXAMPLES / "upstream_pipeline.yaml", tmp_path / "db2.sqlite", "--set", "threshold=9"
+    )
+    assert code == 0
+    assert out["ctx"] == {"expected": 5, "total": 0}
+    assert out["steps"]["nothing"] == {"status": "ok"}
+
+
 def test_hello_world_with_set(tmp_path: Path) -> None:
     code, out = run_json(EXAMPLES / "hello_world.yaml", tmp_path / "db.sqlite", "--set", "name=Ada")
     assert code == 0

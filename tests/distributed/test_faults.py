@@ -223,6 +223,7 @@ def test_examples_through_the_cli_on_postgres(cluster: Cluster) -> None:
         "conditional_routing": "ok",
         "failure_compensation": "ok",
         "saga": "fail",
+        "upstream_pipeline": "ok",
     }
     started: dict[str, str] = {}
     for name in expected:
