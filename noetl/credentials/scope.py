@@ -37,13 +37,13 @@ from typing import Any, Protocol
 
 import yaml
 
+from noetl.core import Outcome, Task
 from noetl.credentials import CredentialConfig
 from noetl.credentials.file import CredentialsFile
 from noetl.credentials.keys import Keyring
 from noetl.credentials.records import Credential, parse_credential, secret_values
 from noetl.credentials.store import CredentialStore, DatabaseCredentials
 from noetl.engine.secrets import MARKER
-from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError, FatalError
 from noetl.redaction import SECRET_VALUES
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from noetl.core import StepStatus
 from noetl.dsl.model import Collect, Step
 from noetl.engine.envelope import StepResult
 from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
-from noetl.engine.types import StepStatus
 
 
 def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:

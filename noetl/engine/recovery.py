@@ -28,9 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from noetl.engine import loops
-from noetl.engine.state import apply
-from noetl.engine.types import (
+from noetl.core import (
     CancelTasks,
     Decision,
     Event,
@@ -41,6 +39,8 @@ from noetl.engine.types import (
     StepStatus,
     Task,
 )
+from noetl.engine import loops
+from noetl.engine.state import apply
 from noetl.errors import ErrorClass, error_class
 
 if TYPE_CHECKING:

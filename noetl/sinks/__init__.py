@@ -50,9 +50,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from noetl.core import Outcome, Task
 from noetl.credentials.scope import current_scope
 from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome, Task
 from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
 from noetl.observability import NOOP, Observer
 

@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.core import Outcome
 from noetl.engine.envelope import StepResult
 from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome
 from noetl.errors import TemplateError
 
 __all__ = ["Action", "decide", "output_view", "retry_delay"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from noetl.core import Outcome
 from noetl.engine.envelope import StepResult
 from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome
 from noetl.errors import TemplateError
 from noetl.worker.policy_rules import output_view
 

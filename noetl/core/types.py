@@ -1,5 +1,8 @@
 """Values that cross the engine's boundary: events, tasks, commands, outcomes.
 
+They live in `noetl.core` (the bottom layer) because every layer speaks them: the engine
+decides with them, the store keeps them, workers and tools run and report them.
+
 Everything here is plain data (JSON-safe payloads), so events can be stored, replayed and
 compared byte for byte, and tasks can be sent to another process or machine.
 """
