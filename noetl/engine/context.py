@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from noetl.core import StepStatus
+from noetl.dsl.envelope import StepResult
 from noetl.dsl.model import Collect, Step
-from noetl.engine.envelope import StepResult
 from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl.core import Task
 from noetl.dsl.model import Sink, Step, Tool
-from noetl.engine.render import render_spec
+from noetl.dsl.render import render_spec
 from noetl.engine.secrets import referenced
 from noetl.errors import TemplateError
 

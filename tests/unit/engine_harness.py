@@ -28,9 +28,9 @@ from noetl.core import (
     Task,
 )
 from noetl.dsl import build_graph, load_playbook_text
+from noetl.dsl.render import Renderer
 from noetl.engine import Engine, ExecutionState, fold
 from noetl.engine.options import EngineOptions
-from noetl.engine.render import Renderer
 from noetl.engine.retry import RetryDefaults
 
 Handler = Callable[[Task], Any]

@@ -10,7 +10,7 @@ import pytest
 from engine_harness import Harness
 
 from noetl.core import ExecutionStatus, StepStatus
-from noetl.engine.render import Renderer
+from noetl.dsl.render import Renderer
 from noetl.engine.state import StepNamespace, StepRun
 from noetl.errors import TemplateError
 

@@ -57,7 +57,7 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
 
 # A plain function, as every route here: FastAPI runs it in its threadpool. Starting an
 # execution renders its first steps' templates (within the render limits of
-# noetl.engine.limits), work that must never run on the event loop `/health` answers on.
+# noetl.dsl.template_limits), work that must never run on the event loop `/health` answers on.
 @router.post(
     "",
     summary="Start an execution",
