@@ -1,4 +1,5 @@
-"""The shared vocabulary of every layer: events, tasks, outcomes, commands, store errors.
+"""The shared vocabulary of every layer: events, tasks, outcomes, commands, store errors,
+secret markers (`noetl.core.secrets`).
 
 The bottom layer: plain data every other package speaks (the engine decides with it, the
 store keeps it, workers and tools run and report it). It imports nothing of NoETL but

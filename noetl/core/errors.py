@@ -1,4 +1,5 @@
-"""The store's errors, which every layer above the store handles.
+"""The store's errors, which every layer above the store handles, and the error type a
+store reports for a task it cannot decode.
 
 They are defined here, at the bottom, so that the runtime, the server and the CLI can
 catch them without importing a store adapter; `noetl.store` re-exports them as part of
@@ -11,7 +12,16 @@ from collections.abc import Sequence
 
 from noetl.errors import NoetlError
 
-__all__ = ["ConcurrencyError", "NotFoundError", "StoreUnavailableError"]
+__all__ = [
+    "UNDECODABLE_ERROR",
+    "ConcurrencyError",
+    "NotFoundError",
+    "StoreUnavailableError",
+]
+
+# The `error_type` of the outcome a store reports for a queued task it cannot decode: the
+# store writes it, the engine dead-letters such a task as `undecodable`.
+UNDECODABLE_ERROR = "UndecodableTask"
 
 
 class ConcurrencyError(NoetlError):

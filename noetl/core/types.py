@@ -151,7 +151,7 @@ class Task:
     attempt: int = 1
     timeout_ms: int | None = None
     # Names of the secrets whose markers the rendered spec and args hold (resolved by the
-    # worker just before the call; see noetl.engine.secrets).
+    # worker just before the call; see noetl.core.secrets).
     secrets: tuple[str, ...] = ()
     sinks: tuple[dict[str, Any], ...] = ()
     pick: Any = None

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from noetl.core import Task
+from noetl.core.secrets import referenced
 from noetl.dsl.model import Result, Step
 from noetl.dsl.render import render_spec
 from noetl.engine import tasks
 from noetl.engine.case_plan import BranchPlan, CasePlan
 from noetl.engine.context import collect_into
-from noetl.engine.secrets import referenced
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:

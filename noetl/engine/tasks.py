@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from noetl.core import Task
+from noetl.core.secrets import referenced
 from noetl.dsl.model import Sink, Step, Tool
 from noetl.dsl.render import render_spec
-from noetl.engine.secrets import referenced
 from noetl.errors import TemplateError
 
 # A template expression or statement (the engine renders it before the task is sent).

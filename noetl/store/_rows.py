@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl.core import Event, ExecutionStatus, Task
-from noetl.engine.recovery import UNDECODABLE_ERROR
+from noetl.core.errors import UNDECODABLE_ERROR
 from noetl.store.base import (
     Append,
     ConcurrencyError,
