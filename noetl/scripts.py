@@ -25,7 +25,7 @@ from typing import Any
 from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.diagnostics import Path as DocPath
 from noetl.dsl.model import Playbook, Tool
-from noetl.engine.render import Renderer
+from noetl.dsl.render import Renderer
 from noetl.errors import PathRefusedError, PlaybookError, TemplateError
 from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 

@@ -17,7 +17,8 @@ import click
 from noetl.auth import Role, issue_token
 from noetl.cli.settings import db_option, with_settings
 from noetl.config import Settings
-from noetl.store import NotFoundError, open_store
+from noetl.core import NotFoundError
+from noetl.store import open_store
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

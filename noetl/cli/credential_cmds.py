@@ -20,6 +20,7 @@ import yaml
 
 from noetl.cli.settings import db_option, with_settings
 from noetl.config import Settings
+from noetl.core import NotFoundError
 from noetl.credentials.keys import Keyring, new_key
 from noetl.credentials.records import (
     KNOWN_TYPES,
@@ -30,7 +31,7 @@ from noetl.credentials.records import (
 )
 from noetl.credentials.store import check_name, rotate_all, save_credential
 from noetl.errors import ConfigError
-from noetl.store import NotFoundError, open_store
+from noetl.store import open_store
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 

@@ -222,7 +222,7 @@ class LocalBackend:
 def _replay_verdict(store: Any, execution_id: str, message_id: str, after_seq: int) -> str | None:
     """What the log says of the replay of `message_id` after `after_seq`: "" replayed,
     the reason when refused, None when it was not decided yet."""
-    from noetl.engine import EventType
+    from noetl.core import EventType
 
     for event in store.load_events(execution_id, after_seq=after_seq):
         if event.type == EventType.TASK_REPLAYED and event.payload.get("task_id") == message_id:

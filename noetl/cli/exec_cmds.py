@@ -18,8 +18,8 @@ from rich.text import Text
 from noetl.cli.client import ApiError, Client, Server, server_option
 from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
 from noetl.cli.live import _STYLE, _bar_text, print_summary
+from noetl.core import ExecutionStatus, StepStatus
 from noetl.decision.records import RunResult
-from noetl.engine.types import ExecutionStatus, StepStatus
 
 id_option = click.option("--id", "execution_id", required=True, help="Execution id.")
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")

@@ -10,8 +10,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from noetl.core import StepStatus
 from noetl.decision.records import RunResult
-from noetl.engine import ExecutionState, StepStatus
+from noetl.engine import ExecutionState
 
 _STYLE = {
     StepStatus.PENDING: "dim",

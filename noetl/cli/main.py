@@ -24,8 +24,8 @@ from noetl.cli.serve import server_start
 from noetl.cli.server_cmds import server_group
 from noetl.cli.ui_cmd import ui_cmd
 from noetl.cli.worker_cmds import worker_group
+from noetl.core import NotFoundError
 from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError
-from noetl.store.base import NotFoundError
 
 EXIT_FAILED = 1
 EXIT_ERROR = 3

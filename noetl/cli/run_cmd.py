@@ -24,16 +24,15 @@ from noetl.cli.observe import (
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.core import ConcurrencyError, ExecutionStatus
 from noetl.decision.records import RunResult
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook
-from noetl.engine import ExecutionStatus
 from noetl.errors import NoetlError, PlaybookError
 from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
 from noetl.scripts import read_scripts
-from noetl.store.base import ConcurrencyError
 
 __all__ = ["db_option", "run_cmd"]
 

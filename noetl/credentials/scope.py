@@ -17,7 +17,7 @@ Providers answer `secret(name)` (a string) and `credential(name)` (a mapping, su
   or a cloud secret manager is one more class with the same two methods.
 
 `SecretScope` is what one task sees: it resolves the markers of the task's secret names
-(`noetl.engine.secrets`) in the spec and args, hands credentials to tools, remembers every
+(`noetl.core.secrets`) in the spec and args, hands credentials to tools, remembers every
 value it handed out, and masks them in the outcome (result, error, stdout), so a value
 never reaches the event log, the inbox, the DLQ, logs or API responses. Every value handed
 out is also remembered process-wide (`noetl.redaction.SECRET_VALUES`), so
@@ -37,13 +37,13 @@ from typing import Any, Protocol
 
 import yaml
 
+from noetl.core import Outcome, Task
+from noetl.core.secrets import MARKER
 from noetl.credentials import CredentialConfig
 from noetl.credentials.file import CredentialsFile
 from noetl.credentials.keys import Keyring
 from noetl.credentials.records import Credential, parse_credential, secret_values
 from noetl.credentials.store import CredentialStore, DatabaseCredentials
-from noetl.engine.secrets import MARKER
-from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError, FatalError
 from noetl.redaction import SECRET_VALUES
 

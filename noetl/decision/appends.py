@@ -12,9 +12,18 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from noetl.core import (
+    CancelTasks,
+    Command,
+    EnqueueTask,
+    Event,
+    EventType,
+    RequeueTask,
+    StartTimer,
+    Task,
+)
 from noetl.decision.dlq import dead_letter_of
-from noetl.engine import CancelTasks, EnqueueTask, Event, EventType, ExecutionState
-from noetl.engine.types import Command, RequeueTask, StartTimer, Task
+from noetl.engine import ExecutionState
 from noetl.observability.trace_context import TraceSampler
 from noetl.store.base import (
     Append,

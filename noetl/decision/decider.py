@@ -18,19 +18,19 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.core import Command, Event, NotFoundError, Task
 from noetl.decision.appends import build_append
 from noetl.decision.records import merge_workload, new_execution_id, new_record
 from noetl.dsl.graph import build_graph
 from noetl.dsl.limits import check_data
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine import Engine, Event, ExecutionState, Task, fold
+from noetl.engine import Engine, ExecutionState, fold
 from noetl.engine.options import EngineOptions
-from noetl.engine.types import Command
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.scripts import ScriptReader
-from noetl.store.base import Append, NotFoundError, Store
+from noetl.store.base import Append, Store
 
 log = logging.getLogger("noetl.decider")
 

@@ -18,13 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from noetl.core import Event, NotFoundError, Task
 from noetl.decision.workloads import context_with_workload
 from noetl.dsl.limits import check_data
-from noetl.engine import Engine, Event, ExecutionState, Task, fold
+from noetl.engine import Engine, ExecutionState, fold
 from noetl.engine.recovery import replay_refusal
 from noetl.errors import ConflictError
 from noetl.redaction import redact
-from noetl.store.base import DeadLetter, DeadLetterStatus, NotFoundError, Store
+from noetl.store.base import DeadLetter, DeadLetterStatus, Store
 
 # How much of a task's context a dead-letter entry keeps (its end; seed 000: "last 2KB").
 EXCERPT_CHARS = 2048

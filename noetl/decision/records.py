@@ -7,8 +7,8 @@ import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.core import ExecutionStatus
 from noetl.dsl.model import Playbook
-from noetl.engine import ExecutionStatus
 from noetl.store.base import ExecutionRecord
 
 __all__ = ["RunResult", "merge_workload", "new_execution_id", "new_record"]

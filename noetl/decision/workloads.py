@@ -16,9 +16,9 @@ from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from noetl.core import EventType, NotFoundError, Task
 from noetl.dsl.limits import check_data
-from noetl.engine.types import EventType, Task
-from noetl.store.base import NotFoundError, Store
+from noetl.store.base import Store
 
 __all__ = ["Workloads", "context_with_workload", "stored_workload", "with_workload"]
 

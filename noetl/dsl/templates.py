@@ -1,7 +1,7 @@
 """Template syntax: the sandboxed Jinja2 environment and static checks of templates.
 
 `TemplateEnvironment` is the one Jinja2 configuration every template is parsed and rendered
-with; rendering with its step and size limits (`noetl.engine.sandbox`) builds on it. This
+with; rendering with its step and size limits (`noetl.dsl.sandbox`) builds on it. This
 module only parses, so a playbook's templates are checked when it is validated, before
 anything runs.
 """

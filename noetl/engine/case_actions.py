@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from noetl.core import Task
+from noetl.core.secrets import referenced
 from noetl.dsl.model import Result, Step
+from noetl.dsl.render import render_spec
 from noetl.engine import tasks
 from noetl.engine.case_plan import BranchPlan, CasePlan
 from noetl.engine.context import collect_into
-from noetl.engine.render import render_spec
-from noetl.engine.secrets import referenced
-from noetl.engine.types import Task
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:

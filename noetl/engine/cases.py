@@ -43,6 +43,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from noetl.core import EnqueueTask, EventType, StepStatus
 from noetl.dsl.model import Step
 from noetl.engine import loops, outcomes, tasks
 from noetl.engine.case_actions import Act, Scope, act, outputs
@@ -56,7 +57,6 @@ from noetl.engine.retry import (
     jitter_key,
     retry_names,
 )
-from noetl.engine.types import EnqueueTask, EventType, StepStatus
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from noetl.core import StepStatus
+from noetl.core.secrets import SECRETS
+from noetl.dsl.envelope import StepResult
 from noetl.dsl.model import Collect, Step
-from noetl.engine.envelope import StepResult
-from noetl.engine.secrets import SECRETS
 from noetl.engine.state import ExecutionState, StepNamespace
-from noetl.engine.types import StepStatus
 
 
 def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
@@ -128,7 +128,7 @@ class TemplateContext:
         ctx["workload"] = state.workload
         ctx["execution_id"] = state.execution_id
         ctx["step"] = StepNamespace(state.steps)
-        ctx["secrets"] = SECRETS  # references only: see noetl.engine.secrets
+        ctx["secrets"] = SECRETS  # references only: see noetl.core.secrets
         if self.upstream:
             ctx.update(self._variables())
         ctx.update(self.bind)

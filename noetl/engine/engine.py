@@ -26,16 +26,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
-from noetl.dsl.graph import Graph
-from noetl.dsl.model import Condition, Step
-from noetl.engine import cases, loops, outcomes, recovery, tasks, variables
-from noetl.engine.case_plan import CasePlan
-from noetl.engine.context import TemplateContext, collect_into
-from noetl.engine.options import EngineOptions, effective_policy
-from noetl.engine.render import Renderer
-from noetl.engine.retry import RetryDefaults, RetryRule, rule_for
-from noetl.engine.state import ExecutionState, apply
-from noetl.engine.types import (
+from noetl.core import (
     CancelTasks,
     Command,
     Decision,
@@ -45,6 +36,15 @@ from noetl.engine.types import (
     ExecutionStatus,
     StepStatus,
 )
+from noetl.dsl.graph import Graph
+from noetl.dsl.model import Condition, Step
+from noetl.dsl.render import Renderer
+from noetl.engine import cases, loops, outcomes, recovery, tasks, variables
+from noetl.engine.case_plan import CasePlan
+from noetl.engine.context import TemplateContext, collect_into
+from noetl.engine.options import EngineOptions, effective_policy
+from noetl.engine.retry import RetryDefaults, RetryRule, rule_for
+from noetl.engine.state import ExecutionState, apply
 from noetl.errors import TemplateError
 
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from noetl.core import EnqueueTask, EventType, StepStatus
 from noetl.dsl.model import Step
 from noetl.engine import cases, recovery, tasks
-from noetl.engine.types import EnqueueTask, EventType, StepStatus
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:

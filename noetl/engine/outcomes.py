@@ -18,11 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from noetl.core import Event, EventType, RequeueTask
 from noetl.dsl.model import Condition, Step
 from noetl.engine import cases, loops, recovery, variables
 from noetl.engine.retry import FINISH, Attempt, RetryAction, Verdict, jitter_key
 from noetl.engine.retry import assess as assess_rule
-from noetl.engine.types import Event, EventType, RequeueTask
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:

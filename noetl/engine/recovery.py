@@ -28,9 +28,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from noetl.engine import loops
-from noetl.engine.state import apply
-from noetl.engine.types import (
+from noetl.core import (
     CancelTasks,
     Decision,
     Event,
@@ -41,6 +39,9 @@ from noetl.engine.types import (
     StepStatus,
     Task,
 )
+from noetl.core.errors import UNDECODABLE_ERROR
+from noetl.engine import loops
+from noetl.engine.state import apply
 from noetl.errors import ErrorClass, error_class
 
 if TYPE_CHECKING:
@@ -52,8 +53,7 @@ EXHAUSTED = "exhausted"  # a retry was wanted, but the attempts ran out
 FATAL = "fatal"  # an error retrying cannot help
 FAILED = "failed"  # a failure its retry policy does not retry
 LEASE_EXPIRED = "lease_expired"  # the worker was lost too many times
-UNDECODABLE = "undecodable"  # the queued message could not be decoded
-UNDECODABLE_ERROR = "UndecodableTask"  # the error_type a store reports for one
+UNDECODABLE = "undecodable"  # the queued message could not be decoded (UNDECODABLE_ERROR)
 
 
 def dead_letter_reason(outcome: Mapping[str, Any], exhausted: str | None) -> str:

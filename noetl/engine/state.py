@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl.engine.types import Event, EventType, ExecutionStatus, StepStatus
+from noetl.core import Event, EventType, ExecutionStatus, StepStatus
 
 
 @dataclass(slots=True)

@@ -15,10 +15,10 @@ import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from noetl.core import Task
+from noetl.core.secrets import referenced
 from noetl.dsl.model import Sink, Step, Tool
-from noetl.engine.render import render_spec
-from noetl.engine.secrets import referenced
-from noetl.engine.types import Task
+from noetl.dsl.render import render_spec
 from noetl.errors import TemplateError
 
 # A template expression or statement (the engine renders it before the task is sent).

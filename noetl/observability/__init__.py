@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from noetl.observability.observer import NOOP, NoopObserver, Observer, Observers, ReportPath
 
 if TYPE_CHECKING:
-    from noetl.engine import Event
+    from noetl.core import Event
     from noetl.observability.metrics import Metrics
     from noetl.observability.tracing import Tracing
 

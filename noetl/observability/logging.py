@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar, Token
 from typing import IO, Any, Literal
 
-from noetl.engine.types import Task
+from noetl.core import Task
 from noetl.errors import ConfigError
 from noetl.redaction import REDACT_KEYS, SECRET_VALUES, SecretValues, redact
 

@@ -13,8 +13,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from noetl.engine import Engine, Event, EventType, ExecutionState
-from noetl.engine.types import Outcome, Task
+from noetl.core import Event, EventType, Outcome, Task
+from noetl.engine import Engine, ExecutionState
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.metrics import Metrics
 from noetl.observability.observer import ReportPath

@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
-from noetl.engine import Engine, Event, ExecutionState
-from noetl.engine.types import Outcome, Task
+from noetl.core import Event, Outcome, Task
+from noetl.engine import Engine, ExecutionState
 
 __all__ = ["NOOP", "NoopObserver", "Observer", "Observers", "ReportPath"]
 

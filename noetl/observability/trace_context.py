@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from noetl.engine.types import Task
+from noetl.core import Task
 
 if TYPE_CHECKING:
     from noetl.config.model import TracingSettings

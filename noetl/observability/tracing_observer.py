@@ -34,8 +34,8 @@ from typing import Any
 
 from opentelemetry.trace import SpanKind
 
-from noetl.engine import Engine, Event, EventType, ExecutionState
-from noetl.engine.types import Outcome, Task
+from noetl.core import Event, EventType, Outcome, Task
+from noetl.engine import Engine, ExecutionState
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.observer import ReportPath
 from noetl.observability.trace_context import (

@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from noetl.core import ConcurrencyError
 from noetl.decision.decider import Decider
 from noetl.dsl.model import Playbook
 from noetl.dsl.validate import load_playbook_text
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.scripts import ScriptReader
-from noetl.store.base import ConcurrencyError, InputKind, Store
+from noetl.store.base import InputKind, Store
 
 __all__ = ["EmbeddedLauncher", "StoreLauncher"]
 

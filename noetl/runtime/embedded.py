@@ -25,28 +25,30 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
+from noetl.core import (
+    CancelTasks,
+    ConcurrencyError,
+    Decision,
+    EnqueueTask,
+    Event,
+    EventType,
+    Outcome,
+    RequeueTask,
+    StartTimer,
+    Task,
+)
 from noetl.decision.appends import build_append
 from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
 from noetl.decision.workloads import with_workload
 from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
-from noetl.engine import (
-    Decision,
-    Engine,
-    EnqueueTask,
-    Event,
-    EventType,
-    ExecutionState,
-    Outcome,
-    Task,
-)
+from noetl.engine import Engine, ExecutionState
 from noetl.engine.options import EngineOptions
 from noetl.engine.recovery import abort
-from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
-from noetl.store.base import Append, ConcurrencyError, Store
+from noetl.store.base import Append, Store
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.runtime")

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Generic, Protocol, TypeVar
 
+from noetl.core import ConcurrencyError, Decision, Event, StoreUnavailableError
 from noetl.dsl.limits import strip_nul
-from noetl.engine import Decision, Engine, Event, ExecutionState, StepRun, fold
-from noetl.store.base import ConcurrencyError, StoreUnavailableError
+from noetl.engine import Engine, ExecutionState, StepRun, fold
 
 __all__ = ["TurnDecisions", "internal_error", "isolatable", "refold"]
 

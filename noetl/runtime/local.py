@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from noetl.config.model import DEFAULT_DB
+from noetl.core import NotFoundError
 from noetl.credentials import CredentialConfig
 from noetl.credentials.scope import default_provider
 from noetl.decision.decider import Decider
@@ -24,7 +25,7 @@ from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.scripts import script_reader
 from noetl.store import open_store
-from noetl.store.base import ExecutionRecord, NotFoundError, Store
+from noetl.store.base import ExecutionRecord, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry

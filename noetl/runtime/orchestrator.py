@@ -33,28 +33,26 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import Any
 
+from noetl.core import (
+    Command,
+    ConcurrencyError,
+    Decision,
+    Event,
+    EventType,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from noetl.decision.decider import Cached, Decider
 from noetl.decision.dlq import DeadLetterQueue
-from noetl.engine import Decision, Engine, Event, EventType
+from noetl.engine import Engine
 from noetl.engine.options import EngineOptions
 from noetl.engine.recovery import abort
-from noetl.engine.types import Command
 from noetl.errors import ConflictError
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.failures import internal_error, isolatable, refold
 from noetl.scripts import ScriptReader
-from noetl.store.base import (
-    Append,
-    ConcurrencyError,
-    ExecutionRecord,
-    Input,
-    InputHolder,
-    InputKind,
-    NotFoundError,
-    Store,
-    StoreUnavailableError,
-)
+from noetl.store.base import Append, ExecutionRecord, Input, InputHolder, InputKind, Store
 
 log = logging.getLogger("noetl.orchestrator")
 Clock = Callable[[], float]

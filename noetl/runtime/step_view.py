@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from noetl.engine import Event, EventType
+from noetl.core import Event, EventType
 
 
 class AttemptStatus(StrEnum):

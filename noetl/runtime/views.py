@@ -20,11 +20,12 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
+from noetl.core import Event, EventType, NotFoundError
 from noetl.decision.records import RunResult
 from noetl.dsl.graph import EdgeSource, Graph, build_graph
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine import Engine, Event, EventType, ExecutionState, StepRun, fold
-from noetl.store.base import ExecutionRecord, NotFoundError, Store
+from noetl.engine import Engine, ExecutionState, StepRun, fold
+from noetl.store.base import ExecutionRecord, Store
 
 log = logging.getLogger("noetl.views")
 

@@ -28,6 +28,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
 from noetl.credentials.keys import CredentialKeyError
 from noetl.dsl.limits import MAX_DEPTH
 from noetl.errors import (
@@ -37,7 +38,6 @@ from noetl.errors import (
     PermissionDeniedError,
     PlaybookError,
 )
-from noetl.store.base import ConcurrencyError, NotFoundError, StoreUnavailableError
 
 log = logging.getLogger("noetl.server")
 

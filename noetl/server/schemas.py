@@ -10,8 +10,8 @@ from typing import Any, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from noetl.core import ExecutionStatus
 from noetl.dsl.limits import check_data
-from noetl.engine.types import ExecutionStatus
 
 
 class Request(BaseModel):

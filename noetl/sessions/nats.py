@@ -30,8 +30,8 @@ from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
 from noetl.auth.sessions import HISTORY, Session, SessionConflictError, SessionRevision
+from noetl.core import StoreUnavailableError
 from noetl.redaction import mask_url
-from noetl.store.base import StoreUnavailableError
 
 __all__ = ["DEFAULT_BUCKET", "NatsSessionStore"]
 

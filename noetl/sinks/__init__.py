@@ -50,9 +50,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from noetl.core import Outcome, Task
 from noetl.credentials.scope import current_scope
-from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome, Task
+from noetl.dsl.render import Renderer
 from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
 from noetl.observability import NOOP, Observer
 
@@ -175,7 +175,7 @@ class SinkReport:
         )
 
 
-# One renderer for every thread: its limits are per render (noetl.engine.limits), and it
+# One renderer for every thread: its limits are per render (noetl.dsl.template_limits), and it
 # keeps the templates it compiled.
 _RENDERER = Renderer()
 

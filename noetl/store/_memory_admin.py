@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.core import Event, ExecutionStatus, NotFoundError
 from noetl.store._rows import (
     DLQ_COLUMNS,
     EventRow,
@@ -29,7 +29,6 @@ from noetl.store.records import (
     DeadLetterStatus,
     ExecutionRecord,
     InputKind,
-    NotFoundError,
     PlaybookRecord,
     StoreStats,
     TaskStatus,

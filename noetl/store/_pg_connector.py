@@ -25,12 +25,12 @@ from psycopg import errors as pg_errors
 from psycopg.types.json import set_json_loads
 from psycopg_pool import ConnectionPool, PoolClosed, PoolTimeout
 
+from noetl.core import StoreUnavailableError
 from noetl.errors import ConfigError
 from noetl.store._pg_listen import CONNECT_TIMEOUT_S
 from noetl.store._pg_nul import json_out, jsonb_loads, pg_dumps, text_in, text_out
 from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.queries import QUERIES
-from noetl.store.records import StoreUnavailableError
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 

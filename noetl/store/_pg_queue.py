@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from noetl.core import NotFoundError
 from noetl.store._pg_connector import (
     NOTIFY_INPUTS,
     NOTIFY_TASKS,
@@ -32,7 +33,7 @@ from noetl.store._rows import (
     undecodable_outcome,
 )
 from noetl.store.queries import QUERIES
-from noetl.store.records import Heartbeat, Input, InputKind, Lease, NotFoundError
+from noetl.store.records import Heartbeat, Input, InputKind, Lease
 
 SQL = QUERIES["postgres"]
 

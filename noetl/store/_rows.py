@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from noetl.engine.recovery import UNDECODABLE_ERROR
-from noetl.engine.types import Event, ExecutionStatus, Task
+from noetl.core import Event, ExecutionStatus, Task
+from noetl.core.errors import UNDECODABLE_ERROR
 from noetl.store.base import (
     Append,
     ConcurrencyError,

@@ -18,12 +18,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from noetl.core import StoreUnavailableError
 from noetl.store._rows import dumps, loads
 from noetl.store._sqlite_queue import ClockedConnection
 from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
 from noetl.store.queries import QUERIES
-from noetl.store.records import Clock, StoreUnavailableError
+from noetl.store.records import Clock
 
 _QUERIES = QUERIES["sqlite"]
 _DUPLICATE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})

@@ -11,6 +11,7 @@ port per kind of caller, `Store` their union); this module names them all in one
 
 from __future__ import annotations
 
+from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
 from noetl.store.ports import (
     AdminPort,
     CatalogPort,
@@ -26,7 +27,6 @@ from noetl.store.ports import (
 from noetl.store.records import (
     Append,
     Clock,
-    ConcurrencyError,
     DeadLetter,
     DeadLetterStatus,
     Enqueue,
@@ -35,11 +35,9 @@ from noetl.store.records import (
     Input,
     InputKind,
     Lease,
-    NotFoundError,
     PlaybookRecord,
     Requeue,
     StoreStats,
-    StoreUnavailableError,
     TaskStatus,
     Timer,
     WorkerRecord,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.core import Event, ExecutionStatus
 from noetl.store.records import (
     Append,
     DeadLetter,

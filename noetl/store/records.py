@@ -1,6 +1,8 @@
 """The store's values: records, inputs, leases, the changes of a commit, its errors.
 
 Frozen dataclasses shared by every adapter and every role port (`noetl.store.ports`).
+The store's errors are defined in `noetl.core.errors` (every layer handles them) and
+re-exported by `noetl.store.base` as part of the store's surface.
 """
 
 from __future__ import annotations
@@ -10,46 +12,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus, Task
-from noetl.errors import NoetlError
+from noetl.core import Event, ExecutionStatus, Task
 
 # The time source of an embedded store (memory, SQLite): epoch seconds, `time.time` unless
 # a test injects a fake one to expire leases without sleeping. PostgreSQL keeps the
 # database clock (`now()`): its servers and workers run on several machines.
 Clock = Callable[[], float]
-
-
-class ConcurrencyError(NoetlError):
-    """Another writer appended to the execution first (expected sequence did not match),
-    or another commit consumed an input this one decided on.
-
-    `execution_ids` names the executions whose append was refused (every one of a commit,
-    where the adapter can tell), so a batch can be committed again without them;
-    `input_ids` the inputs another commit consumed already: they were decided elsewhere
-    and must not be decided again."""
-
-    def __init__(
-        self, message: str, execution_ids: Sequence[str] = (), input_ids: Sequence[int] = ()
-    ) -> None:
-        super().__init__(message)
-        self.execution_ids = tuple(execution_ids)
-        self.input_ids = tuple(input_ids)
-
-
-class NotFoundError(NoetlError):
-    """No such execution."""
-
-
-class StoreUnavailableError(NoetlError):
-    """The database cannot be opened or used (missing directory, no permission, locked).
-
-    The message names the database and what to do about it. A locked or busy database is
-    transient (`retryable`); a path that cannot be opened is not.
-    """
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.retryable = retryable
 
 
 @dataclass(frozen=True, slots=True)

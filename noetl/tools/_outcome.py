@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.errors import NoetlError
 
 

@@ -44,8 +44,8 @@ from typing import Any
 import duckdb
 from pydantic import ValidationError
 
+from noetl.core import Outcome, Task
 from noetl.dsl.kinds import DuckdbSpec
-from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result

@@ -47,10 +47,10 @@ from urllib.parse import urlsplit, urlunsplit
 import httpx
 from pydantic import ValidationError
 
+from noetl.core import Outcome, Task
 from noetl.credentials.records import http_auth
 from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import HttpSpec
-from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
 from noetl.observability.trace_context import plugin_traceparent
 

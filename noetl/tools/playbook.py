@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
+from noetl.core import ExecutionStatus, Outcome, Task
 from noetl.credentials.scope import current_scope
-from noetl.engine.types import ExecutionStatus, Outcome, Task
 from noetl.errors import NoetlError, PathRefusedError, PlaybookError
 from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import ExecutionRecord, Store

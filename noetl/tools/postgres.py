@@ -58,10 +58,10 @@ from psycopg import conninfo as pg_conninfo
 from psycopg.types.json import Jsonb
 from pydantic import ValidationError
 
+from noetl.core import Outcome, Task
 from noetl.credentials.records import postgres_conninfo
 from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import PostgresSpec
-from noetl.engine.types import Outcome, Task
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result

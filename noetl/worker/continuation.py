@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from noetl.core import ConcurrencyError, Event, EventType, Outcome
 from noetl.decision.decider import Decider
-from noetl.engine import Event, EventType
-from noetl.engine.types import Outcome
 from noetl.errors import NoetlError
-from noetl.store.base import ConcurrencyError, Lease, Store
+from noetl.store.base import Lease, Store
 
 log = logging.getLogger("noetl.worker")
 

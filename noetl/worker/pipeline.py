@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
+from noetl.core import Outcome, Task
+from noetl.core.secrets import SECRETS, referenced
 from noetl.dsl.model import Tool, pipeline_task_tool
+from noetl.dsl.render import Renderer, render_spec
 from noetl.dsl.rewrite import ShapeError
-from noetl.engine.render import Renderer, render_spec
-from noetl.engine.secrets import SECRETS, referenced
-from noetl.engine.types import Outcome, Task
 from noetl.errors import TemplateError
 from noetl.worker.policy_rules import decide, output_view, retry_delay
 

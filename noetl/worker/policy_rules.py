@@ -25,9 +25,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl.engine.envelope import StepResult
-from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome
+from noetl.core import Outcome
+from noetl.dsl.envelope import StepResult
+from noetl.dsl.render import Renderer
 from noetl.errors import TemplateError
 
 __all__ = ["Action", "decide", "output_view", "retry_delay"]
@@ -71,7 +71,7 @@ def output_view(kind: str, outcome: Outcome, attempt: int) -> dict[str, Any]:
         sqlstate = found.group(1) if found else None
     view: dict[str, Any] = {
         "status": "ok" if outcome.ok else "error",
-        "data": StepResult.of(this),  # upstream's envelope forms: noetl.engine.envelope
+        "data": StepResult.of(this),  # upstream's envelope forms: noetl.dsl.envelope
         "result": StepResult.of(this),
         "error": _error(kind, outcome, status, sqlstate) if not outcome.ok else _no_error(),
         "http": {"status": status, "headers": headers or {}},

@@ -40,7 +40,7 @@ from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.worker._pychild import READY, Reply, serve
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]

@@ -23,7 +23,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from noetl.engine.types import Outcome
+from noetl.core import Outcome
 from noetl.errors import NoetlError
 from noetl.store.base import Lease, Store
 

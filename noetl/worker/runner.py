@@ -51,9 +51,9 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from noetl.core import Outcome, Task
 from noetl.decision.decider import Decider
 from noetl.decision.workloads import Workloads, stored_workload
-from noetl.engine.types import Outcome, Task
 from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer, ReportPath
 from noetl.store.base import Lease, Store, WorkerRecord

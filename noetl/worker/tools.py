@@ -11,10 +11,10 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from noetl.core import Outcome, Task
 from noetl.credentials.scope import SecretProvider, SecretScope, enter_scope, leave_scope
 from noetl.dsl.kinds import plugin_tools
 from noetl.dsl.limits import check_data
-from noetl.engine.types import Outcome, Task
 from noetl.observability import NOOP, Observer
 from noetl.observability.logging import bind_task, reset_task
 from noetl.paths import Roots

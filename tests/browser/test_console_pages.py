@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from noetl.engine import Outcome
+from noetl.core import Outcome
 from noetl.store.base import Store
 from tests.browser.conftest import LocalServer, shot, visit
 from tests.helpers.auth import bearer

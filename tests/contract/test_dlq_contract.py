@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Event
+from noetl.core import Event
 from noetl.store.base import (
     Append,
     DeadLetter,

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from noetl.engine.types import Event
+from noetl.core import Event
 from noetl.store.base import Append, ConcurrencyError, InputKind, Store, Timer
 from tests.contract.test_queue_contract import LONG_S, last_seq, make_record, start
 

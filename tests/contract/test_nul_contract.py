@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from noetl.engine.types import Event
+from noetl.core import Event
 from noetl.store.base import (
     Append,
     DeadLetter,

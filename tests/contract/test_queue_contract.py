@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Event, ExecutionStatus, Task
+from noetl.core import Event, ExecutionStatus, Task
 from noetl.store.base import (
     Append,
     ConcurrencyError,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.core import Event, ExecutionStatus
 from noetl.store import (
     Append,
     ConcurrencyError,

@@ -29,9 +29,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from noetl.core import CancelTasks, Decision, EnqueueTask, Event, EventType, RequeueTask, Task
 from noetl.dsl import build_graph, load_playbook
-from noetl.engine import CancelTasks, Decision, Engine, EnqueueTask, Event, EventType, Task
-from noetl.engine.types import RequeueTask
+from noetl.engine import Engine
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = HERE / "playbooks"

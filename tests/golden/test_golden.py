@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 
+from noetl.core import Event, EventType, Task
 from noetl.decision.workloads import with_workload
 from noetl.dsl import build_graph, load_playbook
-from noetl.engine import Engine, Event, EventType, Task, fold
+from noetl.engine import Engine, fold
 
 HERE = Path(__file__).resolve().parent
 PLAYBOOKS = sorted((HERE / "playbooks").glob("*.yaml"))

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.engine import Event, ExecutionState, fold
+from noetl.core import Event
+from noetl.engine import ExecutionState, fold
 
 CTX_PLAYBOOK = """\
 apiVersion: noetl.io/v2

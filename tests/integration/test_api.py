@@ -19,8 +19,8 @@ from fastapi import FastAPI
 from starlette.routing import Route
 
 from noetl import __version__
+from noetl.core import Outcome
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine import Outcome
 from noetl.errors import ConfigError
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.orchestrator import Orchestrator

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from noetl import __version__
-from noetl.engine import Outcome
+from noetl.core import Outcome
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache, load_view
 from noetl.server.app import create_app

@@ -13,7 +13,7 @@ import pytest
 from fastapi import FastAPI
 
 from noetl import __version__
-from noetl.engine import Event
+from noetl.core import Event
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore, open_store

@@ -6,8 +6,8 @@ import threading
 import time
 from pathlib import Path
 
+from noetl.core import EventType
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine.types import EventType
 from noetl.runtime.local import embedded_runtime
 
 ITEMS = 10_000

@@ -16,12 +16,12 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from noetl.core import Outcome, Task
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import Keyring, new_key
 from noetl.credentials.records import parse_credential
 from noetl.credentials.scope import SecretScope, default_provider, enter_scope, leave_scope
 from noetl.credentials.store import save_credential
-from noetl.engine.types import Outcome, Task
 from noetl.sinks.postgres import PostgresWriter
 from noetl.store import MemoryStore
 from noetl.tools.http import HttpTool

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.tools.duckdb_tool import DuckdbTool
 from noetl.worker.tools import ToolRegistry
 

@@ -15,8 +15,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from noetl.core import Task
 from noetl.credentials.scope import EnvSecrets
-from noetl.engine.types import Task
 from noetl.tools.http import HttpTool, new_traceparent, safe_url
 from noetl.worker.tools import ToolRegistry
 

@@ -21,7 +21,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from noetl.engine.types import EventType, ExecutionStatus
+from noetl.core import EventType, ExecutionStatus
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import PostgresStore, SqliteStore, open_store
 from noetl.store._holders import HolderId, LocalHolders, new_holder, parse, process_gone

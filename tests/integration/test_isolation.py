@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from noetl.core import EventType, ExecutionStatus, Outcome, Task
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine import EventType, ExecutionStatus, Outcome, Task
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore, open_store

@@ -5,7 +5,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from noetl.engine.types import ExecutionStatus
+from noetl.core import ExecutionStatus
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore
 from noetl.store.base import Store

@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from noetl.core import ExecutionStatus, Task
 from noetl.decision.decider import Decider
 from noetl.decision.workloads import stored_workload
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine.types import ExecutionStatus, Task
 from noetl.paths import Roots
 from noetl.runtime.children import StoreLauncher
 from noetl.runtime.local import embedded_runtime

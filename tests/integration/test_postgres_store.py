@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from noetl.engine.types import Event, Task
+from noetl.core import Event, Task
 from noetl.store import (
     Append,
     ExecutionRecord,

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
+from noetl.core import Outcome, Task
 from noetl.credentials.scope import EnvSecrets
-from noetl.engine.types import Outcome, Task
 from noetl.tools.postgres import PostgresTool
 from noetl.worker.tools import ToolRegistry
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.worker._pychild import STDOUT_LIMIT, TRUNCATED_MARKER
 from noetl.worker.python_pool import PythonPool
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.pyscript import compile_toplevel
 from noetl.worker.python_pool import PythonPool
 

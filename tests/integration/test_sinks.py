@@ -16,9 +16,10 @@ import psycopg
 import pytest
 from moto.server import ThreadedMotoServer
 
+from noetl.core import EnqueueTask, Outcome, Task
 from noetl.credentials.scope import EnvSecrets
 from noetl.dsl import build_graph, load_playbook_text
-from noetl.engine import Engine, EnqueueTask, Outcome, Task
+from noetl.engine import Engine
 from noetl.errors import FatalError, RetryableError
 from noetl.sinks import REGISTRY, retry_delays, run_sinks
 from noetl.sinks.file import FileWriter

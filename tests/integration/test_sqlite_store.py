@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import noetl.store.sqlite as sqlite_module
-from noetl.engine.types import Event
+from noetl.core import Event
 from noetl.store import Append, ExecutionRecord, SqliteStore, StoreUnavailableError
 from noetl.store.migrate import Migration, discover, migrate_sqlite, split_statements
 

@@ -17,9 +17,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+from noetl.core import ExecutionStatus
 from noetl.decision.decider import Decider
 from noetl.dsl import load_playbook_text
-from noetl.engine.types import ExecutionStatus
 from noetl.observability import observer_for
 from noetl.observability.trace_context import (
     TraceSampler,

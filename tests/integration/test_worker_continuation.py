@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from noetl.core import ExecutionStatus
 from noetl.decision.decider import Decider
-from noetl.engine.types import ExecutionStatus
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore
 from noetl.store.base import Store

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
+from noetl.core import Outcome, Task
 from noetl.decision.decider import Decider
-from noetl.engine.types import Outcome, Task
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore
 from noetl.store.base import Store

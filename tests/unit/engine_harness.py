@@ -16,23 +16,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from noetl.dsl import build_graph, load_playbook_text
-from noetl.engine import (
+from noetl.core import (
     CancelTasks,
     Decision,
-    Engine,
     EnqueueTask,
     Event,
     EventType,
-    ExecutionState,
     ExecutionStatus,
+    RequeueTask,
+    StartTimer,
     Task,
-    fold,
 )
+from noetl.dsl import build_graph, load_playbook_text
+from noetl.dsl.render import Renderer
+from noetl.engine import Engine, ExecutionState, fold
 from noetl.engine.options import EngineOptions
-from noetl.engine.render import Renderer
 from noetl.engine.retry import RetryDefaults
-from noetl.engine.types import RequeueTask, StartTimer
 
 Handler = Callable[[Task], Any]
 Order = Literal["fifo", "lifo"]

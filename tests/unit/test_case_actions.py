@@ -9,9 +9,10 @@ import pytest
 from engine_harness import Harness, TaskFailure, playbook_text
 from ruamel.yaml import YAML
 
+from noetl.core import EventType, Task
 from noetl.dsl import build_graph
 from noetl.dsl.model import Playbook
-from noetl.engine import Engine, EventType, Task
+from noetl.engine import Engine
 from noetl.sinks import sink_output
 
 E = EventType

@@ -8,7 +8,8 @@ from typing import Any
 
 from engine_harness import Harness
 
-from noetl.engine import Event, EventType, fold
+from noetl.core import Event, EventType
+from noetl.engine import fold
 
 E = EventType
 

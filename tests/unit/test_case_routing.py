@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import EventType, Task
+from noetl.core import EventType, Task
 
 E = EventType
 

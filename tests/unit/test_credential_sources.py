@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from noetl.core import Outcome
 from noetl.credentials import CredentialConfig
 from noetl.credentials.file import CredentialsFile
 from noetl.credentials.keys import CredentialKeyError, Keyring, key_id, new_key
@@ -20,7 +21,6 @@ from noetl.credentials.store import (
     rotate_all,
     save_credential,
 )
-from noetl.engine.types import Outcome
 from noetl.errors import ConfigError
 from noetl.store import MemoryStore
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import EventType, ExecutionStatus
+from noetl.core import EventType, ExecutionStatus
 
 E = EventType
 

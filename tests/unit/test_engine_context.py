@@ -7,9 +7,9 @@ from typing import Any
 import pytest
 from engine_harness import Harness
 
+from noetl.core import EventType, ExecutionStatus
 from noetl.decision.workloads import with_workload
-from noetl.engine import EventType, ExecutionStatus
-from noetl.engine.render import Renderer
+from noetl.dsl.render import Renderer
 
 E = EventType
 

@@ -9,10 +9,9 @@ from typing import Any
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import ExecutionStatus
-from noetl.engine.render import Renderer
+from noetl.core import ExecutionStatus, StepStatus
+from noetl.dsl.render import Renderer
 from noetl.engine.state import StepNamespace, StepRun
-from noetl.engine.types import StepStatus
 from noetl.errors import TemplateError
 
 WORKLOAD: dict[str, Any] = {

@@ -11,7 +11,8 @@ from collections import Counter
 import pytest
 from engine_harness import Harness, playbook_text
 
-from noetl.engine import CancelTasks, EnqueueTask, Event, EventType, ExecutionStatus, fold
+from noetl.core import CancelTasks, EnqueueTask, Event, EventType, ExecutionStatus
+from noetl.engine import fold
 
 E = EventType
 

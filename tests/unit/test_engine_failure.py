@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import CancelTasks, Event, EventType, ExecutionStatus
+from noetl.core import CancelTasks, Event, EventType, ExecutionStatus
 
 E = EventType
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from engine_harness import Harness
 
-from noetl.engine import Event, EventType, ExecutionStatus
-from noetl.engine.types import RequeueTask
+from noetl.core import Event, EventType, ExecutionStatus, RequeueTask
 
 E = EventType
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import EnqueueTask, EventType, ExecutionStatus
+from noetl.core import EnqueueTask, EventType, ExecutionStatus
 
 E = EventType
 

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 from engine_harness import Harness, TaskFailure
 
+from noetl.core import EventType, ExecutionStatus, Task
 from noetl.dsl import load_playbook_text
-from noetl.engine import EngineOptions, EventType, ExecutionStatus, Task
+from noetl.engine import EngineOptions
 from noetl.engine.options import effective_policy
 from noetl.engine.retry import RetryDefaults
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import pytest
 from engine_harness import Harness, TaskFailure
 
-from noetl.engine import Event, EventType, ExecutionStatus
+from noetl.core import CancelTasks, Event, EventType, ExecutionStatus, RequeueTask, StartTimer
 from noetl.engine.recovery import LOOP_TIMEOUT
 from noetl.engine.retry import RetryDefaults
-from noetl.engine.types import CancelTasks, RequeueTask, StartTimer
 
 E = EventType
 

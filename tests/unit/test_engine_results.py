@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine_harness import Harness
 
-from noetl.engine import EventType, ExecutionStatus
+from noetl.core import EventType, ExecutionStatus
 
 E = EventType
 

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from engine_harness import Harness
 
-from noetl.engine import EventType, ExecutionStatus
+from noetl.core import EventType, ExecutionStatus
 
 E = EventType
 

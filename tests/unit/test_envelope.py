@@ -1,13 +1,13 @@
 """Upstream's result envelope forms: `.data`, `.result`, and payload fields read through
-the envelope (noetl.engine.envelope), as templates and policy rules see them."""
+the envelope (noetl.dsl.envelope), as templates and policy rules see them."""
 
 from __future__ import annotations
 
 import pytest
 
-from noetl.engine.envelope import StepResult
-from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome
+from noetl.core import Outcome
+from noetl.dsl.envelope import StepResult
+from noetl.dsl.render import Renderer
 from noetl.errors import TemplateError
 from noetl.worker.policy_rules import output_view
 

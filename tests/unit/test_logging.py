@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from engine_harness import Harness, TaskFailure
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.errors import ConfigError
 from noetl.observability.log_events import LogObserver
 from noetl.observability.logging import (

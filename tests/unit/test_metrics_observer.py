@@ -10,8 +10,7 @@ from engine_harness import Harness, TaskFailure
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from noetl.engine import Decision, Event
-from noetl.engine.types import Outcome, Task
+from noetl.core import Decision, Event, Outcome, Task
 from noetl.observability.metrics import (
     ALL_METRIC_NAMES,
     STEP_BUCKETS,

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.render import Renderer
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
+from noetl.dsl.render import Renderer
 from noetl.worker.pipeline import PipelineTool
 from noetl.worker.policy_rules import Action, decide, output_view, retry_delay
 from noetl.worker.tools import ToolRegistry

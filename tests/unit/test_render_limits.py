@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from noetl.engine.limits import Budget, measure
-from noetl.engine.render import Renderer
+from noetl.dsl.render import Renderer
+from noetl.dsl.template_limits import Budget, measure
 from noetl.errors import TemplateError
 
 STEPS = "template went over the limit of 1000000 steps"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.engine.types import Event, Outcome
+from noetl.core import Event, Outcome
 from noetl.store import MemoryStore
 from noetl.store.base import Append, Enqueue, ExecutionRecord, InputKind
 from noetl.worker.reporting import REPORT_ERROR, Report, Reporter

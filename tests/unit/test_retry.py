@@ -12,9 +12,9 @@ from engine_harness import Harness, TaskFailure
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from noetl.core import Event, EventType, ExecutionStatus, RequeueTask, Task
 from noetl.dsl import load_playbook_text
 from noetl.dsl.model import RetryPolicy
-from noetl.engine import Event, EventType, ExecutionStatus, Task
 from noetl.engine.retry import (
     RetryAction,
     RetryDefaults,
@@ -26,7 +26,6 @@ from noetl.engine.retry import (
     retry_names,
     rule_for,
 )
-from noetl.engine.types import RequeueTask
 from noetl.errors import ErrorClass, classify, error_class
 
 E = EventType

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from noetl.core import Outcome, Task
+from noetl.core.secrets import SECRETS, marker, referenced
 from noetl.credentials.scope import (
     ChainSecrets,
     EnvSecrets,
@@ -15,8 +17,6 @@ from noetl.credentials.scope import (
     SecretScope,
     current_scope,
 )
-from noetl.engine.secrets import SECRETS, marker, referenced
-from noetl.engine.types import Outcome, Task
 from noetl.errors import ConfigError
 from noetl.worker.tools import NoopTool, ToolRegistry
 from tests.unit.engine_harness import Harness

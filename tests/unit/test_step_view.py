@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from engine_harness import Harness
 
-from noetl.engine import Event, EventType
+from noetl.core import Event, EventType
 from noetl.engine.retry import RetryDefaults
 from noetl.runtime.step_view import AttemptStatus, step_attempts
 

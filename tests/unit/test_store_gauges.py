@@ -7,7 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from noetl.engine.types import Event, ExecutionStatus, Task
+from noetl.core import Event, ExecutionStatus, Task
 from noetl.observability.store_gauges import StoreGauges
 from noetl.store.base import Append, Enqueue, ExecutionRecord, StoreStats, WorkerRecord
 from noetl.store.memory import MemoryStore

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from noetl.core import Task
 from noetl.dsl import kinds
 from noetl.dsl.validate import load_playbook_text
-from noetl.engine.types import Task
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.tools import default_registry
 
 PLUGIN = """
 from pydantic import BaseModel, ConfigDict
 
-from noetl.engine.types import Outcome
+from noetl.core import Outcome
 
 
 class ShoutSpec(BaseModel):

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import pytest
 
-from noetl.engine.types import Outcome, Task
+from noetl.core import Outcome, Task
 from noetl.errors import RetryableError
 from noetl.runtime.children import EmbeddedLauncher
 from noetl.tools.playbook import PlaybookTool

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from noetl.config import Settings
-from noetl.engine.types import Task
+from noetl.core import Task
 from noetl.observability.trace_context import (
     TraceSampler,
     dispatch_span_id,

@@ -21,8 +21,7 @@ from opentelemetry.sdk.trace.export import (
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
-from noetl.engine import Decision
-from noetl.engine.types import Outcome, Task
+from noetl.core import Decision, Outcome, Task
 from noetl.observability.trace_context import (
     TraceSampler,
     dispatch_span_id,

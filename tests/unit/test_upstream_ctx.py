@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from noetl.core import EventType, Outcome, Task
 from noetl.dsl import load_playbook_text
-from noetl.engine import EventType, ExecutionState, fold
-from noetl.engine.types import Outcome, Task
+from noetl.engine import ExecutionState, fold
 from noetl.engine.variables import MAX_CTX_BYTES, apply_assignments, normalize_patch, parse_key
 from noetl.errors import TemplateError
 from tests.unit.engine_harness import Harness

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from noetl.core import Task
 from noetl.decision.decider import Decider
 from noetl.dsl import load_playbook_text
 from noetl.dsl.model import Playbook
-from noetl.engine.types import Task
 from noetl.errors import PlaybookError
 from noetl.scripts import has_scripts, read_scripts, script_reader
 from noetl.store import SqliteStore

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Depends, Path, Response
 from fastapi import status as http
 
 from noetl.auth import Role
+from noetl.core import NotFoundError
 from noetl.credentials.records import CredentialError, check_usable, parse_credential
 from noetl.credentials.store import check_name, save_credential
 from noetl.errors import ConfigError
@@ -27,7 +28,6 @@ from noetl.server.schemas import (
     CredentialOut,
     ErrorBody,
 )
-from noetl.store.base import NotFoundError
 
 router = APIRouter(
     prefix="/api/credentials", tags=["credentials"], dependencies=[Depends(authenticate)]

@@ -10,7 +10,7 @@ from fastapi import status as http
 from fastapi.exceptions import RequestValidationError
 
 from noetl.auth import Role
-from noetl.engine.types import ExecutionStatus
+from noetl.core import ExecutionStatus, NotFoundError
 from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
@@ -26,7 +26,7 @@ from noetl.server.schemas import (
     ExecutionStart,
     ExecutionSummary,
 )
-from noetl.store.base import ExecutionRecord, NotFoundError, Store
+from noetl.store.base import ExecutionRecord, Store
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
@@ -57,7 +57,7 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
 
 # A plain function, as every route here: FastAPI runs it in its threadpool. Starting an
 # execution renders its first steps' templates (within the render limits of
-# noetl.engine.limits), work that must never run on the event loop `/health` answers on.
+# noetl.dsl.template_limits), work that must never run on the event loop `/health` answers on.
 @router.post(
     "",
     summary="Start an execution",

@@ -8,6 +8,7 @@ from fastapi import APIRouter, Depends, Query, status
 from fastapi.exceptions import RequestValidationError
 
 from noetl.auth import Role
+from noetl.core import NotFoundError
 from noetl.dsl.validate import load_playbook_text
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
@@ -23,7 +24,7 @@ from noetl.server.schemas import (
     PlaybookValidate,
     PlaybookValidation,
 )
-from noetl.store.base import NotFoundError, PlaybookRecord
+from noetl.store.base import PlaybookRecord
 
 router = APIRouter(
     prefix="/api/playbooks", tags=["playbooks"], dependencies=[Depends(authenticate)]

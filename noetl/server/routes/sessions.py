@@ -14,6 +14,7 @@ from fastapi import APIRouter, Depends, Path, Request
 from fastapi import status as http
 
 from noetl.auth import Principal, Role
+from noetl.core import NotFoundError
 from noetl.errors import AuthenticationError, ConflictError, PermissionDeniedError
 from noetl.server.auth import BAD_SESSION, authenticate, requires
 from noetl.server.deps import Deps
@@ -25,7 +26,6 @@ from noetl.server.schemas import (
     SessionOut,
     SessionRevisionOut,
 )
-from noetl.store.base import NotFoundError
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], dependencies=[Depends(authenticate)])
 

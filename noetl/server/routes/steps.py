@@ -7,6 +7,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Path, Query
 
 from noetl.auth import Role
+from noetl.core import NotFoundError
 from noetl.runtime.step_view import AttemptStatus, step_attempts
 from noetl.runtime.views import ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
@@ -14,7 +15,6 @@ from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas import ErrorBody, StepDetail
-from noetl.store.base import NotFoundError
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]

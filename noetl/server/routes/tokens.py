@@ -11,10 +11,10 @@ from fastapi import APIRouter, Depends, Path
 from fastapi import status as http
 
 from noetl.auth import Role, issue_token
+from noetl.core import NotFoundError
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas import ErrorBody, TokenCreate, TokenCreated, TokenList, TokenOut
-from noetl.store.base import NotFoundError
 
 router = APIRouter(prefix="/api/admin/tokens", tags=["admin"], dependencies=[Depends(authenticate)])
 

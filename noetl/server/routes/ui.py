@@ -17,7 +17,7 @@ from importlib.resources.abc import Traversable
 from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
-from noetl.store.base import NotFoundError
+from noetl.core import NotFoundError
 
 PREFIX = "/ui"
 CONTENT_TYPES = {

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from noetl.core import NotFoundError
 from noetl.store._rows import check_worker
 from noetl.store.connector import Connector, Row
-from noetl.store.records import NotFoundError, PlaybookRecord, StoreStats, WorkerRecord
+from noetl.store.records import PlaybookRecord, StoreStats, WorkerRecord
 
 
 class Catalog:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from noetl.core import NotFoundError
 from noetl.store._rows import DLQ_COLUMNS, check_page, dead_letter_from_row
 from noetl.store.connector import Connector, Row
-from noetl.store.records import DeadLetter, DeadLetterStatus, NotFoundError
+from noetl.store.records import DeadLetter, DeadLetterStatus
 
 # Free text that may quote what a task returned or raised (a NUL included), and the JSON
 # columns (read as text): the connector undoes how its database had to store them.

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.engine.types import Event, ExecutionStatus
+from noetl.core import Event, ExecutionStatus, NotFoundError
 from noetl.store._rows import check_page
 from noetl.store.connector import Connector, Row
-from noetl.store.records import ExecutionRecord, NotFoundError
+from noetl.store.records import ExecutionRecord
 
 
 class Executions:

@@ -1,5 +1,8 @@
 """Values that cross the engine's boundary: events, tasks, commands, outcomes.
 
+They live in `noetl.core` (the bottom layer) because every layer speaks them: the engine
+decides with them, the store keeps them, workers and tools run and report them.
+
 Everything here is plain data (JSON-safe payloads), so events can be stored, replayed and
 compared byte for byte, and tasks can be sent to another process or machine.
 """
@@ -148,7 +151,7 @@ class Task:
     attempt: int = 1
     timeout_ms: int | None = None
     # Names of the secrets whose markers the rendered spec and args hold (resolved by the
-    # worker just before the call; see noetl.engine.secrets).
+    # worker just before the call; see noetl.core.secrets).
     secrets: tuple[str, ...] = ()
     sinks: tuple[dict[str, Any], ...] = ()
     pick: Any = None

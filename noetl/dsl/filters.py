@@ -1,7 +1,7 @@
 """Jinja's filters and tests, wrapped so that each one takes steps and is size-checked.
 
 Compiled templates call filters and tests directly (not through the sandbox's `call`), so
-each one is replaced by a wrapper that, under the render's budget (`noetl.engine.limits`):
+each one is replaced by a wrapper that, under the render's budget (`noetl.dsl.template_limits`):
 
 * takes a step, plus steps for the size of what it scans (`_WEIGHT`: filters that loop in
   Python over each character or element cost more per character than the rest);
@@ -30,8 +30,8 @@ from jinja2 import pass_context
 from jinja2.filters import make_attrgetter
 from jinja2.runtime import Context
 
-from noetl.engine import growth
-from noetl.engine.limits import (
+from noetl.dsl import growth
+from noetl.dsl.template_limits import (
     MAX_INT_DIGITS,
     MAX_RANGE,
     Budget,

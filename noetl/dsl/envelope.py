@@ -12,6 +12,9 @@ holds `meta`). This engine keeps a result as its tool gave it (an http result is
 
 A key of the result always wins: data is read before attributes. It is a shallow copy,
 and a template that returns it gets a plain map (values are copied as data).
+
+It is part of what templates see, in the engine's render context and in the worker's
+policy rules alike, so it lives with the renderer.
 """
 
 from __future__ import annotations

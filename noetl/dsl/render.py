@@ -5,13 +5,20 @@
   A native value must be data, because it goes into events: tuples, ranges and the lazy
   sequences of filters such as `map` become lists, map keys become strings as JSON would
   make them, and anything else (a function, a method) is a template error.
-* Limits (`noetl.engine.limits`, enforced by `noetl.engine.sandbox`): one `render` may take
+* Limits (`noetl.dsl.template_limits`, enforced by `noetl.dsl.sandbox`): one `render` may take
   at most `max_steps` steps (operations, loop iterations and output count; never time, so
   the same template over the same data always stops at the same place), build values and
   write text of at most `max_output` characters, and integers of at most 4300 digits; what
   would break a limit is refused before it is built.
+* No wall clock: a render's cost is counted in steps, never timed, and nothing here reads
+  a clock, the environment or a global other than the budget of the render in progress. A
+  render is a function of its template and its data, so a replayed log renders the same.
 * Errors become `TemplateError` with a short message naming the field (`args.url: ...`);
   the engine turns them into a failed step, never a crash.
+
+It lives in the DSL, next to `noetl.dsl.templates`, because the engine is not its only
+user: the worker (policy rules, a task's pipeline), the sinks and the script runner render
+too, and none of them needs the engine for it.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 
 from noetl.dsl.kinds import LITERAL_SPEC_FIELDS
-from noetl.engine.limits import (
+from noetl.dsl.sandbox import LimitedEnvironment
+from noetl.dsl.template_limits import (
     MAX_OUTPUT,
     MAX_STEPS,
     Budget,
@@ -38,7 +46,6 @@ from noetl.engine.limits import (
     output_too_big,
     too_big,
 )
-from noetl.engine.sandbox import LimitedEnvironment
 from noetl.errors import TemplateError
 
 DEFAULT_MAX_STEPS = MAX_STEPS
@@ -131,7 +138,7 @@ class Renderer:
         size = 0
         for chunk in template.generate(context):
             size += len(chunk)
-            if size > self.max_output:  # also counted piece by piece (noetl.engine.sandbox)
+            if size > self.max_output:  # also counted piece by piece (noetl.dsl.sandbox)
                 raise TemplateError(output_too_big(self.max_output))
             chunks.append(chunk)
         return "".join(chunks)

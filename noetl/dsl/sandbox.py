@@ -1,14 +1,14 @@
 """The environment templates are rendered in: the sandbox with a step budget and size checks.
 
 Everything a compiled template does passes through a hook here, which takes steps from the
-render's budget (`noetl.engine.limits`) and checks what would be built before building it:
+render's budget (`noetl.dsl.template_limits`) and checks what would be built before building it:
 
 * the sandbox's own hooks: `call` (a str method that can grow, such as `center`, `replace`,
   `join` or `expandtabs`, is estimated first; `int.to_bytes` too), `getattr` and
   `getitem`, and every arithmetic operator (`call_binop`: `*` and `**` on integers are
   estimated in bits, repetition and concatenation in characters, `%` formatting by its
   widths); `str.format` is wrapped where the sandbox wraps it;
-* filters and tests (`noetl.engine.filters`), which compiled templates call directly;
+* filters and tests (`noetl.dsl.filters`), which compiled templates call directly;
 * the template's tree, rewritten before it is compiled (`_Rewriter`): each `for` loop's
   iterable takes a step per item, each piece of output (captured blocks and macros too)
   is counted against the output limit, `~` concatenation is measured before it joins,
@@ -25,9 +25,8 @@ from jinja2 import StrictUndefined, Undefined, nodes, pass_context
 from jinja2.runtime import Context, LoopContext, Macro
 from jinja2.visitor import NodeTransformer
 
-from noetl.dsl.templates import TemplateEnvironment
-from noetl.engine import filters, growth
-from noetl.engine.limits import (
+from noetl.dsl import filters, growth
+from noetl.dsl.template_limits import (
     MAX_INT_BITS,
     MAX_RANGE,
     Budget,
@@ -38,6 +37,7 @@ from noetl.engine.limits import (
     ticking,
     too_big,
 )
+from noetl.dsl.templates import TemplateEnvironment
 from noetl.errors import TemplateError
 
 _OUT, _ITER, _CONCAT, _BUILT, _OPERAND = (

@@ -1,6 +1,6 @@
 """How big a value an operation is about to build, estimated before it runs.
 
-Each function returns an upper bound (in characters, as `noetl.engine.limits.measure`
+Each function returns an upper bound (in characters, as `noetl.dsl.template_limits.measure`
 counts them) of what an operation would build from its arguments, cheaply, so an
 operation that would build something huge (`'x'.center(2000000000)`,
 `'{:>2000000000}'.format(1)`, `'%.1000000000f' % 1`) is refused before it allocates.
@@ -15,7 +15,7 @@ import string
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from noetl.engine.limits import Budget
+from noetl.dsl.template_limits import Budget
 
 # The widths and precisions a number in a format string may name before it is "huge"
 # (parsing a longer run of digits as an int would be work for nothing).

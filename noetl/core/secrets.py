@@ -13,6 +13,10 @@ marker text (a response body, say) is not resolved unless its task uses that sec
 then only to that same secret. Transforming a reference in a template (`| upper`,
 `| b64encode`) transforms the marker, not the secret, so the worker would not find it:
 references are for placing values, not for computing with them.
+
+The marker is part of a task (`Task.secrets` names the markers its values hold), so it
+lives in `noetl.core`: the engine renders markers, the worker and `noetl.credentials.scope`
+resolve and mask them, and none of them needs another's package for it.
 """
 
 from __future__ import annotations

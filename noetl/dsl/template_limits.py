@@ -15,7 +15,7 @@ for minutes or allocates gigabytes, and a loop of cheap operations can run for h
   string is as big as the string times the repetitions (`measure`), which is what writing
   it (into an event, an output, `tojson`) would cost. What a template builds is limited
   to `max_output` characters, and the growth is estimated before it happens (`*`,
-  `center`, `replace`, `format` widths, ...: `noetl.engine.growth`).
+  `center`, `replace`, `format` widths, ...: `noetl.dsl.growth`).
 * **Integers** are limited to `MAX_INT_DIGITS` digits (what Python prints), estimated before
   `*` and `**`.
 
