@@ -33,6 +33,7 @@ from jinja2 import StrictUndefined, nodes
 from jinja2 import TemplateError as JinjaTemplateError
 from jinja2.exceptions import SecurityError
 
+from noetl.dsl.envelope import StepResult
 from noetl.dsl.kinds import LITERAL_SPEC_FIELDS
 from noetl.dsl.sandbox import LimitedEnvironment
 from noetl.dsl.template_limits import (
@@ -305,5 +306,10 @@ def _short(message: str) -> str:
 def _describe(exc: JinjaTemplateError) -> str:
     message = exc.message or type(exc).__name__
     if type(exc).__name__ == "UndefinedError":
+        # An upstream step result is a map like any other to its reader.
+        message = message.replace(f"'{_STEP_RESULT} object'", "'dict object'")
         return f"undefined value: {message}"
     return message
+
+
+_STEP_RESULT = f"{StepResult.__module__}.{StepResult.__name__}"
