@@ -155,12 +155,12 @@ class PgQueue:
         check_page(limit)
         if limit == 0 or (executions is not None and not executions):
             return 0
-        params: dict[str, Any] = {"limit": limit}
-        statement = SQL["reap"]
-        if executions is not None:
-            statement, params["executions"] = SQL["reap_scoped"], sorted(executions)
+        params: dict[str, Any] = {
+            "limit": limit,
+            "executions": None if executions is None else sorted(executions),
+        }
         with self._connection() as conn:
-            reaped = len(conn.execute(statement, params).fetchall())
+            reaped = len(conn.execute(SQL["reap"], params).fetchall())
             if reaped:
                 conn.execute(NOTIFY_INPUTS)
             return reaped

@@ -198,27 +198,8 @@ RETURNING t.task_id
 WITH expired AS (
     SELECT task_id FROM task_queue
     WHERE status = 'leased' AND lease_expires_at < now()
-    ORDER BY lease_expires_at, queue_order
-    LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
-), marked AS (
-    UPDATE task_queue t SET status = 'expired', updated_at = now()
-    FROM expired WHERE t.task_id = expired.task_id
-    RETURNING t.task_id, t.execution_id, t.attempt, t.worker_id
-), posted AS (
-    INSERT INTO inbox (execution_id, kind, payload, created_at)
-    SELECT execution_id, 'lease_expired',
-           jsonb_build_object('task_id', task_id, 'attempt', attempt, 'worker_id', worker_id),
-           now()
-    FROM marked
-    RETURNING id
-)
-SELECT id FROM posted
-
--- name: reap_scoped
-WITH expired AS (
-    SELECT task_id FROM task_queue
-    WHERE status = 'leased' AND lease_expires_at < now() AND execution_id = ANY(%(executions)s)
+      -- NULL: every execution's; otherwise only these executions' leases
+      AND (%(executions)s::text[] IS NULL OR execution_id = ANY(%(executions)s::text[]))
     ORDER BY lease_expires_at, queue_order
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
