@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -19,6 +18,7 @@ import pytest
 
 from noetl.credentials.keys import key_id, new_key
 from tests.helpers import cli
+from tests.helpers.loopback import base_url, serving
 
 PW = "pw-canary-3c9e1"
 TOKEN = "tok-canary-3c9e1"
@@ -221,14 +221,9 @@ class Guarded(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def guarded_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Guarded)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     Guarded.seen = []
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1/me"
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(Guarded) as server:
+        yield f"{base_url(server)}/v1/me"
 
 
 def run_playbook(tmp_path: Path, url: str, db: str, env: dict[str, str], *extra: str) -> Any:

@@ -11,11 +11,10 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import uuid
 import warnings
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -30,6 +29,7 @@ from tests.conftest import ROOT
 from tests.helpers.auth import auth_headers
 from tests.helpers.cli import noetl
 from tests.helpers.fake_pg import RefusingPostgres
+from tests.helpers.loopback import base_url, serving
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
 
 with warnings.catch_warnings():
@@ -94,13 +94,9 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     Recorder.seen = []
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Recorder) as server:
+        yield base_url(server)
 
 
 def run(

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import json
-import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,6 +27,7 @@ from noetl.tools.http import HttpTool
 from noetl.tools.postgres import PostgresTool
 from noetl.worker.tools import ToolRegistry
 from tests.helpers.fake_pg import RefusingPostgres
+from tests.helpers.loopback import serving
 
 PW = "pw-canary-8d1f"
 TOKEN = "tok-canary-8d1f"
@@ -168,14 +168,9 @@ class Echo(BaseHTTPRequestHandler):
 
 
 def serve_echo() -> Iterator[ThreadingHTTPServer]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Echo)
-    server.seen = []  # type: ignore[attr-defined]
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=5)
+    with serving(Echo) as server:
+        server.seen = []  # type: ignore[attr-defined]
+        yield server
 
 
 echo = pytest.fixture(serve_echo, name="echo")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from noetl.store.base import Store
 from noetl.tools.http import HttpTool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import NoopTool, ToolRegistry
+from tests.helpers.loopback import base_url, serving
 
 VALUE = "value-canary-91ab"  # workload data: it must never reach a span
 
@@ -86,13 +87,9 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def http_url() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Recorder)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     Recorder.seen = []
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving(Recorder) as server:
+        yield base_url(server)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
