@@ -151,7 +151,7 @@ class EmbeddedRuntime:
             # The row and its start in one write; the compiled playbook lets another
             # process (a replay from the dead-letter queue) decide for it later.
             self.store.create_execution(record, initial, compiled=self._compiled(playbook))
-            self.observer.committed(engine, state, decision.events)
+            self.observer.committed(engine.graph, state, decision.events)
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
                 self._children.setdefault(parent_execution_id, []).append(execution_id)
@@ -356,7 +356,7 @@ class EmbeddedRuntime:
     def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         if self.observer is not NOOP:
             for execution, _, decision in decisions:
-                self.observer.committed(execution.engine, execution.state, decision.events)
+                self.observer.committed(execution.engine.graph, execution.state, decision.events)
 
     def _appends(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float
