@@ -11,4 +11,4 @@ CREATE TABLE result_store (
     body          text NOT NULL,
     created_at    timestamptz NOT NULL
 );
-CREATE INDEX result_store_execution ON result_store (execution_id);
+CREATE INDEX result_store_execution_idx ON result_store (execution_id);

@@ -11,4 +11,4 @@ CREATE TABLE result_store (
     body          TEXT NOT NULL,
     created_at    REAL NOT NULL
 );
-CREATE INDEX result_store_execution ON result_store (execution_id);
+CREATE INDEX result_store_execution_idx ON result_store (execution_id);
