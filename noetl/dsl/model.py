@@ -160,8 +160,16 @@ SinkList = Annotated[
 
 
 class Result(Model):
-    """The result pipeline: `this` -> pick -> out -> as / collect / sink."""
+    """The result pipeline: `this` -> (select) -> pick -> out -> as / collect / sink.
 
+    `select` names fields of `this` (a mapping) to keep: the worker keeps the whole result
+    in the result store and reports only those fields and `_ref`, the reference the
+    `artifact` tool reads the whole back by (docs/dsl.md, "Large results"). Sinks still
+    write the whole result."""
+
+    select: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=100
+    )
     pick: Any = None
     as_: Identifier | None = Field(default=None, alias="as")
     collect: Collect | None = None

@@ -392,7 +392,24 @@ def _rewrite_step(step: YMap) -> YMap:
     nxt = step.get("next")
     if isinstance(nxt, dict) and isinstance(nxt.get("arcs"), YSeq):
         out["next"] = _rewrite_arcs(nxt)
+    output = step.get("output")
+    if isinstance(output, dict) and output.get("output_select") is not None:
+        out["result"] = _select(output, step.get("result"))
+        set_origin(out, "result", ("output", "output_select"))
     return out
+
+
+def _select(output: dict[str, Any], result: Any) -> Any:
+    """`output: {output_select: [fields]}` is `result.select` (the other keys of
+    `output`, where upstream stores results, are this engine's result store's business)."""
+    select = output["output_select"]
+    if not (isinstance(select, list) and all(isinstance(name, str) for name in select)):
+        raise ShapeError("output_select: a list of field names", ("output", "output_select"))
+    if result is not None and not isinstance(result, dict):
+        return result  # reported by the step's own validation
+    merged = new_map(output, dict(result or {}))
+    merged["select"] = list(select)
+    return merged
 
 
 def _rewrite_loop(loop: dict[str, Any]) -> Any:

@@ -20,7 +20,9 @@ from noetl.observability.logging import bind_task, reset_task
 from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
+from noetl.store.ports import ResultStore
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.selection import select_result
 
 if TYPE_CHECKING:
     from noetl.tools.playbook import ChildLauncher
@@ -103,8 +105,11 @@ class ToolRegistry:
         observer: Observer = NOOP,
         sinks: SinkRegistry | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        results: ResultStore | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        # Where a task with `select` keeps its whole result (noetl.worker.selection).
+        self.results = results
         self.secrets = secrets
         # The sink writers of its tasks (None: the shared default registry).
         self.sinks = sinks
@@ -190,6 +195,11 @@ class ToolRegistry:
         return self._run(task)
 
     def _run(self, task: Task) -> Outcome:
+        if task.select:
+            return select_result(self._run_tool(task), task, self.results)
+        return self._run_tool(task)
+
+    def _run_tool(self, task: Task) -> Outcome:
         tool = self.get(task.kind)
         script = task.spec.get("script") if task.kind in SCRIPT_CODE else None
         if script is not None:
@@ -277,15 +287,18 @@ def default_registry(
     observer: Observer = NOOP,
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    results: ResultStore | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
     reads files (None: the working directory; see noetl.paths). A result over
-    `max_result_bytes` fails its task."""
+    `max_result_bytes` fails its task. `results`: the result store of `result.select`
+    and of the `artifact` tool (None: neither is available)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
+    from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
@@ -310,7 +323,10 @@ def default_registry(
         observer=observer,
         sinks=sinks,
         max_result_bytes=max_result_bytes,
+        results=results,
     )
+    if results is not None:
+        registry.register(ArtifactTool(results))
     for tool in plugin_tools().values():
         registry.register(tool)
     registry.register(PipelineTool(registry))
