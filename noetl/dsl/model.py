@@ -319,6 +319,9 @@ class Policy(Model):
     on_sink_fail: Literal["retry", "fail_step", "async_ignore"] | None = None
     on_when_error: Literal["treat_as_false", "fail_step"] | None = None
     rollback: Literal["none", "on_fail"] = "none"
+    # How many runs one step may have in an execution: an edge on a cycle of the graph
+    # runs its target again (`fetch -> check -> fetch`); past this, the step fails.
+    max_runs: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
     @property
     def route_edge_target(self) -> str | None:
