@@ -111,6 +111,10 @@ class TemplateError(FatalError):
     """A template failed to parse or render."""
 
 
+class UndefinedNameError(TemplateError):
+    """A template read a name (or a key, an attribute) that is not there."""
+
+
 class SinkError(FatalError):
     """A sink write failed after its own retries."""
 

@@ -122,7 +122,6 @@ def build_graph(playbook: Playbook) -> Graph:
     return Graph(playbook=playbook, entry=playbook.entry, nodes=nodes, edges=tuple(all_edges))
 
 
-
 def _cycles(graph: Graph) -> dict[str, int]:
     targets: dict[str, list[str]] = {name: [] for name in graph.nodes}
     for edge in graph.edges:
