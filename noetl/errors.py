@@ -14,6 +14,7 @@
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget
     ├── FatalError             permanent: retrying cannot help
     │   ├── TemplateError      a template failed to render
+    │   │   └── UndefinedNameError  it read a name, key or attribute that is not there
     │   ├── SinkError          a sink write failed for good
     │   ├── CredentialError    a credential that cannot be used (noetl.credentials)
     │   └── PathRefusedError   a file path resolves outside its configured root
