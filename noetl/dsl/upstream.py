@@ -203,8 +203,21 @@ def _loop_findings(loop: Any, path: Path) -> Iterator[Finding]:
     if "cursor" in loop or spec.get("mode") == "cursor" or "frame" in spec:
         yield Finding("cursor loops (`loop.cursor`)", path)
     policy = spec.get("policy")
-    if policy is not None and not (isinstance(policy, dict) and set(policy) <= {"exec"}):
-        yield Finding("loop policies other than `exec`", (*path, "spec", "policy"))
+    if policy is not None and not (
+        isinstance(policy, dict)
+        and set(policy) <= {"exec", "results"}
+        and _ordered_results(policy.get("results"))
+    ):
+        yield Finding(
+            "loop policies other than `exec` and `results.preserve_order`",
+            (*path, "spec", "policy"),
+        )
+
+
+def _ordered_results(results: Any) -> bool:
+    """A loop's `results` policy this engine follows: `preserve_order` (its items'
+    results are always in item order, whatever order they finished in)."""
+    return results is None or (isinstance(results, dict) and set(results) <= {"preserve_order"})
 
 
 def _template_findings(tree: YMap) -> Iterator[Finding]:
