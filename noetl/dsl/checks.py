@@ -33,8 +33,9 @@ from noetl.dsl.model import (
 )
 from noetl.dsl.rewrite import ShapeError
 from noetl.dsl.routing import BackEdge, Join, analyze
-from noetl.dsl.source import Source, YMap, line_at
+from noetl.dsl.source import Source
 from noetl.dsl.templates import check_syntax, is_template, step_references
+from noetl.dsl.yaml_tree import YMap, line_at
 
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})

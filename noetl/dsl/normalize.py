@@ -34,7 +34,7 @@ from noetl.dsl.rewrite import (
     rename,
     within,
 )
-from noetl.dsl.source import YMap, YSeq, line_at
+from noetl.dsl.yaml_tree import YMap, YSeq, line_at
 
 LEGACY_LOOP_KEYS = ("iter", "iterator", "over", "coll")
 TOOL_KEYS = frozenset({"kind", "spec", "args", "timeout_ms", "retry", "result"})

@@ -9,7 +9,7 @@ from typing import Any
 
 from noetl.dsl.diagnostics import Path
 from noetl.dsl.locate import set_origin
-from noetl.dsl.source import YMap, YSeq
+from noetl.dsl.yaml_tree import YMap, YSeq
 
 
 class ShapeError(ValueError):

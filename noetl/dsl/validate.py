@@ -24,7 +24,8 @@ from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.rewrite import new_map
-from noetl.dsl.source import Source, SourceError, YMap, parse_source, read_source
+from noetl.dsl.source import Source, SourceError, parse_source, read_source
+from noetl.dsl.yaml_tree import YMap
 from noetl.errors import PlaybookError
 
 
