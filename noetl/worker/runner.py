@@ -33,12 +33,12 @@ claim loop is logged and the loop goes on, and a reporter or heartbeat thread th
 is started again by the claim loop (which stops the worker, handing its tasks back, if it
 cannot).
 
-Tasks whose tool waits for other tasks (`playbook`: a child execution, see
-`ToolRegistry.waits`) run in threads of their own and do not count against the claim
-window: a worker whose slots all held waiting parents could otherwise never claim the
-children's tasks. They are heartbeaten like any task, so their leases stay alive while
-they wait. On a hard stop their outcomes are dropped (their waits end early): the task is
-handed back and, run again, finds the child it started.
+Tasks whose tool waits for other tasks (`playbook`: a child execution) run in threads of
+their own (`noetl.worker._threads`) and do not count against the claim window: a worker
+whose slots all held waiting parents could otherwise never claim the children's tasks.
+They are heartbeaten like any task, so their leases stay alive while they wait. On a hard
+stop their outcomes are dropped (their waits end early): the task is handed back and, run
+again, finds the child it started.
 """
 
 from __future__ import annotations
@@ -134,7 +134,6 @@ class Worker:
             store, give_up_s=max(config.lease_s, 5.0), errors=self.stats.errors
         )
         self._threads = TaskThreads(config.concurrency)
-        self._waiters: set[threading.Thread] = set()
         self._heartbeats = Heartbeats(
             store,
             worker_id=self.worker_id,
@@ -217,10 +216,7 @@ class Worker:
         without waiting for the tools still running (their tasks were handed back)."""
         self._threads.shutdown(wait=drained)
         if drained:
-            with self._lock:
-                waiters = list(self._waiters)
-            for thread in waiters:
-                thread.join(timeout=max(self.config.lease_s, 5.0))
+            self._threads.join_own(timeout=max(self.config.lease_s, 5.0))
         self._reporter.stop(max(self.config.lease_s, 5.0) + 5 if drained else HARD_STOP_REPORT_S)
         self._heartbeats.stop(timeout=5)
 
@@ -332,31 +328,11 @@ class Worker:
 
     def _submit(self, lease: Lease) -> None:
         """Run a leased task: in the pool, or in a thread of its own when its tool waits
-        for other tasks (a pool slot held while waiting could be the one they need)."""
-        if not self.tools.waits(lease.task.kind):
+        for other tasks (noetl.worker._threads)."""
+        if self.tools.waits(lease.task.kind):
+            self._threads.spawn(self._execute, lease, name=f"noetl-wait-{lease.task.task_id}")
+        else:
             self._threads.submit(self._execute, lease)
-            return
-        thread = threading.Thread(
-            target=self._execute_waiting,
-            args=(lease,),
-            name=f"noetl-wait-{lease.task.task_id}",
-            daemon=True,
-        )
-        with self._lock:
-            self._waiters.add(thread)
-        try:
-            thread.start()
-        except BaseException:
-            with self._lock:
-                self._waiters.discard(thread)
-            raise
-
-    def _execute_waiting(self, lease: Lease) -> None:
-        try:
-            self._execute(lease)
-        finally:
-            with self._lock:
-                self._waiters.discard(threading.current_thread())
 
     def _wait(self) -> None:
         try:
