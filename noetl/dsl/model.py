@@ -1,6 +1,6 @@
 """The DSL v2 playbook model (canonical form).
 
-Shorthand forms are accepted through before-validators (see `noetl.dsl.normalize`), and the
+Shorthand forms are accepted through before-validators (see `noetl.dsl.desugar`), and the
 JSON Schema (`noetl schema`) describes what an author may write. Models are frozen: a
 validated playbook never changes.
 """
@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from noetl.dsl.normalize import (
+from noetl.dsl.desugar import (
     desugar_loop,
     desugar_next,
     desugar_retry,

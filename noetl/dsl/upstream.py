@@ -30,7 +30,6 @@ from noetl.dsl.diagnostics import Diagnostic, Path, Severity
 from noetl.dsl.locate import set_origin
 from noetl.dsl.model import NAME_PATTERN, UPSTREAM
 from noetl.dsl.rewrite import ShapeError, new_map, new_seq, within
-from noetl.dsl.source import YMap, YSeq, line_at
 from noetl.dsl.templates import free_names, is_template
 from noetl.dsl.upstream_pipeline import is_pipeline, pipeline_tasks, rewrite_pipeline
 from noetl.dsl.upstream_tools import (
@@ -41,6 +40,7 @@ from noetl.dsl.upstream_tools import (
     tool_findings,
     unavailable,
 )
+from noetl.dsl.yaml_tree import YMap, YSeq, line_at
 
 __all__ = ["Evidence", "detect", "rewrite", "unsupported", "unsupported_diagnostic"]
 
