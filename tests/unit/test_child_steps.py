@@ -1,0 +1,149 @@
+"""What the `playbook` tool reads of a child besides starting it: the files a playbook
+path may name, a child text's step names, one step's result from a child's log; and
+`return_step` / `job` in upstream NoETL's dialect."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+import pytest
+
+from noetl.core import Event, EventType, Task
+from noetl.dsl import load_playbook_text
+from noetl.store.base import Append, ExecutionRecord
+from noetl.store.memory import MemoryStore
+from noetl.tools.child_steps import StepNames, file_candidates, step_result
+from tests.unit.engine_harness import Harness
+
+CHILD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child}
+workflow:
+  - step: first
+    tool: {kind: noop}
+    next: [{step: second}]
+  - step: second
+    tool: {kind: noop}
+"""
+
+UPSTREAM_HEAD = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata:
+  name: parent
+  path: tests/upstream/parent
+"""
+
+
+def test_file_candidates_try_the_path_its_suffixes_then_the_file_named_after_it() -> None:
+    assert file_candidates("a/b") == ["a/b", "a/b.yaml", "a/b.yml", "a/b/b.yaml", "a/b/b.yml"]
+    assert file_candidates("a/b/") == file_candidates("a/b")
+    assert file_candidates("a/b.yaml") == ["a/b.yaml"]
+    assert file_candidates("b.yml") == ["b.yml"]
+    assert file_candidates("") == []
+
+
+def test_step_names_of_a_text_and_none_for_an_invalid_one() -> None:
+    names = StepNames(size=1)
+    assert names(CHILD) == frozenset({"first", "second"})
+    assert names("workflow: [") is None
+    # The cache holds one text: the first is read again, with the same answer.
+    assert names(CHILD) == frozenset({"first", "second"})
+
+
+def _log(
+    store: MemoryStore, execution_id: str, events: list[tuple[str, str, dict[str, Any]]]
+) -> None:
+    record = ExecutionRecord(execution_id, "child", None, CHILD)
+    logged = [
+        Event(seq, kind, execution_id, 0.0, step, payload)
+        for seq, (kind, step, payload) in enumerate(events, start=1)
+    ]
+    store.create_execution(record, Append(execution_id=execution_id, expected_seq=0, events=logged))
+
+
+def test_step_result_is_the_last_ok_finish_of_the_step() -> None:
+    store = MemoryStore()
+    _log(
+        store,
+        "c1",
+        [
+            (EventType.STEP_FINISHED, "first", {"status": "ok", "result": {"n": 1}}),
+            (EventType.STEP_FINISHED, "second", {"status": "failed", "error": "x"}),
+            (EventType.STEP_FINISHED, "first", {"status": "ok", "result": {"n": 2}}),
+        ],
+    )
+    assert step_result(store, "c1", "first") == (True, {"n": 2})
+    assert step_result(store, "c1", "second") == (False, None)
+    assert step_result(store, "c1", "third") == (False, None)
+
+
+def test_step_result_reads_a_long_log_in_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
+    from noetl.tools import child_steps
+
+    monkeypatch.setattr(child_steps, "EVENT_CHUNK", 2)
+    store = MemoryStore()
+    events = [(EventType.STEP_STARTED, "first", {}) for _ in range(5)]
+    events.append((EventType.STEP_FINISHED, "first", {"status": "ok", "result": 7}))
+    _log(store, "c2", events)
+    assert step_result(store, "c2", "first") == (True, 7)
+
+
+def test_return_step_is_read_in_both_dialects() -> None:
+    upstream = load_playbook_text(
+        UPSTREAM_HEAD
+        + textwrap.dedent("""
+            workflow:
+              - step: start
+                tool:
+                  kind: playbook
+                  path: tests/child
+                  return_step: end
+                  input: {n: 1}
+            """),
+        "parent.yaml",
+    )
+    assert upstream.errors == [], [d.format() for d in upstream.errors]
+    assert upstream.playbook is not None and upstream.playbook.dialect == "upstream"
+    tool = upstream.playbook.step("start").tool
+    assert tool is not None and tool.spec["return_step"] == "end"
+    native = load_playbook_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p}\nworkflow:\n"
+        "  - step: a\n    tool: {kind: playbook, path: x, return_step: b}\n",
+        "native.yaml",
+    )
+    assert native.ok and native.playbook is not None
+    assert native.playbook.dialect != "upstream"  # return_step alone does not mark a file
+    empty = load_playbook_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p}\nworkflow:\n"
+        "  - step: a\n    tool: {kind: playbook, path: x, return_step: ''}\n",
+        "empty.yaml",
+    )
+    assert not empty.ok
+
+
+def test_upstream_templates_see_the_execution_as_job() -> None:
+    text = UPSTREAM_HEAD + textwrap.dedent("""
+        workflow:
+          - step: start
+            tool:
+              kind: python
+              input:
+                parent: "{{ job.execution_id }}"
+                uuid: "{{ job.uuid }}"
+              code: |
+                result = {"parent": parent, "uuid": uuid}
+        """)
+    seen: list[dict[str, Any]] = []
+
+    def record(task: Task) -> Any:
+        seen.append(dict(task.args))
+        return task.args
+
+    harness = Harness.from_text(text, handlers={"start": record})
+    harness.start()
+    harness.run()
+    execution_id = harness.state.execution_id
+    assert seen == [{"parent": execution_id, "uuid": execution_id}]
