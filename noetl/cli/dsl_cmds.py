@@ -42,14 +42,14 @@ def _expand(files: tuple[Path, ...]) -> list[Path]:
 
 def _check(files: tuple[Path, ...], settings: Settings) -> list[LoadResult]:
     """Each file validated, and its playbook tools' `return_step` checked against the
-    child files found under `playbooks.root` (noetl.cli.child_checks)."""
-    from noetl.cli.child_checks import with_child_checks
+    child files found under `playbooks.root` (noetl.tools.child_checks)."""
+    from noetl.tools.child_checks import file_lookup, with_child_checks
     from noetl.tools.child_steps import StepNames
 
-    root, names = settings.roots(Path.cwd()).playbooks, StepNames()
+    lookup, names = file_lookup(settings.roots(Path.cwd()).playbooks), StepNames()
     allow_legacy = settings.dsl.allow_legacy
     return [
-        with_child_checks(load_playbook(f, allow_legacy=allow_legacy), root, names)
+        with_child_checks(load_playbook(f, allow_legacy=allow_legacy), lookup, names)
         for f in _expand(files)
     ]
 

@@ -1,16 +1,18 @@
-"""What `noetl validate` and `noetl lint` check beyond one file: a `playbook` tool's
-`return_step` against the child it names, when that child is a file they can find.
+"""A `playbook` tool's `return_step` checked against its child when the child is known
+without running anything: `noetl validate` / `lint` look for the child's file as
+`noetl run` does (`file_lookup`: `file_candidates` under `playbooks.root`, the working
+directory by default); a server registering or validating a playbook looks in its
+catalog (`noetl.server.routes.playbooks`).
 
-The child is looked for as `noetl run` looks for it (noetl.tools.child_steps
-`file_candidates`, under `playbooks.root`, the working directory by default). A path or
-a `return_step` that is a template, a child that is only in a server's catalog, or a
-child file that is not a valid playbook is not checked here: the run checks it before
-starting the child (the step fails naming the step and the child's path).
+A path or a `return_step` that is a template, a child not found, or a child that is not
+a valid playbook is not checked here: the run checks it before starting the child (the
+step fails naming the step and the child's path).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,15 +20,22 @@ from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.validate import LoadResult
 from noetl.errors import PathRefusedError
 from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
+from noetl.store.base import Store
 from noetl.tools.child_steps import StepNames, file_candidates
 
-__all__ = ["with_child_checks"]
+__all__ = ["ChildLookup", "catalog_lookup", "file_lookup", "with_child_checks"]
 
 CODE = "E333"
 
+# The text of the child at `path` (and catalog `version`), or None when it is not known.
+ChildLookup = Callable[[str, int | None], str | None]
 
-def with_child_checks(result: LoadResult, root: Path, names: StepNames) -> LoadResult:
-    """`result` with an error for each `return_step` its child file has no step of."""
+
+def with_child_checks(
+    result: LoadResult, lookup: ChildLookup, names: StepNames | None = None
+) -> LoadResult:
+    """`result` with an error for each `return_step` its known child has no step of."""
+    names = names or StepNames()
     playbook = result.playbook
     if playbook is None:
         return result
@@ -38,7 +47,7 @@ def with_child_checks(result: LoadResult, root: Path, names: StepNames) -> LoadR
         path, returned = tool.spec.get("path"), tool.spec.get("return_step")
         if not isinstance(path, str) or not _literal(path) or not _literal(returned):
             continue
-        text = _child_text(path, root)
+        text = lookup(path, _version(tool.spec.get("version")))
         steps = None if text is None else names(text, path)
         if steps is None or returned in steps:
             continue
@@ -62,6 +71,35 @@ def with_child_checks(result: LoadResult, root: Path, names: StepNames) -> LoadR
 
 def _literal(value: Any) -> bool:
     return isinstance(value, str) and bool(value) and "{{" not in value and "{%" not in value
+
+
+def _version(value: Any) -> int | None:
+    """A literal catalog version (a template or nothing: the latest)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return None
+
+
+def file_lookup(root: Path) -> ChildLookup:
+    """Children as `noetl run` finds files: `file_candidates` under `root` (a catalog
+    version names no file)."""
+
+    def lookup(path: str, version: int | None) -> str | None:
+        return None if version is not None else _child_text(path, root)
+
+    return lookup
+
+
+def catalog_lookup(store: Store) -> ChildLookup:
+    """Children as registered in `store`'s catalog (that version, else the latest)."""
+
+    def lookup(path: str, version: int | None) -> str | None:
+        record = store.get_playbook(path, version)
+        return None if record is None else record.text
+
+    return lookup
 
 
 def _child_text(path: str, root: Path) -> str | None:
