@@ -1,6 +1,6 @@
 """A `playbook` tool's `return_step` checked against its child when the child is known
 without running anything: `noetl validate` / `lint` look for the child's file as
-`noetl run` does (`file_lookup`: `file_candidates` under `playbooks.root`, the working
+`noetl run` does (`file_lookup`: `find_file` under `playbooks.root`, the working
 directory by default); a server registering or validating a playbook looks in its
 catalog (`noetl.server.routes.playbooks`).
 
@@ -19,9 +19,8 @@ from typing import Any
 from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.validate import LoadResult
 from noetl.errors import PathRefusedError
-from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import Store
-from noetl.tools.child_steps import StepNames, file_candidates
+from noetl.tools.child_steps import StepNames, find_file
 
 __all__ = ["ChildLookup", "catalog_lookup", "file_lookup", "with_child_checks"]
 
@@ -83,8 +82,8 @@ def _version(value: Any) -> int | None:
 
 
 def file_lookup(root: Path) -> ChildLookup:
-    """Children as `noetl run` finds files: `file_candidates` under `root` (a catalog
-    version names no file)."""
+    """Children as `noetl run` finds files: `find_file` under `root` (a catalog version
+    names no file)."""
 
     def lookup(path: str, version: int | None) -> str | None:
         return None if version is not None else _child_text(path, root)
@@ -103,14 +102,11 @@ def catalog_lookup(store: Store) -> ChildLookup:
 
 
 def _child_text(path: str, root: Path) -> str | None:
-    for name in file_candidates(path):
-        try:
-            file = confine(name, root, field="spec.path", setting=PLAYBOOK_ROOT_SETTING)
-            if file.is_file():
-                return file.read_text(encoding="utf-8")
-        except (PathRefusedError, OSError, UnicodeDecodeError):
-            return None
-    return None
+    try:
+        file, _ = find_file(path, root)
+        return None if file is None else file.read_text(encoding="utf-8")
+    except (PathRefusedError, OSError, UnicodeDecodeError):
+        return None
 
 
 def _line(result: LoadResult, index: int) -> int | None:

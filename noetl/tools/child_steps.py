@@ -1,7 +1,8 @@
-"""What the `playbook` tool reads of a child playbook besides starting it: the files a
-catalog path may name (`file_candidates`), the step names of its text (`step_names`, to
-check a `return_step` before the child starts) and, once the child finished, the result
-of one of its steps (`step_result`), read from the child's event log in the store.
+"""What the `playbook` tool reads of a child playbook besides starting it: the file a
+playbook path names under the root (`find_file`: `file_candidates`, else the playbook
+file whose `metadata.path` it is), the step names of its text (`StepNames`, to check a
+`return_step` before the child starts) and, once the child finished, the result of one
+of its steps (`step_result`), read from the child's event log in the store.
 
 `noetl validate` / `noetl lint` use the first two to check a `return_step` against a
 child file they can find (noetl.cli.dsl_cmds).
@@ -10,19 +11,26 @@ child file they can find (noetl.cli.dsl_cmds).
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from noetl.core import EventType
+from noetl.dsl.source import SourceError, parse_source
 from noetl.dsl.validate import load_playbook_text
+from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import Store
 
-__all__ = ["StepNames", "file_candidates", "step_result"]
+__all__ = ["StepNames", "file_candidates", "find_file", "step_result"]
 
 SUFFIXES = (".yaml", ".yml")
 # Events read at a time when looking for a step's result in a child's log.
 EVENT_CHUNK = 1000
+# Looking for a playbook by its `metadata.path` reads at most this many files under the
+# root (a root may be a big directory), and none bigger than this.
+MAX_SCANNED_FILES = 5000
+MAX_SCANNED_BYTES = 4 * 1024 * 1024
 
 
 def file_candidates(path: str) -> list[str]:
@@ -38,6 +46,54 @@ def file_candidates(path: str) -> list[str]:
     if name and name not in (".", ".."):
         out.extend(f"{path}/{name}{suffix}" for suffix in SUFFIXES)
     return out
+
+
+def find_file(path: str, root: Path) -> tuple[Path | None, list[str]]:
+    """The file under `root` that playbook `path` names, and what was tried: the first of
+    `file_candidates` that is a file, else the first playbook file (sorted walk of the
+    root, hidden directories skipped) whose `metadata.path` is `path`. PathRefusedError
+    when `path` leads out of the root."""
+    tried = file_candidates(path)
+    for name in tried:
+        file = confine(name, root, field="spec.path", setting=PLAYBOOK_ROOT_SETTING)
+        if file.is_file():
+            return file, tried
+    tried.append(f"a playbook with metadata.path {path!r}")
+    return _by_metadata_path(path.rstrip("/"), root.resolve()), tried
+
+
+def _by_metadata_path(path: str, root: Path) -> Path | None:
+    scanned = 0
+    for folder, dirs, files in os.walk(root):  # symlinks are not followed
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in sorted(files):
+            if not name.endswith(SUFFIXES):
+                continue
+            scanned += 1
+            if scanned > MAX_SCANNED_FILES:
+                return None
+            file = Path(folder) / name
+            if _declares(file, path):
+                return file
+    return None
+
+
+def _declares(file: Path, path: str) -> bool:
+    """Whether `file` is a playbook whose `metadata.path` is `path`."""
+    try:
+        if file.is_symlink() or file.stat().st_size > MAX_SCANNED_BYTES:
+            return False
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if path not in text:  # most files: no need to parse
+        return False
+    try:
+        tree = parse_source(text, str(file)).tree
+    except SourceError:
+        return False
+    metadata = tree.get("metadata") if isinstance(tree, dict) else None
+    return isinstance(metadata, dict) and str(metadata.get("path", "")).rstrip("/") == path
 
 
 class StepNames:

@@ -10,9 +10,9 @@ retry (the step's `retry` policy), which starts a child of its own.
 The child's text comes from the playbook catalog (`spec.path`, `spec.version`), else,
 without a version, from a file under the tool's root (`playbooks.root`; `..`, absolute
 paths elsewhere and symlinks leading out are refused, see noetl.paths): `spec.path`
-itself, with `.yaml` / `.yml`, or the file named after its last part inside it
-(noetl.tools.child_steps.file_candidates); the task's `args` are merged over the child's
-workload. A file that
+itself, with `.yaml` / `.yml`, the file named after its last part inside it, else the
+playbook file whose `metadata.path` it is (noetl.tools.child_steps.find_file); the
+task's `args` are merged over the child's workload. A file that
 cannot be read or is not a valid playbook fails the step with the diagnostics' codes and
 lines only: its contents never reach the step's error (it may be any file, a secret
 one too). The tool then polls the store until the child finishes: `ok` gives
@@ -39,9 +39,8 @@ from typing import Any, Protocol
 from noetl.core import ExecutionStatus, Outcome, Task
 from noetl.credentials.scope import current_scope
 from noetl.errors import NoetlError, PathRefusedError, PlaybookError
-from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import ExecutionRecord, Store
-from noetl.tools.child_steps import StepNames, file_candidates, step_result
+from noetl.tools.child_steps import StepNames, find_file, step_result
 
 __all__ = ["ChildLauncher", "PlaybookTool", "child_execution_id"]
 
@@ -195,7 +194,7 @@ class PlaybookTool:
 
     def _source(self, path: str, version: int | None) -> tuple[str, str, bool] | str:
         """The child's text, its path and whether it came from a file: from the catalog,
-        else (without a version) from a file under the root (`file_candidates`); the
+        else (without a version) from a file under the root (`find_file`); the
         error message, naming what was tried, when neither has it. PathRefusedError for
         a path outside the root."""
         record = self._launcher.store.get_playbook(path, version)
@@ -204,11 +203,7 @@ class PlaybookTool:
         if version is not None:
             return f"version {version} of playbook {path!r} is not registered"
         root = (self._root or Path.cwd()).resolve()
-        tried = file_candidates(path)
-        files = [
-            confine(name, root, field="spec.path", setting=PLAYBOOK_ROOT_SETTING) for name in tried
-        ]
-        file = next((f for f in files if f.is_file()), None)
+        file, tried = find_file(path, root)
         if file is None:
             return (
                 f"playbook {path!r} is neither registered nor a file (under {root}; "

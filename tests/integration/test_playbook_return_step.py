@@ -158,3 +158,22 @@ def test_a_child_found_nowhere_names_every_file_tried(tmp_path: Path) -> None:
     assert str(tmp_path.resolve()) in error
     for tried in ("flows/missing.yaml", "flows/missing.yml", "flows/missing/missing.yaml"):
         assert tried in error
+    assert "a playbook with metadata.path 'flows/missing'" in error
+
+
+def test_a_child_by_the_metadata_path_of_a_file_under_the_root(tmp_path: Path) -> None:
+    # A decoy that names the path as a tool's, not as its own: skipped.
+    decoy = parent("{kind: playbook, path: catalog/kid}").replace(
+        "metadata: {name: parent}", "metadata: {name: decoy, path: catalog/other}"
+    )
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "decoy.yaml").write_text(decoy, encoding="utf-8")
+    (tmp_path / "z" / "deep").mkdir(parents=True)
+    declared = CHILD.replace("metadata: {name: child}", "metadata: {name: kid, path: catalog/kid}")
+    (tmp_path / "z" / "deep" / "kid.yaml").write_text(declared, encoding="utf-8")
+    text = parent("{kind: playbook, path: catalog/kid, return_step: made, args: {n: 5}}")
+    result, kids = run_parent(tmp_path, text)
+    assert result.status is ExecutionStatus.OK, result
+    assert result.context["child"]["tripled"] == 15
+    (kid,) = kids
+    assert kid.playbook_path == "catalog/kid"

@@ -5,15 +5,17 @@ path may name, a child text's step names, one step's result from a child's log; 
 from __future__ import annotations
 
 import textwrap
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from noetl.core import Event, EventType, Task
 from noetl.dsl import load_playbook_text
+from noetl.errors import PathRefusedError
 from noetl.store.base import Append, ExecutionRecord
 from noetl.store.memory import MemoryStore
-from noetl.tools.child_steps import StepNames, file_candidates, step_result
+from noetl.tools.child_steps import StepNames, file_candidates, find_file, step_result
 from tests.unit.engine_harness import Harness
 
 CHILD = """\
@@ -147,3 +149,25 @@ def test_upstream_templates_see_the_execution_as_job() -> None:
     harness.run()
     execution_id = harness.state.execution_id
     assert seen == [{"parent": execution_id, "uuid": execution_id}]
+
+
+def test_find_file_tries_candidates_then_metadata_paths_within_bounds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from noetl.tools import child_steps
+
+    (tmp_path / "a.yaml").write_text("metadata: {name: a, path: other}\n")
+    (tmp_path / "b.yaml").write_text("metadata: {name: b, path: wanted/one}\n")
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "c.yaml").write_text("metadata: {name: c, path: hidden/one}\n")
+    (tmp_path / "wanted").mkdir()
+    (tmp_path / "wanted" / "two.yml").write_text("metadata: {name: two}\n")
+    assert find_file("wanted/two", tmp_path)[0] == tmp_path / "wanted" / "two.yml"
+    file, tried = find_file("wanted/one", tmp_path)
+    assert file == tmp_path / "b.yaml"
+    assert tried[-1] == "a playbook with metadata.path 'wanted/one'"
+    assert find_file("hidden/one", tmp_path)[0] is None
+    monkeypatch.setattr(child_steps, "MAX_SCANNED_FILES", 1)  # a.yaml only
+    assert find_file("wanted/one", tmp_path)[0] is None
+    with pytest.raises(PathRefusedError):
+        find_file("../elsewhere", tmp_path)
