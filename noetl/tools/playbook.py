@@ -290,7 +290,17 @@ class PlaybookTool:
                 "context": record.context,
             }
             if isinstance(returned, str):
-                this = self._returned(child_id, returned)
+                try:
+                    this = self._returned(child_id, returned)
+                except NoetlError as exc:  # a run again finds the child and reads it again
+                    return Outcome(
+                        task.task_id,
+                        ok=False,
+                        error=f"reading step {returned!r} of child execution {child_id}: {exc}",
+                        error_type=type(exc).__name__,
+                        retryable=exc.retryable,
+                        duration_ms=duration_ms,
+                    )
             return Outcome(task.task_id, ok=True, this=this, duration_ms=duration_ms)
         reason = self._failed_step(child_id)
         return Outcome(

@@ -10,12 +10,13 @@ from typing import Any
 
 import pytest
 
-from noetl.core import Event, EventType, Task
+from noetl.core import Event, EventType, ExecutionStatus, StoreUnavailableError, Task
 from noetl.dsl import load_playbook_text
 from noetl.errors import PathRefusedError
 from noetl.store.base import Append, ExecutionRecord
 from noetl.store.memory import MemoryStore
 from noetl.tools.child_steps import StepNames, file_candidates, find_file, step_result
+from noetl.tools.playbook import PlaybookTool, child_execution_id
 from tests.unit.engine_harness import Harness
 
 CHILD = """\
@@ -171,3 +172,39 @@ def test_find_file_tries_candidates_then_metadata_paths_within_bounds(
     assert find_file("wanted/one", tmp_path)[0] is None
     with pytest.raises(PathRefusedError):
         find_file("../elsewhere", tmp_path)
+
+
+class _FlakyLogStore(MemoryStore):
+    """A store whose event logs cannot be read (a transient failure)."""
+
+    def load_events(
+        self, execution_id: str, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[Event]:
+        raise StoreUnavailableError("the database is busy", retryable=True)
+
+
+class _Launcher:
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    def launch(self, *args: Any, **kwargs: Any) -> bool:  # pragma: no cover - not called
+        raise AssertionError("the child exists: nothing is started")
+
+    def cancel(self, execution_id: str) -> None:  # pragma: no cover - not called
+        raise AssertionError("nothing is canceled")
+
+    def stopping(self) -> bool:
+        return False
+
+
+def test_a_return_step_that_cannot_be_read_yet_is_a_retryable_failure() -> None:
+    store = _FlakyLogStore()
+    key = "parent-1:call"
+    child = ExecutionRecord(child_execution_id(key), "child", None, CHILD, ExecutionStatus.OK)
+    store.create_execution(child)
+    task = Task(
+        "t1", "parent-1", "call", "playbook", {"path": "x", "return_step": "first"}, {}, {}, key
+    )
+    outcome = PlaybookTool(_Launcher(store)).run(task)
+    assert not outcome.ok and outcome.retryable
+    assert outcome.error is not None and "reading step 'first' of child execution" in outcome.error
