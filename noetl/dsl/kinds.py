@@ -173,6 +173,8 @@ class PlaybookSpec(SpecModel):
     path: str
     # A catalog version: a number, or a template that renders to one.
     version: int | str | None = None
+    # The child's step whose result is this task's result (else the child's context).
+    return_step: str | None = Field(default=None, min_length=1)
 
 
 class WorkbookSpec(SpecModel):

@@ -4,7 +4,8 @@ In scope: `workload`, `execution_id`, values saved with `result.as` / `collect`,
 `bind` values, the loop element and `_loop` {index, item}, the read-only `step` namespace,
 the helpers, and (in result templates) `this` and `out`. `_loop.key` is the item's rendered
 `loop.key`, or its index when the loop has no `key`. A playbook in upstream NoETL's dialect
-also sees its execution variables `ctx` and, in a loop iteration, `iter`.
+also sees its execution variables `ctx`, `job` (the execution's id) and, in a loop
+iteration, `iter`.
 """
 
 from __future__ import annotations
@@ -120,13 +121,15 @@ class TemplateContext:
 
     def _variables(self) -> dict[str, Any]:
         """Upstream NoETL's `ctx` (the execution's variables, a copy: templates read it,
-        `set:` writes it through events) and `iter` (the loop iteration's: its element
-        under the loop's `iterator` name, and `_index`; empty outside an iteration)."""
+        `set:` writes it through events), `iter` (the loop iteration's: its element
+        under the loop's `iterator` name, and `_index`; empty outside an iteration) and
+        `job` (the execution: `job.execution_id`, `job.uuid`, both its id)."""
         loop = self.step.loop
         iteration: dict[str, Any] = {}
         if self.index is not None and loop is not None:
             iteration = {loop.element: self.item, "_index": self.index}
-        return {"ctx": dict(self.state.ctx), "iter": iteration}
+        job = {"execution_id": self.state.execution_id, "uuid": self.state.execution_id}
+        return {"ctx": dict(self.state.ctx), "iter": iteration, "job": job}
 
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
