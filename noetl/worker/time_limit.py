@@ -8,7 +8,7 @@
    `grace_s` after the deadline: a tool that keeps time gets that long to report its own
    timeout, in its own words, before it is stopped from outside;
 3. an outcome that comes back after the deadline is a retryable `TaskTimeoutError`
-   when it succeeded (its result came too late) or when the watchdog asked it to stop; a
+   when it succeeded (its result came too late) or when the watchdog stopped it; a
    failure the tool reported itself (its own timeout) is kept as it is.
 
 A task without `timeout_ms` runs unbounded here (the python pool still applies its own
@@ -34,6 +34,8 @@ log = logging.getLogger("noetl.worker")
 
 # How long after its deadline a tool that can be stopped is asked to stop.
 CANCEL_GRACE_S = 0.5
+# How long a call that returned waits for the answer of the cancel that stopped it.
+_ANSWER_S = 2.0
 
 Handler = Callable[[Task], Outcome]
 
@@ -119,19 +121,31 @@ WATCHDOG = Watchdog()
 
 
 class _Stop:
-    """Asks the tool to stop one task, and remembers having asked (before asking: the
-    stopped call may return before `cancel` does)."""
+    """Asks the tool to stop one task, and remembers whether it did."""
 
-    __slots__ = ("asked", "cancel", "task_id")
+    __slots__ = ("asked", "cancel", "done", "stopped", "task_id")
 
     def __init__(self, cancel: Callable[[str], bool], task_id: str) -> None:
         self.cancel = cancel
         self.task_id = task_id
         self.asked = False
+        self.stopped = False
+        self.done = threading.Event()
 
     def __call__(self) -> None:
         self.asked = True
-        self.cancel(self.task_id)
+        try:
+            self.stopped = self.cancel(self.task_id) is True
+        finally:
+            self.done.set()
+
+    def result(self) -> bool:
+        """Whether the tool stopped the task; the stopped call may return before its
+        `cancel` does, so wait for that (briefly) once it was asked."""
+        if not self.asked:
+            return False
+        self.done.wait(_ANSWER_S)
+        return self.stopped
 
 
 class TimeLimit:
@@ -163,7 +177,7 @@ class TimeLimit:
             Deadline.leave(token)
             if alarm is not None:
                 self.watchdog.cancel(alarm)
-        stopped = stop is not None and stop.asked
+        stopped = stop is not None and stop.result()
         if (outcome.ok or stopped) and deadline.expired():
             return timed_out(task, deadline, outcome, stopped=stopped)
         return outcome
@@ -173,7 +187,7 @@ def timed_out(task: Task, deadline: Deadline, outcome: Outcome, *, stopped: bool
     """The retryable timeout failure of an outcome that came back past its deadline."""
     error = f"{task.kind}: the task ran past its timeout_ms ({deadline.timeout_ms})"
     if stopped:
-        error += "; it was asked to stop"
+        error += "; it was stopped"
     return Outcome(
         task_id=outcome.task_id,
         ok=False,

@@ -88,9 +88,7 @@ def test_a_cancellable_tool_is_asked_to_stop_a_grace_after_the_deadline() -> Non
     assert tool.canceled == ["t1"]
     assert 0.2 <= elapsed < 2
     assert outcome.error_type == "TaskTimeoutError" and outcome.retryable
-    assert (
-        outcome.error == "stoppable: the task ran past its timeout_ms (100); it was asked to stop"
-    )
+    assert outcome.error == "stoppable: the task ran past its timeout_ms (100); it was stopped"
 
 
 def test_a_task_done_in_time_is_never_canceled() -> None:

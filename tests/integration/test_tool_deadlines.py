@@ -74,7 +74,7 @@ def test_a_cancellable_tool_past_its_deadline_is_stopped(solo: PythonPool) -> No
     outcome, elapsed = timed(registry, make_task("untimed", {"code": SPIN}, 300))
     assert (outcome.ok, outcome.retryable) == (False, True)
     assert outcome.error_type == "TaskTimeoutError"
-    assert outcome.error == "untimed: the task ran past its timeout_ms (300); it was asked to stop"
+    assert outcome.error == "untimed: the task ran past its timeout_ms (300); it was stopped"
     assert 0.5 <= elapsed < 3
     with pytest.raises(ProcessLookupError):  # its child was killed (and replaced)
         os.kill(pid, 0)
