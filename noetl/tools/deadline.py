@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from noetl.core import Task
 
@@ -23,9 +23,9 @@ __all__ = ["Deadline"]
 _FLOOR_S = 0.001
 
 
-@dataclass(frozen=True, slots=True)
-class Deadline:
-    """When the task with `task_id` runs out of its `timeout_ms` (on `time.monotonic`)."""
+class Deadline(NamedTuple):
+    """When the task with `task_id` runs out of its `timeout_ms` (on `time.monotonic`).
+    A named tuple: made for every task with a timeout, so it is cheap to make."""
 
     task_id: str
     timeout_ms: int

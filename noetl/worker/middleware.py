@@ -8,7 +8,7 @@ the composed chains of each tool. From the outside in:
 | middleware | does |
 |---|---|
 | `LogContext` | log records of the call carry the task's context (`run` only) |
-| `Observe` | tells the observer the tool started and finished (`run` only) |
+| `Observe` | tells the observer the tool started and finished (`run` only; none for NOOP) |
 | `ScriptCheck` | fails a task whose `spec.script` was never read (script kinds only) |
 | `SecretScope` | makes the task's secret scope current; masks its values in the outcome |
 | `CrashCapture` | a tool (or a policy inside) that raises costs one task, not the worker |

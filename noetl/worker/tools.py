@@ -308,7 +308,9 @@ class ToolRegistry:
         cancel = (abilities or Abilities.of(tool)).cancel
         chain: list[Middleware] = []
         if observed:
-            chain += [LogContext(), Observe(self._observer)]
+            chain.append(LogContext())
+            if self._observer is not NOOP:  # nothing to tell: no call to make
+                chain.append(Observe(self._observer))
         if tool.kind in SCRIPT_CODE:
             chain.append(ScriptCheck())
         if not short:

@@ -99,7 +99,7 @@ FULL = [
 
 
 def test_the_chain_order() -> None:
-    registry = ToolRegistry([Tool("echo", lambda t: 1), NoopTool()])
+    registry = ToolRegistry([Tool("echo", lambda t: 1), NoopTool()], observer=Recorder())
     assert registry.middlewares("echo") == FULL
     assert registry.middlewares("echo", observed=False) == FULL[2:]
     short = ["LogContext", "Observe", "CrashCapture", "ResultBound", "TimeLimit"]
@@ -107,6 +107,8 @@ def test_the_chain_order() -> None:
     # the script check only around the kinds that read script files, right inside Observe
     assert registry.middlewares("python")[:3] == ["LogContext", "Observe", "ScriptCheck"]
     assert "ScriptCheck" not in registry.middlewares("echo")
+    # nothing to observe: no Observe
+    assert "Observe" not in ToolRegistry([NoopTool()]).middlewares("noop")
 
 
 def test_compose_puts_the_first_middleware_outermost() -> None:
