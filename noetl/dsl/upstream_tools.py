@@ -39,12 +39,6 @@ from noetl.dsl.rewrite import ShapeError, new_map, origin_of
 # Kinds upstream NoETL has and this engine does not, with what each does there.
 UNAVAILABLE_KINDS: dict[str, str] = {
     "agent": "`agent` runs an AI agent framework",
-    "artifact": (
-        "`artifact` loads a result upstream stored outside its event log (by the `_ref` "
-        "a step's `output.store` / `output_select` leaves); this engine keeps every result "
-        "whole under its step's name and gives none a `_ref`, so read `{{ <step> }}` "
-        "itself instead"
-    ),
     "container": "`container` runs a Kubernetes job",
     "ducklake": "`ducklake` runs DuckDB over a DuckLake catalog",
     "gcs": "`gcs` reads and writes Google Cloud Storage",

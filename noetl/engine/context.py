@@ -14,9 +14,9 @@ from typing import Any
 
 from noetl.core import StepStatus
 from noetl.core.secrets import SECRETS
-from noetl.dsl.envelope import StepResult
+from noetl.dsl.envelope import LoopResult, StepResult
 from noetl.dsl.model import Collect, Step
-from noetl.engine.state import ExecutionState, StepNamespace
+from noetl.engine.state import ExecutionState, StepNamespace, StepRun
 
 
 def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
@@ -98,7 +98,11 @@ class TemplateContext:
             names["result"] = state.steps[state.completed[-1]].result
         for name, run in state.steps.items():
             if run.status is StepStatus.OK:
-                names[name] = StepResult.of(run.result)
+                names[name] = (
+                    LoopResult.of(run.result, loop_stats(run))
+                    if run.is_loop
+                    else StepResult.of(run.result)
+                )
         names.update(state.context)
         return names
 
@@ -106,10 +110,13 @@ class TemplateContext:
         if self.index is None or self.step.loop is None:
             return {}
         key = self.index if self.key is None else self.key
-        return {
+        names = {
             self.step.loop.element: self.item,
             "_loop": {"index": self.index, "item": self.item, "key": key},
         }
+        if self.upstream:
+            names["loop_index"] = self.index  # upstream's name of the item's index
+        return names
 
     def _variables(self) -> dict[str, Any]:
         """Upstream NoETL's `ctx` (the execution's variables, a copy: templates read it,
@@ -178,3 +185,13 @@ def collect_into(
     for key, out in collected:
         mapping[str(key)] = out
     return {collect.into: mapping}
+
+
+def loop_stats(run: StepRun) -> dict[str, Any]:
+    """A loop step's counters as upstream's `.stats` names them."""
+    return {
+        "total": run.total,
+        "completed": run.completed,
+        "succeeded": run.succeeded,
+        "failed": run.failed,
+    }

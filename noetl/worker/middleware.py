@@ -9,6 +9,7 @@ the composed chains of each tool. From the outside in:
 |---|---|
 | `LogContext` | log records of the call carry the task's context (`run` only) |
 | `Observe` | tells the observer the tool started and finished (`run` only; none for NOOP) |
+| `SelectResult` | keeps a `result.select` task's whole result, reports the selection |
 | `ScriptCheck` | fails a task whose `spec.script` was never read (script kinds only) |
 | `SecretScope` | makes the task's secret scope current; masks its values in the outcome |
 | `CrashCapture` | a tool (or a policy inside) that raises costs one task, not the worker |
@@ -17,13 +18,14 @@ the composed chains of each tool. From the outside in:
 | `ResultBound` | refuses a result too large, too deep or not JSON (`bounded`) |
 | `TimeLimit` | one deadline from `task.timeout_ms` (`noetl.worker.time_limit`) |
 
-Why this order: masking wraps everything that may quote a secret (a crash's message, a
-sink's error); crash capture wraps the resolution (a missing secret is the task's
-failure) and the sinks; the sinks write only a result that passed the bound; the time
-limit bounds the tool alone (each sink write has its own `timeout_ms`). A task with
-nothing to resolve, mask or write (no secret references, no sinks, a tool that uses no
-credentials: loops of python items) takes the short chain without the three secret and
-sink middlewares.
+Why this order: the selection is made of the outcome as it is final (masked, bounded,
+written by the sinks), and only the observer and the log see what it reports; masking
+wraps everything that may quote a secret (a crash's message, a sink's error); crash
+capture wraps the resolution (a missing secret is the task's failure) and the sinks; the
+sinks write only a result that passed the bound; the time limit bounds the tool alone
+(each sink write has its own `timeout_ms`). A task with nothing to resolve, mask or write
+(no secret references, no sinks, a tool that uses no credentials: loops of python items)
+takes the short chain without the three secret and sink middlewares.
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from noetl.observability import Observer
 from noetl.observability.logging import bind_task, reset_task
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import SinkRegistry, run_sinks
+from noetl.store.ports import ResultStore
+from noetl.worker.selection import select_result
 from noetl.worker.time_limit import TimeLimit
 
 __all__ = [
@@ -53,6 +57,7 @@ __all__ = [
     "ResultBound",
     "ScriptCheck",
     "SecretScope",
+    "SelectResult",
     "Sinks",
     "TimeLimit",
     "bounded",
@@ -101,6 +106,20 @@ class Observe:
         outcome = call_next(task)
         observer.tool_finished(task, outcome, time.perf_counter() - started)
         return outcome
+
+
+class SelectResult:
+    """A task with `result.select` keeps its whole result in the result store and
+    reports the selected fields with the reference (`noetl.worker.selection`)."""
+
+    def __init__(self, results: ResultStore | None) -> None:
+        self.results = results
+
+    def __call__(self, task: Task, call_next: Handler) -> Outcome:
+        outcome = call_next(task)
+        if not task.select:
+            return outcome
+        return select_result(outcome, task, self.results)
 
 
 class ScriptCheck:

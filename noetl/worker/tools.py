@@ -22,6 +22,7 @@ from noetl.observability import NOOP, Observer
 from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry
+from noetl.store.ports import ResultStore
 from noetl.tools.abilities import Abilities, Tool
 from noetl.worker.middleware import (
     CrashCapture,
@@ -33,6 +34,7 @@ from noetl.worker.middleware import (
     ResultBound,
     ScriptCheck,
     SecretScope,
+    SelectResult,
     Sinks,
     bounded,
     compose,
@@ -130,9 +132,12 @@ class ToolRegistry:
         sinks: SinkRegistry | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         cancel_grace_s: float = CANCEL_GRACE_S,
+        results: ResultStore | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._chains: dict[str, _Chains] = {}
+        # Where a task with `select` keeps its whole result (noetl.worker.selection).
+        self._results = results
         self._secrets = secrets
         # The sink writers of its tasks (None: the shared default registry).
         self._sinks = sinks
@@ -163,6 +168,15 @@ class ToolRegistry:
     @sinks.setter
     def sinks(self, value: SinkRegistry | None) -> None:
         self._sinks = value
+        self._compose_all()
+
+    @property
+    def results(self) -> ResultStore | None:
+        return self._results
+
+    @results.setter
+    def results(self, value: ResultStore | None) -> None:
+        self._results = value
         self._compose_all()
 
     @property
@@ -311,6 +325,7 @@ class ToolRegistry:
             chain.append(LogContext())
             if self._observer is not NOOP:  # nothing to tell: no call to make
                 chain.append(Observe(self._observer))
+        chain.append(SelectResult(self._results))
         if tool.kind in SCRIPT_CODE:
             chain.append(ScriptCheck())
         if not short:
@@ -330,15 +345,18 @@ def default_registry(
     observer: Observer = NOOP,
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    results: ResultStore | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
     reads files (None: the working directory; see noetl.paths). A result over
-    `max_result_bytes` fails its task."""
+    `max_result_bytes` fails its task. `results`: the result store of `result.select`
+    and of the `artifact` tool (None: neither is available)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
+    from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
@@ -363,7 +381,10 @@ def default_registry(
         observer=observer,
         sinks=sinks,
         max_result_bytes=max_result_bytes,
+        results=results,
     )
+    if results is not None:
+        registry.register(ArtifactTool(results))
     for tool in plugin_tools().values():
         registry.register(tool)
     registry.register(PipelineTool(registry))

@@ -89,6 +89,7 @@ class Written:
 FULL = [
     "LogContext",
     "Observe",
+    "SelectResult",
     "SecretScope",
     "CrashCapture",
     "ResolveSecrets",
@@ -102,10 +103,10 @@ def test_the_chain_order() -> None:
     registry = ToolRegistry([Tool("echo", lambda t: 1), NoopTool()], observer=Recorder())
     assert registry.middlewares("echo") == FULL
     assert registry.middlewares("echo", observed=False) == FULL[2:]
-    short = ["LogContext", "Observe", "CrashCapture", "ResultBound", "TimeLimit"]
+    short = ["LogContext", "Observe", "SelectResult", "CrashCapture", "ResultBound", "TimeLimit"]
     assert registry.middlewares("noop", short=True) == short
     # the script check only around the kinds that read script files, right inside Observe
-    assert registry.middlewares("python")[:3] == ["LogContext", "Observe", "ScriptCheck"]
+    assert registry.middlewares("python")[2:4] == ["SelectResult", "ScriptCheck"]
     assert "ScriptCheck" not in registry.middlewares("echo")
     # nothing to observe: no Observe
     assert "Observe" not in ToolRegistry([NoopTool()]).middlewares("noop")

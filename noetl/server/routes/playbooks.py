@@ -13,9 +13,8 @@ from noetl.dsl.validate import load_playbook_text
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import redact
-from noetl.server.schemas import (
-    DiagnosticOut,
-    ErrorBody,
+from noetl.server.schemas.common import DiagnosticOut, ErrorBody
+from noetl.server.schemas.playbooks import (
     PlaybookDetail,
     PlaybookList,
     PlaybookRegister,
