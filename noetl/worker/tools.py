@@ -2,11 +2,11 @@
 
 A tool turns a `Task` into an `Outcome` and reports failures in it rather than raising.
 The registry wraps each tool, once, in a chain of middlewares (`noetl.worker.middleware`):
-log context, observer, script check, secret scope and masking, crash capture, secret
-resolution, sinks, result bound and time limit. A stray exception still becomes a failed
-outcome, so one buggy tool cannot take the worker loop down. What a tool can do beyond
-running tasks (be canceled, be closed, wait, go without credentials) it declares by the
-protocols of `noetl.tools.abilities`, read once when it is registered.
+log context, observer, result selection, script check, secret scope and masking, crash
+capture, secret resolution, sinks, result bound and time limit. A stray exception still
+becomes a failed outcome, so one buggy tool cannot take the worker loop down. What a tool
+can do beyond running tasks (be canceled, be closed, wait, go without credentials) it
+declares by the protocols of `noetl.tools.abilities`, read once when it is registered.
 """
 
 from __future__ import annotations
