@@ -41,6 +41,7 @@ from noetl.credentials.scope import current_scope
 from noetl.errors import NoetlError, PathRefusedError, PlaybookError
 from noetl.store.base import ExecutionRecord, Store
 from noetl.tools.child_steps import StepNames, find_file, step_result
+from noetl.tools.deadline import Deadline
 
 __all__ = ["ChildLauncher", "PlaybookTool", "child_execution_id"]
 
@@ -224,7 +225,8 @@ class PlaybookTool:
         otherwise: timeout, the parent finished, this process stops, the child vanished."""
         store = self._launcher.store
         now = time.monotonic()
-        deadline = None if task.timeout_ms is None else now + task.timeout_ms / 1000
+        limit = Deadline.of(task)
+        deadline = None if limit is None else limit.at
         parent_check = now + self._parent_check_s
         delay = self._poll_s
         while True:
