@@ -78,7 +78,7 @@ class PipelineTool:
 
     def __init__(self, registry: ToolRegistry, *, renderer: Renderer | None = None) -> None:
         self._registry = registry
-        self._renderer = renderer or Renderer()
+        self.renderer = renderer or Renderer()
         self._lock = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}
 
@@ -143,7 +143,7 @@ class _Run:
                 label = labels[index]
                 outcome, values = self._attempt(spec, label, tries + 1)
                 action = decide(
-                    list(spec.get("rules") or []), values, self.tool._renderer, ok=outcome.ok
+                    list(spec.get("rules") or []), values, self.tool.renderer, ok=outcome.ok
                 )
                 self._set(action.set, values, f"task '{label}' rule")
                 if action.do == "retry":
@@ -240,7 +240,7 @@ class _Run:
         return outcome, values | {"output": view, "outcome": view}
 
     def _subtask(self, tool: Tool, label: str, values: dict[str, Any]) -> Task:
-        renderer = self.tool._renderer
+        renderer = self.tool.renderer
         spec = render_spec(
             renderer, tool.kind, tool.spec, values, literal_code=not self.render_code
         )
@@ -309,7 +309,7 @@ class _Run:
         does (its playbooks rely on it: a failed task's `set` still runs)."""
         for key, raw in items.items():
             try:
-                value = self.tool._renderer.render(raw, values, field=f"{where}.{key}")
+                value = self.tool.renderer.render(raw, values, field=f"{where}.{key}")
             except TemplateError as exc:
                 log.warning("%s (its text is kept)", exc)
                 value = raw
