@@ -286,10 +286,9 @@ class Flow:
         ctx = self.ctx(step).build(**self._arc_names(step, ok)) if step.edges else {}
         patch: dict[str, Any] = {}
         set_error: str | None = None
-        upstream = self.engine.playbook.upstream
         for edge in step.edges:
             fires, note = self.edge_fires(edge.when, ok, ctx)
-            if fires and edge.set and upstream:
+            if fires and edge.set and self.engine.playbook.upstream:
                 try:
                     patch |= variables.patch_of(self, edge.set, ctx, patch)
                 except TemplateError as exc:
