@@ -14,6 +14,7 @@
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget
     ├── FatalError             permanent: retrying cannot help
     │   ├── TemplateError      a template failed to render
+    │   │   └── UndefinedNameError  it read a name, key or attribute that is not there
     │   ├── SinkError          a sink write failed for good
     │   ├── CredentialError    a credential that cannot be used (noetl.credentials)
     │   └── PathRefusedError   a file path resolves outside its configured root
@@ -109,6 +110,10 @@ class FatalError(NoetlError):
 
 class TemplateError(FatalError):
     """A template failed to parse or render."""
+
+
+class UndefinedNameError(TemplateError):
+    """A template read a name (or a key, an attribute) that is not there."""
 
 
 class SinkError(FatalError):

@@ -40,8 +40,18 @@ def _expand(files: tuple[Path, ...]) -> list[Path]:
     return out
 
 
-def _check(files: tuple[Path, ...], allow_legacy: bool, *, warnings: bool) -> list[LoadResult]:
-    return [load_playbook(f, allow_legacy=allow_legacy) for f in _expand(files)]
+def _check(files: tuple[Path, ...], settings: Settings) -> list[LoadResult]:
+    """Each file validated, and its playbook tools' `return_step` checked against the
+    child files found under `playbooks.root` (noetl.tools.child_checks)."""
+    from noetl.tools.child_checks import file_lookup, with_child_checks
+    from noetl.tools.child_steps import StepNames
+
+    lookup, names = file_lookup(settings.roots(Path.cwd()).playbooks), StepNames()
+    allow_legacy = settings.dsl.allow_legacy
+    return [
+        with_child_checks(load_playbook(f, allow_legacy=allow_legacy), lookup, names)
+        for f in _expand(files)
+    ]
 
 
 def _report(results: list[LoadResult], *, warnings: bool, as_json: bool) -> int:
@@ -91,7 +101,7 @@ files_argument = click.argument(
 @with_settings
 def validate_cmd(files: tuple[Path, ...], as_json: bool, settings: Settings) -> None:
     """Check playbooks; exit 0 when all are valid, 1 otherwise (every error is listed)."""
-    results = _check(files, settings.dsl.allow_legacy, warnings=False)
+    results = _check(files, settings)
     sys.exit(_report(results, warnings=False, as_json=as_json))
 
 
@@ -103,7 +113,7 @@ def validate_cmd(files: tuple[Path, ...], as_json: bool, settings: Settings) -> 
 @with_settings
 def lint_cmd(files: tuple[Path, ...], as_json: bool, strict: bool, settings: Settings) -> None:
     """Like validate, and also show warnings (unreachable steps, legacy forms, ...)."""
-    results = _check(files, settings.dsl.allow_legacy, warnings=True)
+    results = _check(files, settings)
     code = _report(results, warnings=True, as_json=as_json)
     if strict and any(r.warnings for r in results):
         if not as_json:

@@ -17,7 +17,7 @@ from rich.text import Text
 
 from noetl.cli.client import ApiError, Client, Server, server_option
 from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
-from noetl.cli.live import _STYLE, _bar_text, print_summary
+from noetl.cli.live import STEP_STYLE, bar_text, print_summary
 from noetl.core import ExecutionStatus, StepStatus
 from noetl.decision.records import RunResult
 
@@ -104,12 +104,12 @@ def _progress(step: dict[str, Any]) -> Any:
         return ""
     completed = int(step.get("completed") or 0)
     failed = f" ({step['failed']} failed)" if step.get("failed") else ""
-    return Text.assemble(*_bar_text(completed, total), Text(f" {completed}/{total}{failed}"))
+    return Text.assemble(*bar_text(completed, total), Text(f" {completed}/{total}{failed}"))
 
 
 def _style(status: str) -> str:
     try:
-        return _STYLE[StepStatus(status)]
+        return STEP_STYLE[StepStatus(status)]
     except ValueError:  # a status this client does not know (a newer server)
         return ""
 

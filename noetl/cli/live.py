@@ -14,7 +14,8 @@ from noetl.core import StepStatus
 from noetl.decision.records import RunResult
 from noetl.engine import ExecutionState
 
-_STYLE = {
+# How a step status is shown (also by `noetl exec`).
+STEP_STYLE = {
     StepStatus.PENDING: "dim",
     StepStatus.PARKED: "yellow",
     StepStatus.RUNNING: "cyan",
@@ -35,8 +36,8 @@ def _table(state: ExecutionState, started: float) -> Group:
         if run.is_loop and run.total:
             failed = f" ({run.failed} failed)" if run.failed else ""
             label = Text(f" {run.completed}/{run.total}{failed}")
-            progress = Text.assemble(*_bar_text(run.completed, run.total), label)
-        table.add_row(name, Text(run.status.value, style=_STYLE[run.status]), progress)
+            progress = Text.assemble(*bar_text(run.completed, run.total), label)
+        table.add_row(name, Text(run.status.value, style=STEP_STYLE[run.status]), progress)
     elapsed = time.monotonic() - started
     header = Text(
         f"execution {state.execution_id}  {state.status.value}  {elapsed:6.1f}s", style="bold"
@@ -44,7 +45,8 @@ def _table(state: ExecutionState, started: float) -> Group:
     return Group(header, table)
 
 
-def _bar_text(done: int, total: int, width: int = 20) -> tuple[Text, ...]:
+def bar_text(done: int, total: int, width: int = 20) -> tuple[Text, ...]:
+    """A progress bar of `width` cells, `done` of `total` filled."""
     filled = int(width * done / total) if total else width
     return (Text("█" * filled, style="green"), Text("░" * (width - filled), style="dim"))
 

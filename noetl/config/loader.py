@@ -29,7 +29,8 @@ from typing import Any, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 
 from noetl.config.model import Settings
-from noetl.dsl.source import SourceError, YMap, parse_source
+from noetl.dsl.source import SourceError, parse_source
+from noetl.dsl.yaml_tree import YMap
 from noetl.errors import ConfigError
 from noetl.redaction import mask_url, sensitive
 

@@ -134,6 +134,10 @@ class Task:
     worker applies to `this` to get the `out` the sinks write. Both are empty for a step
     without sinks, and left out of `to_dict` then.
 
+    `select` is the step's `result.select`: the fields of the result the worker reports,
+    after keeping the whole result in the result store (its reference as `_ref`); empty
+    for a step without one, and left out of `to_dict` then.
+
     `trace` is the W3C `traceparent` of the task's `server.dispatch` span when its execution
     is traced (set by the runtime when it queues the task, see
     `noetl.observability.trace_context`); None otherwise, and left out of `to_dict` then.
@@ -156,6 +160,7 @@ class Task:
     sinks: tuple[dict[str, Any], ...] = ()
     pick: Any = None
     trace: str | None = None
+    select: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -167,6 +172,8 @@ class Task:
             data["pick"] = self.pick
         if self.trace is not None:
             data["trace"] = self.trace
+        if self.select:
+            data["select"] = list(self.select)
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -202,6 +209,7 @@ class Task:
             sinks=tuple(dict(s) for s in data.get("sinks") or ()),
             pick=data.get("pick"),
             trace=data["trace"] if isinstance(data.get("trace"), str) else None,
+            select=tuple(str(name) for name in data.get("select") or ()),
         )
 
 

@@ -149,7 +149,7 @@ class Decider:
         cached = Cached(engine, state)
         if cached.keep:
             self.remember(execution_id, cached)
-        self.observer.committed(engine, state, initial.events)
+        self.observer.committed(engine.graph, state, initial.events)
         return execution_id
 
     def _compiled(self, engine: Engine) -> str:
@@ -215,7 +215,7 @@ class Decider:
                 continue
             if cached is not None and append.events:
                 try:
-                    self.observer.committed(cached.engine, cached.state, append.events)
+                    self.observer.committed(cached.engine.graph, cached.state, append.events)
                 except Exception:  # metrics and logs must not undo or repeat a commit
                     log.exception("observing the commit of %s failed", append.execution_id)
 

@@ -1,8 +1,11 @@
-"""Checks that need the whole document: names, references, tool kinds, templates, graph."""
+"""Checks that need the whole document: names, references, tool kinds, sinks, policy.
+
+The templates are checked in `noetl.dsl.template_checks`, a step's `case` in
+`noetl.dsl.case_checks` and the shape of the step graph in `noetl.dsl.graph_checks`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,8 +19,8 @@ from noetl.dsl.code_checks import (
     sql_template,
 )
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path, has_errors
-from noetl.dsl.graph import build_graph
-from noetl.dsl.kinds import LITERAL_SPEC_FIELDS, SINK_SPECS, TOOL_SPECS, PipelineSpec
+from noetl.dsl.graph_checks import graph_warnings
+from noetl.dsl.kinds import SINK_SPECS, TOOL_SPECS, PipelineSpec
 from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest, translate_errors
 from noetl.dsl.model import (
@@ -32,87 +35,17 @@ from noetl.dsl.model import (
     pipeline_task_tool,
 )
 from noetl.dsl.rewrite import ShapeError
-from noetl.dsl.routing import BackEdge, Join, analyze
-from noetl.dsl.source import Source, YMap, line_at
-from noetl.dsl.templates import check_syntax, is_template, step_references
+from noetl.dsl.source import Source
+from noetl.dsl.template_checks import strings
+from noetl.dsl.templates import is_template
+from noetl.dsl.yaml_tree import YMap, line_at
 
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
 
 
-def _strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            yield from _strings(value, (*path, key))
-    elif isinstance(node, list):
-        for index, value in enumerate(node):
-            yield from _strings(value, (*path, index))
-    elif isinstance(node, str):
-        yield path, node
-
-
-def _step_names(tree: YMap) -> list[str]:
-    steps = tree.get("workflow")
-    if not isinstance(steps, list):
-        return []
-    return [s["step"] for s in steps if isinstance(s, dict) and isinstance(s.get("step"), str)]
-
-
 def _step_of(tree: YMap, path: Path) -> str | None:
     return step_name(tree, path)
-
-
-def _literal(tree: YMap, path: Path) -> bool:
-    """Whether the string at `path` is a tool spec field taken literally (code, SQL; an
-    upstream NoETL playbook renders them)."""
-    if tree.get("dialect") == UPSTREAM or len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
-        return False
-    node: Any = tree
-    for part in path[:-2]:
-        node = node[part]
-    kind = node.get("kind") if isinstance(node, dict) else None
-    return isinstance(kind, str) and path[-1] in LITERAL_SPEC_FIELDS.get(kind, ())
-
-
-def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
-    """Syntax of every template, and steps named by helpers and `step.<name>`. Code and SQL
-    are not templates (they are taken literally), so they are left out."""
-    diags: list[Diagnostic] = []
-    names = set(_step_names(tree))
-    for section in ("workflow", "workbook"):
-        for path, text in _strings(tree.get(section), (section,)):
-            if not is_template(text) or _literal(tree, path):
-                continue
-            key_line = line_at(tree, path) or 1
-            problem = check_syntax(text)
-            if problem is not None:
-                diags.append(
-                    Diagnostic(
-                        code="E310",
-                        message=f"template syntax error: {problem.message}",
-                        file=source.name,
-                        line=value_line(source.lines, key_line, text, problem.lineno),
-                        step=_step_of(tree, path),
-                        path=source_path(tree, path),
-                    )
-                )
-                continue
-            if not names:
-                continue
-            for ref in step_references(text):
-                if ref.name not in names:
-                    diags.append(
-                        Diagnostic(
-                            code="E311",
-                            message=f"{ref.via} names step '{ref.name}', which does not "
-                            f"exist{suggest(ref.name, names)}",
-                            file=source.name,
-                            line=value_line(source.lines, key_line, text, ref.lineno),
-                            step=_step_of(tree, path),
-                            path=source_path(tree, path),
-                        )
-                    )
-    return diags
 
 
 @dataclass(frozen=True)
@@ -183,7 +116,7 @@ class _Checker:
         if self.parts.policy is not None:
             self.policy(self.parts.policy)
         if graph and self.parts.playbook is not None and not has_errors(self.diags):
-            self.graph_warnings(self.parts.playbook)
+            graph_warnings(self, self.parts.playbook)
         if self.tree.get("apiVersion") is None:
             self.add(
                 "W402", "apiVersion is missing; add 'apiVersion: noetl.io/v2'", (), warning=True
@@ -392,7 +325,7 @@ class _Checker:
             )
 
     def constant_conditions(self, step: Step, base: Path) -> None:
-        for path, text in _strings(self.tree_at(base), base):
+        for path, text in strings(self.tree_at(base), base):
             key = next((p for p in reversed(path) if isinstance(p, str)), "")
             constant = not is_template(text) and text.strip().lower() not in _BOOLEAN_WORDS
             if key in _CONDITION_KEYS and constant:
@@ -412,65 +345,6 @@ class _Checker:
             except (KeyError, IndexError, TypeError):
                 return None
         return node
-
-    def routing_warnings(self, playbook: Playbook) -> None:
-        """W410 for an edge that closes a cycle (ignored at run time until cycles get their
-        meaning), W411 for a step that several steps call without a gate."""
-        found = analyze(playbook)
-        for back in found.back_edges:
-            self.add("W410", _back_edge_message(back), back.arc.path, warning=True)
-        for join in found.joins:
-            self.add("W411", _join_message(join), ("workflow", join.position, "step"), warning=True)
-
-    def graph_warnings(self, playbook: Playbook) -> None:
-        graph = build_graph(playbook)
-        reachable = graph.reachable()
-        for index, name in enumerate(self.names):
-            if name not in reachable:
-                self.add(
-                    "W401",
-                    f"step '{name}' is unreachable from the entry step '{graph.entry}'",
-                    ("workflow", index, "step"),
-                    warning=True,
-                )
-        self.routing_warnings(playbook)
-        for index, step in enumerate(playbook.workflow):
-            if step.next is None or step.next.mode != "exclusive":
-                continue
-            for j, edge in enumerate(step.next.to[:-1]):
-                if edge.when is None:
-                    self.add(
-                        "W403",
-                        f"in exclusive mode the edge to '{edge.step}' has no 'when', so the "
-                        f"edges after it never fire",
-                        ("workflow", index, "next", "to", j + 1, "step"),
-                        warning=True,
-                    )
-                    break
-
-
-def _back_edge_message(back: BackEdge) -> str:
-    arc = back.arc
-    what = "next" if arc.branch is None else "case next"
-    if arc.source == arc.target:
-        where = f"calls '{arc.target}' itself"
-    else:
-        where = f"goes back to '{arc.target}', closing the cycle {' -> '.join(back.cycle)}"
-    return (
-        f"{what} {where}: a step runs at most once, so when this edge fires '{arc.target}' "
-        f"has already run and the call is ignored at run time"
-    )
-
-
-def _join_message(join: Join) -> str:
-    names = [f"'{name}'" for name in join.callers]
-    callers = ", ".join(names[:-1]) + f" and {names[-1]}"
-    both = "which can both run" if len(names) == 2 else "several of which can run together"
-    return (
-        f"called by {callers}, {both}, and without a when gate: the step runs "
-        f"on the first call and the later ones are ignored; to wait for its callers, add "
-        f'when: "{join.gate}"'
-    )
 
 
 def _saved_names(parts: _Parts) -> frozenset[str]:

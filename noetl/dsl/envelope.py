@@ -10,6 +10,10 @@ holds `meta`). This engine keeps a result as its tool gave it (an http result is
 * a name that is neither a key nor one of those is looked up in the result's `data` map
   (the http body), when it has one.
 
+A loop step's result (the list of its items' outputs) is a `LoopResult`: a list that also
+answers `.results` (itself), `.data` (itself) and `.stats` (`total`, `completed`,
+`succeeded`, `failed`: the loop's counters).
+
 A key of the result always wins: data is read before attributes. It is a shallow copy,
 and a template that returns it gets a plain map (values are copied as data).
 
@@ -22,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["StepResult"]
+__all__ = ["LoopResult", "StepResult"]
 
 
 class StepResult(dict[str, Any]):
@@ -48,3 +52,26 @@ class StepResult(dict[str, Any]):
         if not name.startswith("_") and isinstance(inner, Mapping) and name in inner:
             return inner[name]
         raise AttributeError(name)
+
+
+class LoopResult(list[Any]):
+    """A loop step's result as upstream's templates address it (see the module)."""
+
+    __slots__ = ("stats",)
+
+    def __init__(self, items: Any, stats: Mapping[str, Any]) -> None:
+        super().__init__(items)
+        self.stats = dict(stats)
+
+    @classmethod
+    def of(cls, value: Any, stats: Mapping[str, Any]) -> Any:
+        """`value` as a LoopResult when it is a plain list, else `value` itself."""
+        return cls(value, stats) if type(value) is list else value
+
+    @property
+    def results(self) -> list[Any]:
+        return self
+
+    @property
+    def data(self) -> list[Any]:
+        return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from noetl.dsl.model import Condition, Playbook, Step
 
@@ -50,6 +51,21 @@ class Graph:
     def order(self) -> list[str]:
         """Step names in workflow order."""
         return [n.name for n in sorted(self.nodes.values(), key=lambda n: n.position)]
+
+    @cached_property
+    def components(self) -> dict[str, int]:
+        """The strongly connected component of each step on a cycle of `next` and `case`
+        edges (a step calling itself included), by a number; steps on no cycle are absent.
+
+        An edge between two steps of one component can run its target again after the
+        target finished (a back-edge, as in `fetch -> check -> fetch`, and the forward
+        edges inside that loop); every other call keeps the at-most-once rule."""
+        return _cycles(self)
+
+    def on_cycle(self, source: str, target: str) -> bool:
+        """Whether an edge from `source` to `target` lies on a cycle of the graph."""
+        component = self.components.get(target)
+        return component is not None and self.components.get(source) == component
 
     def callers(self, name: str) -> list[Edge]:
         return [e for e in self.edges if e.target == name]
@@ -104,3 +120,67 @@ def build_graph(playbook: Playbook) -> Graph:
         nodes[step.step] = Node(step.step, step, position, outgoing)
         all_edges.extend(outgoing)
     return Graph(playbook=playbook, entry=playbook.entry, nodes=nodes, edges=tuple(all_edges))
+
+
+def _cycles(graph: Graph) -> dict[str, int]:
+    targets: dict[str, list[str]] = {name: [] for name in graph.nodes}
+    for edge in graph.edges:
+        if edge.origin in (EdgeSource.NEXT, EdgeSource.CASE) and edge.target in graph.nodes:
+            targets[edge.source].append(edge.target)
+    return _Tarjan(targets).run()
+
+
+class _Tarjan:
+    """Tarjan's strongly connected components, without recursion (a 10,000-step chain
+    is one pass); only components that hold a cycle are kept."""
+
+    def __init__(self, targets: dict[str, list[str]]) -> None:
+        self.targets = targets
+        self.index: dict[str, int] = {}
+        self.low: dict[str, int] = {}
+        self.stack: list[str] = []
+        self.on_stack: set[str] = set()
+        self.found: dict[str, int] = {}
+        self.components = 0
+
+    def run(self) -> dict[str, int]:
+        for root in self.targets:
+            if root not in self.index:
+                self._walk(root)
+        return self.found
+
+    def _walk(self, root: str) -> None:
+        work: list[tuple[str, int]] = [(root, 0)]
+        while work:
+            name, child = work.pop()
+            if child == 0:
+                self.index[name] = self.low[name] = len(self.index)
+                self.stack.append(name)
+                self.on_stack.add(name)
+            children = self.targets[name]
+            if child < len(children):
+                work.append((name, child + 1))
+                target = children[child]
+                if target not in self.index:
+                    work.append((target, 0))
+                elif target in self.on_stack:
+                    self.low[name] = min(self.low[name], self.index[target])
+                continue
+            if self.low[name] == self.index[name]:
+                self._pop_component(name)
+            if work:
+                parent = work[-1][0]
+                self.low[parent] = min(self.low[parent], self.low[name])
+
+    def _pop_component(self, name: str) -> None:
+        members: list[str] = []
+        while True:
+            member = self.stack.pop()
+            self.on_stack.discard(member)
+            members.append(member)
+            if member == name:
+                break
+        if len(members) > 1 or name in self.targets[name]:
+            for member in members:
+                self.found[member] = self.components
+            self.components += 1

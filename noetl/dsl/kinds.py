@@ -173,6 +173,8 @@ class PlaybookSpec(SpecModel):
     path: str
     # A catalog version: a number, or a template that renders to one.
     version: int | str | None = None
+    # The child's step whose result is this task's result (else the child's context).
+    return_step: str | None = Field(default=None, min_length=1)
 
 
 class WorkbookSpec(SpecModel):
@@ -183,6 +185,14 @@ class WorkbookSpec(SpecModel):
 
 class NoopSpec(SpecModel):
     """Does nothing; its result is its rendered `args`."""
+
+
+class ArtifactSpec(SpecModel):
+    """Read back a whole result kept in the result store by its reference (`_ref` of a
+    step with `result.select`): `ref`, or `result_ref` in the arguments."""
+
+    action: Literal["get"] = "get"
+    ref: str | None = None
 
 
 RuleAction = Literal["continue", "retry", "jump", "break", "fail"]
@@ -307,6 +317,7 @@ TOOL_SPECS: dict[str, type[BaseModel]] = _ToolKinds(
         "workbook": WorkbookSpec,
         "noop": NoopSpec,
         "pipeline": PipelineSpec,
+        "artifact": ArtifactSpec,
     }
 )
 BUILTIN_TOOL_KINDS = frozenset(dict.keys(TOOL_SPECS))

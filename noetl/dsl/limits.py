@@ -1,6 +1,6 @@
 """Limits on data from outside: a workload, a request's strings, what a tool returns.
 
-A playbook may nest at most `MAX_DEPTH` levels (`noetl.dsl.source`); data that flows into
+A playbook may nest at most `MAX_DEPTH` levels (`noetl.dsl.yaml_tree`); data that flows into
 an execution is held to the same limit, since everything downstream (templates, the JSON
 of events, the API's answers) walks it recursively and Python's recursion limit is near.
 PostgreSQL cannot store a NUL character (U+0000) in JSON or text, so data holding one is
@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from noetl.dsl.source import MAX_DEPTH
+from noetl.dsl.yaml_tree import MAX_DEPTH
 
 __all__ = ["MAX_DEPTH", "DataProblem", "check_data", "strip_nul"]
 

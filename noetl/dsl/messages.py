@@ -15,7 +15,7 @@ from noetl.dsl.diagnostics import Diagnostic, Path
 from noetl.dsl.kinds import TOOL_SPECS, spec_fields
 from noetl.dsl.locate import source_path, yaml_scalar, yaml_type
 from noetl.dsl.model import NAME_PATTERN, ON_STEP_FAIL_PATTERN, NextEdge, Playbook, Step
-from noetl.dsl.source import line_at
+from noetl.dsl.yaml_tree import line_at
 
 _CONTEXT_NAMES = {
     "tool": "tool",

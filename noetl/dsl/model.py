@@ -1,6 +1,6 @@
 """The DSL v2 playbook model (canonical form).
 
-Shorthand forms are accepted through before-validators (see `noetl.dsl.normalize`), and the
+Shorthand forms are accepted through before-validators (see `noetl.dsl.desugar`), and the
 JSON Schema (`noetl schema`) describes what an author may write. Models are frozen: a
 validated playbook never changes.
 """
@@ -24,7 +24,7 @@ from pydantic import (
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 
-from noetl.dsl.normalize import (
+from noetl.dsl.desugar import (
     desugar_loop,
     desugar_next,
     desugar_retry,
@@ -160,8 +160,16 @@ SinkList = Annotated[
 
 
 class Result(Model):
-    """The result pipeline: `this` -> pick -> out -> as / collect / sink."""
+    """The result pipeline: `this` -> (select) -> pick -> out -> as / collect / sink.
 
+    `select` names fields of `this` (a mapping) to keep: the worker keeps the whole result
+    in the result store and reports only those fields and `_ref`, the reference the
+    `artifact` tool reads the whole back by (docs/dsl.md, "Large results"). Sinks still
+    write the whole result."""
+
+    select: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=100
+    )
     pick: Any = None
     as_: Identifier | None = Field(default=None, alias="as")
     collect: Collect | None = None
@@ -311,6 +319,9 @@ class Policy(Model):
     on_sink_fail: Literal["retry", "fail_step", "async_ignore"] | None = None
     on_when_error: Literal["treat_as_false", "fail_step"] | None = None
     rollback: Literal["none", "on_fail"] = "none"
+    # How many runs one step may have in an execution: an edge on a cycle of the graph
+    # runs its target again (`fetch -> check -> fetch`); past this, the step fails.
+    max_runs: Annotated[int, Field(ge=1, le=1_000_000)] = 1000
 
     @property
     def route_edge_target(self) -> str | None:

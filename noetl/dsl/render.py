@@ -47,7 +47,7 @@ from noetl.dsl.template_limits import (
     output_too_big,
     too_big,
 )
-from noetl.errors import TemplateError
+from noetl.errors import TemplateError, UndefinedNameError
 
 DEFAULT_MAX_STEPS = MAX_STEPS
 DEFAULT_MAX_OUTPUT = MAX_OUTPUT
@@ -92,7 +92,7 @@ class Renderer:
             try:
                 return self._render_str(value, context)
             except TemplateError as exc:
-                raise TemplateError(f"{path}: {exc}" if path else str(exc)) from None
+                raise type(exc)(f"{path}: {exc}" if path else str(exc)) from None
         if isinstance(value, dict):
             return {
                 k: self._render(v, context, f"{path}.{k}" if path else str(k))
@@ -121,11 +121,12 @@ class Renderer:
                 self._templates[text] = template
             return self._render_chunks(template, context)
         except TemplateError as exc:
-            raise TemplateError(_short(str(exc))) from None
+            raise type(exc)(_short(str(exc))) from None
         except SecurityError as exc:
             raise TemplateError(_short(f"not allowed in templates: {exc}")) from None
         except JinjaTemplateError as exc:
-            raise TemplateError(_short(_describe(exc))) from None
+            error = UndefinedNameError if type(exc).__name__ == "UndefinedError" else TemplateError
+            raise error(_short(_describe(exc))) from None
         except RecursionError:
             raise TemplateError("template recursion is too deep") from None
         except MemoryError:
@@ -169,9 +170,23 @@ class Renderer:
             self._expressions[source] = compiled
         return compiled
 
-    def truthy(self, value: Any, context: Mapping[str, Any], *, field: str = "") -> bool:
-        """Render a condition and read it as a boolean (`"false"`, `"0"`, `""` are false)."""
-        return to_bool(self.render(value, context, field=field))
+    def truthy(
+        self,
+        value: Any,
+        context: Mapping[str, Any],
+        *,
+        field: str = "",
+        undefined_false: bool = False,
+    ) -> bool:
+        """Render a condition and read it as a boolean (`"false"`, `"0"`, `""` are false).
+        `undefined_false`: a condition that reads an undefined name is false (upstream
+        NoETL's reading), not an error."""
+        try:
+            return to_bool(self.render(value, context, field=field))
+        except UndefinedNameError:
+            if undefined_false:
+                return False
+            raise
 
 
 def render_spec(

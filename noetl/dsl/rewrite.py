@@ -1,6 +1,7 @@
 """Rewriting a positioned tree: new maps and lists that keep the lines and the origins of
 the nodes they are made from (see noetl.dsl.locate), and the error a rewrite raises when a
-value has a shape no form of the language accepts. Used by noetl.dsl.normalize."""
+value has a shape no form of the language accepts. Used by noetl.dsl.desugar and
+noetl.dsl.normalize."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from noetl.dsl.diagnostics import Path
 from noetl.dsl.locate import set_origin
-from noetl.dsl.source import YMap, YSeq
+from noetl.dsl.yaml_tree import YMap, YSeq
 
 
 class ShapeError(ValueError):

@@ -30,7 +30,6 @@ from noetl.dsl.diagnostics import Diagnostic, Path, Severity
 from noetl.dsl.locate import set_origin
 from noetl.dsl.model import NAME_PATTERN, UPSTREAM
 from noetl.dsl.rewrite import ShapeError, new_map, new_seq, within
-from noetl.dsl.source import YMap, YSeq, line_at
 from noetl.dsl.templates import free_names, is_template
 from noetl.dsl.upstream_pipeline import is_pipeline, pipeline_tasks, rewrite_pipeline
 from noetl.dsl.upstream_tools import (
@@ -41,6 +40,7 @@ from noetl.dsl.upstream_tools import (
     tool_findings,
     unavailable,
 )
+from noetl.dsl.yaml_tree import YMap, YSeq, line_at
 
 __all__ = ["Evidence", "detect", "rewrite", "unsupported", "unsupported_diagnostic"]
 
@@ -203,8 +203,21 @@ def _loop_findings(loop: Any, path: Path) -> Iterator[Finding]:
     if "cursor" in loop or spec.get("mode") == "cursor" or "frame" in spec:
         yield Finding("cursor loops (`loop.cursor`)", path)
     policy = spec.get("policy")
-    if policy is not None and not (isinstance(policy, dict) and set(policy) <= {"exec"}):
-        yield Finding("loop policies other than `exec`", (*path, "spec", "policy"))
+    if policy is not None and not (
+        isinstance(policy, dict)
+        and set(policy) <= {"exec", "results"}
+        and _ordered_results(policy.get("results"))
+    ):
+        yield Finding(
+            "loop policies other than `exec` and `results.preserve_order`",
+            (*path, "spec", "policy"),
+        )
+
+
+def _ordered_results(results: Any) -> bool:
+    """A loop's `results` policy this engine follows: `preserve_order` (its items'
+    results are always in item order, whatever order they finished in)."""
+    return results is None or (isinstance(results, dict) and set(results) <= {"preserve_order"})
 
 
 def _template_findings(tree: YMap) -> Iterator[Finding]:
@@ -392,7 +405,24 @@ def _rewrite_step(step: YMap) -> YMap:
     nxt = step.get("next")
     if isinstance(nxt, dict) and isinstance(nxt.get("arcs"), YSeq):
         out["next"] = _rewrite_arcs(nxt)
+    output = step.get("output")
+    if isinstance(output, dict) and output.get("output_select") is not None:
+        out["result"] = _select(output, step.get("result"))
+        set_origin(out, "result", ("output", "output_select"))
     return out
+
+
+def _select(output: dict[str, Any], result: Any) -> Any:
+    """`output: {output_select: [fields]}` is `result.select` (the other keys of
+    `output`, where upstream stores results, are this engine's result store's business)."""
+    select = output["output_select"]
+    if not (isinstance(select, list) and all(isinstance(name, str) for name in select)):
+        raise ShapeError("output_select: a list of field names", ("output", "output_select"))
+    if result is not None and not isinstance(result, dict):
+        return result  # reported by the step's own validation
+    merged = new_map(output, dict(result or {}))
+    merged["select"] = list(select)
+    return merged
 
 
 def _rewrite_loop(loop: dict[str, Any]) -> Any:

@@ -29,12 +29,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from noetl.dsl.desugar import desugar_tool
 from noetl.dsl.diagnostics import Path
 from noetl.dsl.locate import set_origin
-from noetl.dsl.normalize import desugar_tool
 from noetl.dsl.rewrite import ShapeError, itself, new_map, new_seq, within
-from noetl.dsl.source import YMap, YSeq
 from noetl.dsl.upstream_tools import rewrite_tool
+from noetl.dsl.yaml_tree import YMap, YSeq
 
 __all__ = ["is_pipeline", "pipeline_tasks", "rewrite_pipeline"]
 

@@ -17,7 +17,8 @@ What each upstream key means here (docs/dsl.md has the table):
 * http: `endpoint` -> `url`; `payload`, a map `body` -> `json`; `data` -> the query of a
   GET / DELETE / HEAD, the JSON body otherwise (its own `query` / `body` keys say which).
 * playbook: `input` / `payload` -> `args` (the child's workload), `timeout` seconds ->
-  `timeout_ms`.
+  `timeout_ms`; `return_step` is this engine's key too (the child step whose result is
+  the task's).
 * retry: `retry_on` (timeouts and connection errors, which the retry policy retries
   anyway), `backoff` as a number and `backoff_seconds` -> `initial_delay`,
   `retry_on_status` -> `retry_when` over the status code.
@@ -39,12 +40,6 @@ from noetl.dsl.rewrite import ShapeError, new_map, origin_of
 # Kinds upstream NoETL has and this engine does not, with what each does there.
 UNAVAILABLE_KINDS: dict[str, str] = {
     "agent": "`agent` runs an AI agent framework",
-    "artifact": (
-        "`artifact` loads a result upstream stored outside its event log (by the `_ref` "
-        "a step's `output.store` / `output_select` leaves); this engine keeps every result "
-        "whole under its step's name and gives none a `_ref`, so read `{{ <step> }}` "
-        "itself instead"
-    ),
     "container": "`container` runs a Kubernetes job",
     "ducklake": "`ducklake` runs DuckDB over a DuckLake catalog",
     "gcs": "`gcs` reads and writes Google Cloud Storage",
@@ -65,7 +60,6 @@ UPSTREAM_TOOL_KEYS = (
     "commands",
     "libs",
     "script",
-    "return_step",
     "payload",
     "endpoint",
     "verify_ssl",
@@ -171,17 +165,10 @@ def _duckdb_findings(tool: dict[str, Any], path: Path) -> Iterator[Finding]:
         yield Finding("duckdb `auth:` (attached databases and cloud secrets)", path)
 
 
-def _playbook_findings(tool: dict[str, Any], path: Path) -> Iterator[Finding]:
-    if "return_step" in tool:
-        what = "`return_step` of a playbook tool (a child's step result)"
-        yield Finding(what, (*path, "return_step"))
-
-
 _KIND_CHECKS: dict[str, Callable[[dict[str, Any], Path], Iterator[Finding]]] = {
     "python": _python_findings,
     "http": _http_findings,
     "duckdb": _duckdb_findings,
-    "playbook": _playbook_findings,
 }
 
 

@@ -18,13 +18,15 @@ from typing import Any
 from pydantic import ValidationError
 
 from noetl.dsl import upstream
-from noetl.dsl.checks import partial_checks, semantic_checks, template_checks
+from noetl.dsl.checks import partial_checks, semantic_checks
 from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
 from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.rewrite import new_map
-from noetl.dsl.source import Source, SourceError, YMap, parse_source, read_source
+from noetl.dsl.source import Source, SourceError, parse_source, read_source
+from noetl.dsl.template_checks import template_checks
+from noetl.dsl.yaml_tree import YMap
 from noetl.errors import PlaybookError
 
 

@@ -4,7 +4,8 @@ In scope: `workload`, `execution_id`, values saved with `result.as` / `collect`,
 `bind` values, the loop element and `_loop` {index, item}, the read-only `step` namespace,
 the helpers, and (in result templates) `this` and `out`. `_loop.key` is the item's rendered
 `loop.key`, or its index when the loop has no `key`. A playbook in upstream NoETL's dialect
-also sees its execution variables `ctx` and, in a loop iteration, `iter`.
+also sees its execution variables `ctx`, `job` (the execution's id) and, in a loop
+iteration, `iter`.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 
 from noetl.core import StepStatus
 from noetl.core.secrets import SECRETS
-from noetl.dsl.envelope import StepResult
+from noetl.dsl.envelope import LoopResult, StepResult
 from noetl.dsl.model import Collect, Step
-from noetl.engine.state import ExecutionState, StepNamespace
+from noetl.engine.state import ExecutionState, StepNamespace, StepRun
 
 
 def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
@@ -98,7 +99,11 @@ class TemplateContext:
             names["result"] = state.steps[state.completed[-1]].result
         for name, run in state.steps.items():
             if run.status is StepStatus.OK:
-                names[name] = StepResult.of(run.result)
+                names[name] = (
+                    LoopResult.of(run.result, loop_stats(run))
+                    if run.is_loop
+                    else StepResult.of(run.result)
+                )
         names.update(state.context)
         return names
 
@@ -106,20 +111,25 @@ class TemplateContext:
         if self.index is None or self.step.loop is None:
             return {}
         key = self.index if self.key is None else self.key
-        return {
+        names = {
             self.step.loop.element: self.item,
             "_loop": {"index": self.index, "item": self.item, "key": key},
         }
+        if self.upstream:
+            names["loop_index"] = self.index  # upstream's name of the item's index
+        return names
 
     def _variables(self) -> dict[str, Any]:
         """Upstream NoETL's `ctx` (the execution's variables, a copy: templates read it,
-        `set:` writes it through events) and `iter` (the loop iteration's: its element
-        under the loop's `iterator` name, and `_index`; empty outside an iteration)."""
+        `set:` writes it through events), `iter` (the loop iteration's: its element
+        under the loop's `iterator` name, and `_index`; empty outside an iteration) and
+        `job` (the execution: `job.execution_id`, `job.uuid`, both its id)."""
         loop = self.step.loop
         iteration: dict[str, Any] = {}
         if self.index is not None and loop is not None:
             iteration = {loop.element: self.item, "_index": self.index}
-        return {"ctx": dict(self.state.ctx), "iter": iteration}
+        job = {"execution_id": self.state.execution_id, "uuid": self.state.execution_id}
+        return {"ctx": dict(self.state.ctx), "iter": iteration, "job": job}
 
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
@@ -178,3 +188,13 @@ def collect_into(
     for key, out in collected:
         mapping[str(key)] = out
     return {collect.into: mapping}
+
+
+def loop_stats(run: StepRun) -> dict[str, Any]:
+    """A loop step's counters as upstream's `.stats` names them."""
+    return {
+        "total": run.total,
+        "completed": run.completed,
+        "succeeded": run.succeeded,
+        "failed": run.failed,
+    }

@@ -100,6 +100,7 @@ class EffectivePolicy:
     on_sink_fail: str
     on_when_error: str
     rollback: str
+    max_runs: int = 1000
 
 
 def effective_policy(playbook: Playbook, options: EngineOptions) -> EffectivePolicy:
@@ -119,4 +120,5 @@ def effective_policy(playbook: Playbook, options: EngineOptions) -> EffectivePol
             own.on_when_error or options.on_when_error or _BUILTIN_POLICY["on_when_error"]
         ),
         rollback=own.rollback,
+        max_runs=own.max_runs,
     )

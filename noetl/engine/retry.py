@@ -15,12 +15,12 @@ no randomness, so replaying a log reproduces every decision and every delay.
 from __future__ import annotations
 
 import hashlib
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from noetl.core.backoff import backoff_seconds
 from noetl.dsl.model import Condition, Playbook, RetryPolicy, Step, Tool
 from noetl.errors import ErrorClass, TemplateError, error_class, http_status
 
@@ -173,22 +173,14 @@ def backoff_delay(rule: RetryRule, attempt: int, key: str) -> float:
     `initial_delay * attempt`; fixed: `initial_delay`; capped at `max_delay`. Jitter scales
     the capped delay by a factor in [0.5, 1) (half fixed, half drawn from `key`), so a delay
     never passes the cap and retries of one execution still spread out."""
-    n = max(attempt, 1)
-    if rule.initial_delay <= 0:
-        base = 0.0
-    elif rule.backoff == "fixed":
-        base = rule.initial_delay
-    elif rule.backoff == "linear":
-        base = rule.initial_delay * n
-    else:
-        try:
-            base = rule.initial_delay * rule.backoff_multiplier ** (n - 1)
-        except OverflowError:
-            base = math.inf
-    delay = min(base, rule.max_delay)
-    if rule.jitter:
-        delay *= 0.5 + jitter_factor(key) / 2
-    return delay
+    return backoff_seconds(
+        attempt,
+        initial=rule.initial_delay,
+        multiplier=rule.backoff_multiplier,
+        max_delay=rule.max_delay,
+        backoff=rule.backoff,
+        jitter=jitter_factor(key) if rule.jitter else None,
+    )
 
 
 # --- deciding ----------------------------------------------------------------------------

@@ -98,6 +98,7 @@ def build(
         sinks=sinks,
         # The worker needs the pick only to compute what its sinks write.
         pick=step.result.pick if sinks and step.result is not None else None,
+        select=tuple(step.result.select) if step.result is not None else (),
     )
 
 

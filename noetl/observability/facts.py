@@ -2,7 +2,7 @@
 
 Events say what happened; a few things an observer reports need the playbook too (the
 workflow's name, which steps have a `when` gate, the tool kind of a step, an edge's
-condition). `facts_of(engine)` computes them once per playbook graph.
+condition). `facts_of(graph)` computes them once per playbook graph.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from noetl.dsl.graph import Graph
-from noetl.engine import Engine
 
 __all__ = ["PlaybookFacts", "facts_of"]
 
@@ -73,9 +72,8 @@ _CACHE_LIMIT = 1024
 _LOCK = threading.Lock()
 
 
-def facts_of(engine: Engine) -> PlaybookFacts:
-    """The facts of the engine's playbook, computed once per graph."""
-    graph = engine.graph
+def facts_of(graph: Graph) -> PlaybookFacts:
+    """The facts of the graph's playbook, computed once per graph."""
     cached = _CACHE.get(id(graph))
     if cached is not None and cached[0] is graph:
         return cached[1]

@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from noetl.core import Event, EventType, Outcome, Task
-from noetl.engine import Engine, ExecutionState
+from noetl.core.views import ExecutionView
+from noetl.dsl.graph import Graph
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.logging import log_event
 from noetl.observability.observer import ReportPath
@@ -32,7 +33,7 @@ class _Batch:
 
     __slots__ = ("events", "facts", "fields", "state")
 
-    def __init__(self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event]):
+    def __init__(self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event]):
         self.facts = facts
         self.state = state
         self.events = events
@@ -74,13 +75,13 @@ class LogObserver:
 
     # --- decisions -----------------------------------------------------------------------
 
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         log = self.log
         if not log.isEnabledFor(WARNING):
             return
         try:
             handlers = self._debug if log.isEnabledFor(DEBUG) else self._info
-            batch = _Batch(facts_of(engine), state, events)
+            batch = _Batch(facts_of(graph), state, events)
             for index, event in enumerate(events):
                 handler = handlers.get(event.type)
                 if handler is not None:
@@ -408,7 +409,7 @@ def _edge_index(events: Sequence[Event], index: int, source: str, target: str | 
     return None
 
 
-def _step_counts(state: ExecutionState) -> dict[str, int]:
+def _step_counts(state: ExecutionView) -> dict[str, int]:
     counts: dict[str, int] = {}
     for run in state.steps.values():
         counts[run.status.value] = counts.get(run.status.value, 0) + 1

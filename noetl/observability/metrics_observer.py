@@ -14,14 +14,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from noetl.core import Event, EventType, Outcome, Task
-from noetl.engine import Engine, ExecutionState
+from noetl.core.views import ExecutionView
+from noetl.dsl.graph import Graph
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.metrics import Metrics
 from noetl.observability.observer import ReportPath
 
 log = logging.getLogger("noetl.observability")
 
-_Handler = Callable[[PlaybookFacts, ExecutionState, Sequence[Event], int], None]
+_Handler = Callable[[PlaybookFacts, ExecutionView, Sequence[Event], int], None]
 _BOOL = {True: "true", False: "false"}
 
 
@@ -48,9 +49,9 @@ class MetricsObserver:
 
     # --- decisions -----------------------------------------------------------------------
 
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         try:
-            facts = facts_of(engine)
+            facts = facts_of(graph)
             handlers = self._handlers
             for index, event in enumerate(events):
                 handler = handlers.get(event.type)
@@ -62,7 +63,7 @@ class MetricsObserver:
                 log.exception("recording metrics of committed events failed")
 
     def _workflow_finished(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         status = str(event.payload.get("status"))
@@ -72,19 +73,19 @@ class MetricsObserver:
             )
 
     def _step_called(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         self.metrics.step_calls.child(facts.workflow, events[i].step or "").inc()
 
     def _step_parked(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         outcome = "error" if "when_error" in event.payload else "false"
         self.metrics.when_eval.child(facts.workflow, event.step or "", outcome).inc()
 
     def _step_started(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         step = event.step or ""
@@ -94,7 +95,7 @@ class MetricsObserver:
             self.metrics.when_eval.child(facts.workflow, step, outcome).inc()
 
     def _step_finished(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         step = event.step or ""
@@ -107,21 +108,21 @@ class MetricsObserver:
             )
 
     def _loop_started(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         count = len(event.payload.get("items") or ())
         self.metrics.loop_items.child(facts.workflow, event.step or "").inc(count)
 
     def _iteration_finished(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         ok = _BOOL[bool(event.payload.get("ok"))]
         self.metrics.loop_completed.child(facts.workflow, event.step or "", ok).inc()
 
     def _tool_processed(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         payload = event.payload
@@ -140,14 +141,14 @@ class MetricsObserver:
                     )
 
     def _dead_lettered(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         payload = events[i].payload
         kind = payload.get("kind") or facts.kinds.get(events[i].step or "", "")
         self.metrics.dlq.child(str(kind), str(payload.get("sink_id") or "")).inc()
 
     def _next_evaluated(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         source = event.step or ""
@@ -161,7 +162,7 @@ class MetricsObserver:
             self.metrics.edge_eval.child(facts.workflow, source, str(edge.get("to")), outcome).inc()
 
     def _retry_started(
-        self, facts: PlaybookFacts, state: ExecutionState, events: Sequence[Event], i: int
+        self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int
     ) -> None:
         event = events[i]
         reason = str(event.payload.get("reason"))

@@ -22,7 +22,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, Protocol
 
 from noetl.core import Event, Outcome, Task
-from noetl.engine import Engine, ExecutionState
+from noetl.core.views import ExecutionView
+from noetl.dsl.graph import Graph
 
 __all__ = ["NOOP", "NoopObserver", "Observer", "Observers", "ReportPath"]
 
@@ -32,7 +33,7 @@ ReportPath = Literal["continued", "inbox", "refused", "lost"]
 
 
 class Observer(Protocol):
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         """`events` of one execution were committed; `state` already folds them."""
 
     def claimed(self, task: Task, queued_s: float | None) -> None:
@@ -60,7 +61,7 @@ class Observer(Protocol):
 class NoopObserver:
     """Observes nothing (metrics and logs disabled)."""
 
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         pass
 
     def claimed(self, task: Task, queued_s: float | None) -> None:
@@ -105,9 +106,9 @@ class Observers:
             return NOOP
         return chosen[0] if len(chosen) == 1 else cls(chosen)
 
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         for observer in self.observers:
-            observer.committed(engine, state, events)
+            observer.committed(graph, state, events)
 
     def claimed(self, task: Task, queued_s: float | None) -> None:
         for observer in self.observers:

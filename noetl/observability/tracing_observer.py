@@ -35,7 +35,8 @@ from typing import Any
 from opentelemetry.trace import SpanKind
 
 from noetl.core import Event, EventType, Outcome, Task
-from noetl.engine import Engine, ExecutionState
+from noetl.core.views import ExecutionView
+from noetl.dsl.graph import Graph
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.observer import ReportPath
 from noetl.observability.trace_context import (
@@ -98,16 +99,16 @@ class TracingObserver:
 
     # --- decisions -----------------------------------------------------------------------
 
-    def committed(self, engine: Engine, state: ExecutionState, events: Sequence[Event]) -> None:
+    def committed(self, graph: Graph, state: ExecutionView, events: Sequence[Event]) -> None:
         try:
             if self.sampler.sampled(state.execution_id, state.workload):
-                batch = _Batch(facts_of(engine), state.execution_id, self.clock())
+                batch = _Batch(facts_of(graph), state.execution_id, self.clock())
                 self._spans(batch, events)
                 for event in events:
                     if event.type == EventType.WORKFLOW_FINISHED:
                         self._root(batch, event, state.started_at, state.workload)
             elif self.sampler.force_on_error and _failed(events):
-                self._rebuild(engine, state.execution_id)
+                self._rebuild(graph, state.execution_id)
         except Exception:  # tracing must never break a runtime
             self._failure("writing the spans of committed events failed")
 
@@ -229,12 +230,12 @@ class TracingObserver:
 
     # --- force_sample_on_error -----------------------------------------------------------
 
-    def _rebuild(self, engine: Engine, execution_id: str) -> None:
+    def _rebuild(self, graph: Graph, execution_id: str) -> None:
         """Write the spans of a failed execution that was not sampled, from its log."""
         if self.load_events is None:
             return
         events = list(self.load_events(execution_id))
-        batch = _Batch(facts_of(engine), execution_id, None)
+        batch = _Batch(facts_of(graph), execution_id, None)
         self._spans(batch, events)
         tasks: dict[str, Mapping[str, Any]] = {}
         attempts: dict[str, int] = {}

@@ -6,11 +6,10 @@ is ready, lets the engine decide on each, and writes all resulting events and pr
 changes in ONE store transaction before dispatching the new tasks. So the database never
 holds a task whose dispatch event is missing, and per-step cost does not grow with the log.
 
-Tasks whose tool waits for other tasks (`playbook`: a child execution in this same
-runtime) run in threads of their own, not in the bounded pool: a parent waiting in a pool
-slot could otherwise hold the slot its child needs. Such a tool starts its child from its
-own thread (`start` and the orchestrator's turn hold one lock), and `wait` drives the
-children of the executions it waits for too, canceling those whose parent finished.
+The worker threads are in `noetl.runtime.workers`. A tool that waits for other tasks
+(`playbook`: a child execution in this same runtime) starts its child from its own thread
+(`start` and the orchestrator's turn hold one lock), and `wait` drives the children of the
+executions it waits for too (`noetl.runtime.family`).
 """
 
 from __future__ import annotations
@@ -21,7 +20,6 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -39,7 +37,6 @@ from noetl.core import (
 )
 from noetl.decision.appends import build_append
 from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
-from noetl.decision.workloads import with_workload
 from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
 from noetl.engine import Engine, ExecutionState
@@ -48,6 +45,8 @@ from noetl.engine.recovery import abort
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
+from noetl.runtime.family import ExecutionFamily
+from noetl.runtime.workers import ThreadWorkers, call_later
 from noetl.store.base import Append, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -88,11 +87,14 @@ class EmbeddedRuntime:
         self.observer = observer
         # Tracing on: the tasks of a traced execution carry their trace context.
         self.sampler = sampler
-        self._workers = max(1, workers)
-        self._pool = ThreadPoolExecutor(
-            max_workers=self._workers, thread_name_prefix="noetl-worker"
+        self._outcomes: queue.SimpleQueue[tuple[Task, Outcome]] = queue.SimpleQueue()
+        self._pool = ThreadWorkers(
+            tools,
+            workers,
+            report=self._outcomes.put,
+            workload=lambda execution_id: self._executions[execution_id].state.workload,
+            canceled=lambda task: task.task_id in self._canceled.get(task.execution_id, ()),
         )
-        self._outcomes: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._executions: dict[str, _Execution] = {}
         self._graphs: dict[int, Graph] = {}
         self._dumped: dict[int, tuple[Playbook, str]] = {}
@@ -102,11 +104,7 @@ class EmbeddedRuntime:
         # `start` may be called from a tool's thread (a child execution): it and the
         # deciding part of a turn hold this lock.
         self._lock = threading.RLock()
-        self._children: dict[str, list[str]] = {}
-        self._parents: dict[str, str] = {}
-        self._waiters: set[threading.Thread] = set()
-        self._orphans: set[str] = set()  # children asked to cancel: their parent finished
-        self._closed = threading.Event()
+        self._family = ExecutionFamily()
         # Tasks dispatched whose outcomes have not been taken yet (changed under `_lock`).
         self._in_flight = 0
         # Tasks dispatched per running execution, to run again on a RequeueTask (a retry).
@@ -151,11 +149,10 @@ class EmbeddedRuntime:
             # The row and its start in one write; the compiled playbook lets another
             # process (a replay from the dead-letter queue) decide for it later.
             self.store.create_execution(record, initial, compiled=self._compiled(playbook))
-            self.observer.committed(engine, state, decision.events)
+            self.observer.committed(engine.graph, state, decision.events)
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
-                self._children.setdefault(parent_execution_id, []).append(execution_id)
-                self._parents[execution_id] = parent_execution_id
+                self._family.add_child(parent_execution_id, execution_id)
             self._dispatch([(execution, 0, decision)])
             return execution_id
 
@@ -217,13 +214,10 @@ class EmbeddedRuntime:
     @property
     def closed(self) -> bool:
         """True once `close` was called (tools waiting for children give up then)."""
-        return self._closed.is_set()
+        return self._pool.closed
 
     def close(self) -> None:
-        self._closed.set()
-        for thread in self._waiters.copy():
-            thread.join(timeout=5.0)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        self._pool.close()
 
     def __enter__(self) -> EmbeddedRuntime:
         return self
@@ -356,7 +350,7 @@ class EmbeddedRuntime:
     def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         if self.observer is not NOOP:
             for execution, _, decision in decisions:
-                self.observer.committed(execution.engine, execution.state, decision.events)
+                self.observer.committed(execution.engine.graph, execution.state, decision.events)
 
     def _appends(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float
@@ -404,7 +398,7 @@ class EmbeddedRuntime:
                     task = command.task if stamp is None else stamp(command.task)
                     tasks[task.task_id] = task
                     self._in_flight += 1
-                    self._submit(task)
+                    self._pool.submit(task)
                 elif isinstance(command, RequeueTask):
                     # A retry (or a reclaim): the same task again, with its new attempt,
                     # once its delay has passed; a replay brings its (patched) task.
@@ -415,10 +409,10 @@ class EmbeddedRuntime:
                     task = task if stamp is None else stamp(task)
                     tasks[task.task_id] = task
                     self._in_flight += 1
-                    self._later(command.delay_s, self._submit, task)
+                    call_later(command.delay_s, self._pool.submit, task)
                 elif isinstance(command, StartTimer):
                     due = (execution.state.execution_id, dict(command.payload))
-                    self._later(command.delay_s, self._timers.put, due)
+                    call_later(command.delay_s, self._timers.put, due)
             if execution.state.terminal:
                 self._tasks.pop(execution.state.execution_id, None)
                 self._canceled.pop(execution.state.execution_id, None)
@@ -431,72 +425,13 @@ class EmbeddedRuntime:
             return None
         return sampler.stamp
 
-    @staticmethod
-    def _later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
-        """`call(*args)` now, or from a timer thread after `delay_s`."""
-        if delay_s <= 0:
-            call(*args)
-            return
-        timer = threading.Timer(delay_s, call, args=args)
-        timer.daemon = True
-        timer.start()
-
-    def _submit(self, task: Task) -> None:
-        """Run a task: in the pool, or in a thread of its own if it waits for others."""
-        if self._closed.is_set():
-            return
-        if self.tools.waits(task.kind):
-            # It waits for tasks of its own (a child execution): a pool slot held while
-            # waiting could be the one those tasks need.
-            thread = threading.Thread(
-                target=self._execute_waiting,
-                args=(task,),
-                name=f"noetl-wait-{task.task_id}",
-                daemon=True,
-            )
-            self._waiters.add(thread)
-            thread.start()
-        else:
-            with contextlib.suppress(RuntimeError):  # a retry timer firing after close()
-                self._pool.submit(self._execute, task)
-
-    def _execute_waiting(self, task: Task) -> None:
-        try:
-            self._execute(task)
-        finally:
-            self._waiters.discard(threading.current_thread())
-
     def _unfinished(self, ids: list[str]) -> set[str]:
-        """Of `ids` and their child executions (recursively), the ones still running; a
-        child whose parent finished is asked to cancel (nothing waits for it any more)."""
-        unfinished: set[str] = set()
-        todo = list(ids)
-        while todo:
-            execution_id = todo.pop()
-            execution = self._executions.get(execution_id)
-            if execution is None:
-                continue
-            if not execution.state.terminal:
-                unfinished.add(execution_id)
-                parent = self._executions.get(self._parents.get(execution_id, ""))
-                orphan = parent is not None and parent.state.terminal
-                if orphan and execution_id not in self._orphans:
-                    self._orphans.add(execution_id)
-                    self.cancel(execution_id)
-            todo.extend(self._children.get(execution_id, ()))
-        return unfinished
+        """Of `ids` and their child executions, the ones still running."""
+        return self._family.unfinished(ids, self._terminal, self.cancel)
 
-    def _execute(self, task: Task) -> None:
-        """Worker thread: run one task and report its outcome (never raises)."""
-        if task.task_id in self._canceled.get(task.execution_id, ()):
-            outcome = Outcome(
-                task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
-            )
-        else:
-            # Tasks do not carry the workload (noetl.decision.workloads): it is the state's.
-            task = with_workload(task, self._executions[task.execution_id].state.workload)
-            outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
-        self._outcomes.put((task, outcome))
+    def _terminal(self, execution_id: str) -> bool | None:
+        execution = self._executions.get(execution_id)
+        return None if execution is None else execution.state.terminal
 
     def _compiled(self, playbook: Playbook) -> str:
         """The playbook as JSON (its validated model), dumped once per playbook object."""

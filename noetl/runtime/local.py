@@ -91,6 +91,7 @@ def embedded_runtime(
                 observer=observer,
                 roots=roots,
                 max_result_bytes=max_result_bytes,
+                results=store.results,
             )
             runtime = EmbeddedRuntime(
                 store,
@@ -174,6 +175,7 @@ def local_cluster(
             ),
             launcher=StoreLauncher(decider, stopping=stop_worker.is_set),
             roots=roots,
+            results=store.results,
         )
         worker = Worker(
             store,

@@ -13,7 +13,8 @@
     HTTPException (routing, 405)   its own status (a body too deep to parse: 422)
     anything else                  500 internal          (logged; the message is generic)
 
-Every error body has the same shape (`schemas.ErrorBody`): `error` and `message`.
+Every error body has the same shape (`noetl.server.schemas.common.ErrorBody`): `error` and
+`message`.
 """
 
 from __future__ import annotations

@@ -51,6 +51,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from noetl.core import Outcome, Task
+from noetl.core.backoff import backoff_seconds
 from noetl.credentials.scope import current_scope
 from noetl.dsl.render import Renderer
 from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
@@ -354,21 +355,18 @@ def retry_delays(retry: Mapping[str, Any] | None, key: str) -> list[float]:
     `retry` is a `RetryPolicy` as JSON (None: the default); jitter is seeded by the key
     and the attempt, so the same write waits the same way every time."""
     policy = {**DEFAULT_RETRY, **(retry or {})}
-    initial = float(policy["initial_delay"])
-    multiplier = float(policy["backoff_multiplier"])
-    delays: list[float] = []
-    for attempt in range(1, int(policy["max_attempts"])):
-        if policy["backoff"] == "fixed":
-            delay = initial
-        elif policy["backoff"] == "linear":
-            delay = initial * attempt
-        else:
-            delay = initial * multiplier ** (attempt - 1)
-        delay = min(delay, float(policy["max_delay"]))
-        if policy["jitter"]:
-            delay *= 0.5 + random.Random(f"{key}:{attempt}").random() / 2
-        delays.append(delay)
-    return delays
+    jitter = bool(policy["jitter"])
+    return [
+        backoff_seconds(
+            attempt,
+            initial=float(policy["initial_delay"]),
+            multiplier=float(policy["backoff_multiplier"]),
+            max_delay=float(policy["max_delay"]),
+            backoff=str(policy["backoff"]),
+            jitter=random.Random(f"{key}:{attempt}").random() if jitter else None,
+        )
+        for attempt in range(1, int(policy["max_attempts"]))
+    ]
 
 
 def _call(write: Callable[[], dict[str, Any]], timeout_ms: int | None) -> dict[str, Any]:

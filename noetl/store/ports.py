@@ -22,6 +22,7 @@ from noetl.store.records import (
     InputKind,
     Lease,
     PlaybookRecord,
+    StoredResult,
     StoreStats,
     WorkerRecord,
 )
@@ -49,6 +50,20 @@ class InputHolder(Protocol):
 
     def close(self) -> None:
         """Stop holding: what it holds is freed by the next `release_orphaned_inputs`."""
+
+
+class ResultStore(Protocol):
+    """Whole results kept outside the event log (`store.results`), by reference."""
+
+    def put(self, execution_id: str, step: str | None, value: Any) -> StoredResult:
+        """Keep `value` (JSON-able, already bounded and masked) under a new, unguessable
+        reference (`noetl://results/...`)."""
+
+    def get(self, ref: str) -> StoredResult | None:
+        """The result kept under `ref`; None when there is none (or `ref` is not one)."""
+
+    def count(self, execution_id: str) -> tuple[int, int]:
+        """How many results `execution_id` keeps here, and their bytes."""
 
 
 class WaitPort(Protocol):
@@ -288,6 +303,10 @@ class AdminPort(Protocol):
     @property
     def credentials(self) -> CredentialStore:
         """Encrypted named credentials (noetl.credentials), in the same database."""
+
+    @property
+    def results(self) -> ResultStore:
+        """Whole results kept outside the event log, in the same database."""
 
     def stats(self) -> StoreStats:
         """Counts for the metrics exporter (a few grouped queries; called per scrape)."""

@@ -246,6 +246,18 @@ class WorkerRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredResult:
+    """A whole result kept in the result store (`store.results`) under `ref`."""
+
+    ref: str
+    execution_id: str
+    step: str | None
+    bytes: int  # the size of its JSON text
+    value: Any
+    created_at: float | None = None  # None on the record `put` returns
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     """What the metrics exporter reads from the store when scraped (epoch seconds).
 

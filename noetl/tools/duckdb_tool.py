@@ -21,7 +21,8 @@ What runs, from the task's `spec` (`DuckdbSpec`) and `args`:
   tool's does.
 * The statements and the table loads run in one transaction, committed when the result is
   complete: a failed task changes nothing in a database file.
-* `task.timeout_ms` interrupts the query when it runs out (a retryable `TaskTimeoutError`).
+* The task's deadline (`timeout_ms`, noetl.tools.deadline) interrupts the query when it
+  passes (a retryable `TaskTimeoutError`).
 
 The result (`this`) is as for the postgres tool: `{"rows": [...], "rowcount": n,
 "columns": [...]}` for a statement that returns rows (JSON columns are parsed, every value
@@ -48,6 +49,7 @@ from noetl.core import Outcome, Task
 from noetl.dsl.kinds import DuckdbSpec
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
+from noetl.tools.deadline import Deadline
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result
 
 __all__ = ["DuckdbTool"]
@@ -80,7 +82,7 @@ class DuckdbTool:
             con = duckdb.connect(_database_path(spec.database))
         except duckdb.Error as exc:
             raise _error(exc, timed_out=False, timeout_ms=None) from None
-        watchdog = _Watchdog(con, task.timeout_ms)
+        watchdog = _Watchdog(con, Deadline.of(task))
         try:
             con.begin()
             for name, rows in tables.items():
@@ -129,14 +131,14 @@ class DuckdbTool:
 class _Watchdog:
     """Interrupts the connection's query when the task's time runs out."""
 
-    def __init__(self, con: duckdb.DuckDBPyConnection, timeout_ms: int | None) -> None:
+    def __init__(self, con: duckdb.DuckDBPyConnection, deadline: Deadline | None) -> None:
         self.fired = False
         self._con = con
         self._lock = threading.Lock()
         self._done = False
         self._timer: threading.Timer | None = None
-        if timeout_ms:
-            self._timer = threading.Timer(timeout_ms / 1000, self._interrupt)
+        if deadline is not None:
+            self._timer = threading.Timer(deadline.remaining(), self._interrupt)
             self._timer.daemon = True
             self._timer.start()
 

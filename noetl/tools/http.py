@@ -10,7 +10,8 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   spec's; else, when the task is traced (`Task.trace`), its `worker.plugin.http` span's
   context, so the downstream service's spans join the execution's trace; else the task
   context's (when well formed); else a new one (`new_traceparent`).
-* Timeout: `spec.timeout` seconds, else the task's `timeout_ms`, else 30 s; it bounds each
+* Timeout: what is left of the task's `timeout_ms` (its `Deadline`, noetl.tools.deadline),
+  or `spec.timeout` seconds when that is tighter; without either, 30 s. It bounds each
   phase (connect, write, wait for a byte) and, once more, the reading of the whole body.
 * `spec.credential` names a credential of the worker (`noetl.credentials.records`): bearer
   and basic are sent as `Authorization`, api_key as its header (`X-API-Key` unless it
@@ -53,6 +54,7 @@ from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import HttpSpec
 from noetl.errors import NoetlError
 from noetl.observability.trace_context import plugin_traceparent
+from noetl.tools.deadline import Deadline
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_BODY_BYTES", "HttpTool", "new_traceparent", "safe_url"]
 
@@ -275,11 +277,13 @@ def _validate(spec: Mapping[str, Any]) -> HttpSpec:
 
 
 def _timeout(spec: HttpSpec, task: Task) -> float:
-    if spec.timeout is not None:
-        return spec.timeout
-    if task.timeout_ms is not None and task.timeout_ms > 0:
-        return task.timeout_ms / 1000
-    return DEFAULT_TIMEOUT_S
+    """What is left of the task's deadline, or `spec.timeout` when tighter; without
+    either, the default."""
+    deadline = Deadline.of(task)
+    if deadline is None:
+        return DEFAULT_TIMEOUT_S if spec.timeout is None else spec.timeout
+    left = deadline.remaining()
+    return left if spec.timeout is None else min(spec.timeout, left)
 
 
 def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:

@@ -8,14 +8,19 @@ is waited for (the earlier run was lost, not failed); one that failed means this
 retry (the step's `retry` policy), which starts a child of its own.
 
 The child's text comes from the playbook catalog (`spec.path`, `spec.version`), else,
-without a version, from the file at `spec.path`, which resolves under the tool's root
-(`playbooks.root`; `..`, absolute paths elsewhere and symlinks leading out are refused,
-see noetl.paths); the task's `args` are merged over the child's workload. A file that
+without a version, from a file under the tool's root (`playbooks.root`; `..`, absolute
+paths elsewhere and symlinks leading out are refused, see noetl.paths): `spec.path`
+itself, with `.yaml` / `.yml`, the file named after its last part inside it, else the
+playbook file whose `metadata.path` it is (noetl.tools.child_steps.find_file); the
+task's `args` are merged over the child's workload. A file that
 cannot be read or is not a valid playbook fails the step with the diagnostics' codes and
 lines only: its contents never reach the step's error (it may be any file, a secret
 one too). The tool then polls the store until the child finishes: `ok` gives
-`{execution_id, status, context}` (the child's saved context), anything else a failure
-that is not transient: retried only under the step's own `retry` policy.
+`{execution_id, status, context}` (the child's saved context), or with
+`spec.return_step` the result of that step of the child (null when it did not finish
+`ok`: skipped, not reached); anything else a failure that is not transient: retried only
+under the step's own `retry` policy. A `return_step` the child's text has no step of
+fails the task before the child starts.
 
 Starting a child is a runtime's business (`ChildLauncher`): a worker creates it in the
 shared store as the server does; `noetl run` starts it in its own embedded runtime.
@@ -34,8 +39,9 @@ from typing import Any, Protocol
 from noetl.core import ExecutionStatus, Outcome, Task
 from noetl.credentials.scope import current_scope
 from noetl.errors import NoetlError, PathRefusedError, PlaybookError
-from noetl.paths import PLAYBOOK_ROOT_SETTING, confine
 from noetl.store.base import ExecutionRecord, Store
+from noetl.tools.child_steps import StepNames, find_file, step_result
+from noetl.tools.deadline import Deadline
 
 __all__ = ["ChildLauncher", "PlaybookTool", "child_execution_id"]
 
@@ -101,9 +107,13 @@ class PlaybookTool:
         self._poll_s = poll_s
         self._max_poll_s = max_poll_s
         self._parent_check_s = parent_check_s
+        self._step_names = StepNames()
 
     def run(self, task: Task) -> Outcome:
         started = time.perf_counter()
+        returned = task.spec.get("return_step")
+        if returned is not None and (not isinstance(returned, str) or not returned.strip()):
+            return _fatal(task, f"spec.return_step must be a step name; got {returned!r}")
         child_id, found = self._child(task)
         if not found:
             failure = self._launch(task, child_id)
@@ -147,6 +157,9 @@ class PlaybookTool:
         if isinstance(found, str):
             return _fatal(task, found)
         text, source_path, from_file = found
+        missing = self._missing_step(task, text, path)
+        if missing is not None:
+            return _fatal(task, missing)
         # The args as rendered, secret references still markers: the child's workload is
         # stored, and the child's own tasks resolve the references where they run.
         workload = dict(current_scope().unresolved(task).args)
@@ -166,19 +179,37 @@ class PlaybookTool:
             log.info("child execution %s of %s was started before", child_id, task.task_id)
         return None
 
+    def _missing_step(self, task: Task, text: str, path: str) -> str | None:
+        """The error when `spec.return_step` names a step the child's text does not have
+        (None when it has it, or the text is invalid: starting it says why)."""
+        returned = task.spec.get("return_step")
+        if not isinstance(returned, str):
+            return None
+        names = self._step_names(text, path)
+        if names is None or returned in names:
+            return None
+        return (
+            f"step '{task.step}': return_step {returned!r} is not a step of child playbook "
+            f"{path!r} (its steps: {', '.join(sorted(names))})"
+        )
+
     def _source(self, path: str, version: int | None) -> tuple[str, str, bool] | str:
         """The child's text, its path and whether it came from a file: from the catalog,
-        else (without a version) from the file at `path` under the root; the error
-        message when neither has it. PathRefusedError for a path outside the root."""
+        else (without a version) from a file under the root (`find_file`); the
+        error message, naming what was tried, when neither has it. PathRefusedError for
+        a path outside the root."""
         record = self._launcher.store.get_playbook(path, version)
         if record is not None:
             return record.text, record.path, False
         if version is not None:
             return f"version {version} of playbook {path!r} is not registered"
         root = (self._root or Path.cwd()).resolve()
-        file = confine(path, root, field="spec.path", setting=PLAYBOOK_ROOT_SETTING)
-        if not file.is_file():
-            return f"playbook {path!r} is neither registered nor a file (under {root})"
+        file, tried = find_file(path, root)
+        if file is None:
+            return (
+                f"playbook {path!r} is neither registered nor a file (under {root}; "
+                f"tried {', '.join(tried)})"
+            )
         try:
             return file.read_text(encoding="utf-8"), path, True
         except UnicodeDecodeError:
@@ -194,7 +225,8 @@ class PlaybookTool:
         otherwise: timeout, the parent finished, this process stops, the child vanished."""
         store = self._launcher.store
         now = time.monotonic()
-        deadline = None if task.timeout_ms is None else now + task.timeout_ms / 1000
+        limit = Deadline.of(task)
+        deadline = None if limit is None else limit.at
         parent_check = now + self._parent_check_s
         delay = self._poll_s
         while True:
@@ -253,11 +285,24 @@ class PlaybookTool:
         duration_ms = (time.perf_counter() - started) * 1000
         child_id = record.execution_id
         if record.status is ExecutionStatus.OK:
-            this: dict[str, Any] = {
+            returned = task.spec.get("return_step")
+            this: Any = {
                 "execution_id": child_id,
                 "status": record.status.value,
                 "context": record.context,
             }
+            if isinstance(returned, str):
+                try:
+                    this = self._returned(child_id, returned)
+                except NoetlError as exc:  # a run again finds the child and reads it again
+                    return Outcome(
+                        task.task_id,
+                        ok=False,
+                        error=f"reading step {returned!r} of child execution {child_id}: {exc}",
+                        error_type=type(exc).__name__,
+                        retryable=exc.retryable,
+                        duration_ms=duration_ms,
+                    )
             return Outcome(task.task_id, ok=True, this=this, duration_ms=duration_ms)
         reason = self._failed_step(child_id)
         return Outcome(
@@ -268,6 +313,13 @@ class PlaybookTool:
             error_type="ChildExecutionFailed",
             duration_ms=duration_ms,
         )
+
+    def _returned(self, child_id: str, step: str) -> Any:
+        """The result of `step` of the finished child; None when it did not finish ok."""
+        found, result = step_result(self._launcher.store, child_id, step)
+        if not found:
+            log.info("return_step %r of child execution %s did not run", step, child_id)
+        return result
 
     def _failed_step(self, child_id: str) -> str | None:
         """The first failed step of the child and its error, for the parent's message."""

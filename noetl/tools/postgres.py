@@ -22,7 +22,8 @@ What runs, from the task's `spec` (`PostgresSpec`) and `args`:
 * The statements run in a transaction of their own, committed when the result is complete:
   a failed task (an error, too many rows) changes nothing. Statements PostgreSQL refuses
   inside a transaction block (VACUUM, CREATE DATABASE, ... CONCURRENTLY) cannot be run.
-* `task.timeout_ms` becomes the transaction's `statement_timeout`.
+* What is left of `task.timeout_ms` (its `Deadline`, noetl.tools.deadline) when the
+  transaction starts becomes its `statement_timeout`.
 
 Connections are short-lived: one `psycopg.connect` per task (`connect_timeout` 10 s unless
 the DSN sets one), closed when the task ends. A task costs a connection set-up (a few ms on
@@ -64,6 +65,7 @@ from noetl.credentials.scope import current_scope
 from noetl.dsl.kinds import PostgresSpec
 from noetl.errors import FatalError, NoetlError, RetryableError, TaskTimeoutError
 from noetl.tools._outcome import outcome_of
+from noetl.tools.deadline import Deadline
 from noetl.tools.jsonsafe import MAX_ROWS, command_result, commands_result, query_result
 
 __all__ = ["CONNECT_TIMEOUT_S", "PostgresTool"]
@@ -125,12 +127,14 @@ class PostgresTool:
             conn = psycopg.connect(database.conninfo)
         except psycopg.Error as exc:
             raise _connect_error(exc, database) from None
+        deadline = Deadline.of(task)
+        left_ms = None if deadline is None else deadline.remaining_ms()
         try:
             with conn:  # commits when the block completes, else rolls back; then closes
                 if spec.command is not None:
-                    return self._commands(conn, spec.command, params, task.timeout_ms)
+                    return self._commands(conn, spec.command, params, left_ms)
                 assert spec.query is not None  # the spec has one of the two
-                return self._execute(conn, spec.query, params, task.timeout_ms)
+                return self._execute(conn, spec.query, params, left_ms)
         except psycopg.Error as exc:
             raise _query_error(exc, database, task.timeout_ms) from None
 

@@ -1,9 +1,13 @@
-"""The worker's task threads: a bounded pool of daemon threads.
+"""The worker's task threads: a bounded pool of daemon threads, and threads of their own.
 
 `concurrent.futures.ThreadPoolExecutor` joins its threads when the interpreter exits, so a
 worker told to stop at once would still wait for a tool that cannot be interrupted (an
 HTTP call, a query) to return. The tasks of a stopped worker are handed back to the queue
 (`Store.release`); their threads must not keep the process alive, so these are daemons.
+
+Tasks whose tool waits for other tasks (`playbook`: a child execution, see
+`ToolRegistry.waits`) run in threads of their own (`spawn`), outside the pool: a pool
+whose threads all held waiting parents could otherwise never run the children's tasks.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ class TaskThreads:
         self._threads: list[threading.Thread] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._own: set[threading.Thread] = set()  # threads of their own (`spawn`)
 
     def submit(self, fn: Callable[[Any], object], arg: Any) -> None:
         """Queue a call; RuntimeError after `shutdown`, or when no thread can be started."""
@@ -74,3 +79,30 @@ class TaskThreads:
         deadline = None if timeout is None else time.monotonic() + timeout
         for thread in threads:
             thread.join(timeout=None if deadline is None else max(deadline - time.monotonic(), 0))
+
+    def spawn(self, fn: Callable[[Any], object], arg: Any, name: str) -> None:
+        """Run `fn(arg)` in a daemon thread of its own; RuntimeError when it cannot be
+        started."""
+        thread = threading.Thread(target=self._run_own, args=(fn, arg), name=name, daemon=True)
+        with self._lock:
+            self._own.add(thread)
+        try:
+            thread.start()
+        except BaseException:
+            with self._lock:
+                self._own.discard(thread)
+            raise
+
+    def _run_own(self, fn: Callable[[Any], object], arg: Any) -> None:
+        try:
+            fn(arg)
+        finally:
+            with self._lock:
+                self._own.discard(threading.current_thread())
+
+    def join_own(self, timeout: float) -> None:
+        """Wait for the threads of their own still running, up to `timeout` seconds each."""
+        with self._lock:
+            threads = list(self._own)
+        for thread in threads:
+            thread.join(timeout=timeout)

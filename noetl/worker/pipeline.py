@@ -42,6 +42,7 @@ from noetl.dsl.model import Tool, pipeline_task_tool
 from noetl.dsl.render import Renderer, render_spec
 from noetl.dsl.rewrite import ShapeError
 from noetl.errors import TemplateError
+from noetl.tools.deadline import Deadline
 from noetl.worker.policy_rules import decide, output_view, retry_delay
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ class _Run:
             t for t in task.spec.get("tasks") or [] if isinstance(t, Mapping)
         ]
         self.render_code = task.spec.get("render_code") is True
-        self.deadline = time.monotonic() + task.timeout_ms / 1000 if task.timeout_ms else None
+        limit = Deadline.of(task)  # the time limit's, when the registry runs the pipeline
+        self.deadline = None if limit is None else limit.at
         self.prev: Any = None
         self.results: dict[str, Any] = {}
         self.names: dict[str, Any] = {}  # what tasks' `set` gave as plain names

@@ -41,6 +41,7 @@ from types import TracebackType
 from typing import Any
 
 from noetl.core import Outcome, Task
+from noetl.tools.deadline import Deadline
 from noetl.worker._pychild import READY, Reply, serve
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
@@ -218,9 +219,13 @@ class PythonPool:
         request = _request(task)
         if isinstance(request, str):
             return _failed(task, started, request, "FatalError")
-        timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
+        deadline = Deadline.of(task)
+        if deadline is not None:
+            timeout_ms = deadline.timeout_ms
+        else:
+            timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
         try:
-            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0))
+            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0), deadline)
         except _Failure as failure:
             return _failed(
                 task, started, failure.message, failure.error_type, retryable=failure.retryable
@@ -261,7 +266,9 @@ class PythonPool:
 
     # --- internals ------------------------------------------------------------------
 
-    def _run_leased(self, task_id: str, request: Reply, timeout_ms: int) -> Reply:
+    def _run_leased(
+        self, task_id: str, request: Reply, timeout_ms: int, deadline: Deadline | None
+    ) -> Reply:
         child = self._acquire()
         healthy = False
         try:
@@ -274,7 +281,7 @@ class PythonPool:
             with self._cond:
                 self._running[task_id] = child
             try:
-                reply = self._call(child, request, timeout_ms)
+                reply = self._call(child, request, timeout_ms, deadline)
             finally:
                 with self._cond:
                     if self._running.get(task_id) is child:
@@ -316,12 +323,16 @@ class PythonPool:
         child.stop(kill=True)
         raise _Failure("python pool is closed", "CancelError", retryable=True)
 
-    def _call(self, child: _Child, request: Reply, timeout_ms: int) -> Reply:
-        """One round trip; raises `_Failure` when the child is dead or must be replaced."""
+    def _call(
+        self, child: _Child, request: Reply, timeout_ms: int, deadline: Deadline | None
+    ) -> Reply:
+        """One round trip, until the task's deadline (else `timeout_ms`); raises
+        `_Failure` when the child is dead or must be replaced."""
         try:
             if not child.ready:
                 child.wait_ready()
-            reply = child.call(request, timeout_ms / 1000)
+            wait_s = timeout_ms / 1000 if deadline is None else deadline.remaining()
+            reply = child.call(request, wait_s)
         except (EOFError, OSError):
             code = child.stop()
             if child.canceled:

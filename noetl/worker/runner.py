@@ -5,18 +5,9 @@ with heartbeats, runs each tool, and reports the outcome quoting its fencing tok
 result with a stale token (the lease expired and the task went to someone else) is refused
 by the store and changes nothing.
 
-Reporting takes one of two paths:
-
-* The inbox: the outcome goes to the store's inbox and a server's orchestrator decides
-  what follows. Failures always take this path, so retries, the DLQ and failure policies
-  are decided in one place.
-* The continuation (when a `Decider` is given, `noetl.worker.continuation`): a successful
-  task that was the only task in flight of its execution is decided right here and
-  committed in ONE transaction with the task's completion; the tasks it dispatches are
-  leased to this worker in that transaction and run at once. A chain of steps then costs
-  one transaction per step instead of two process hops through the database. If the
-  execution moved meanwhile (a cancel, another server), nothing is written and the
-  outcome takes the inbox path.
+Reporting takes one of two paths (`noetl.worker.report_paths`): the inbox, where a server
+decides what follows, or the continuation, where this worker decides what follows a task
+that was the only one in flight of its execution and runs the tasks it dispatches at once.
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
 
@@ -33,12 +24,12 @@ claim loop is logged and the loop goes on, and a reporter or heartbeat thread th
 is started again by the claim loop (which stops the worker, handing its tasks back, if it
 cannot).
 
-Tasks whose tool waits for other tasks (`playbook`: a child execution, see
-`ToolRegistry.waits`) run in threads of their own and do not count against the claim
-window: a worker whose slots all held waiting parents could otherwise never claim the
-children's tasks. They are heartbeaten like any task, so their leases stay alive while
-they wait. On a hard stop their outcomes are dropped (their waits end early): the task is
-handed back and, run again, finds the child it started.
+Tasks whose tool waits for other tasks (`playbook`: a child execution) run in threads of
+their own (`noetl.worker._threads`) and do not count against the claim window: a worker
+whose slots all held waiting parents could otherwise never claim the children's tasks.
+They are heartbeaten like any task, so their leases stay alive while they wait. On a hard
+stop their outcomes are dropped (their waits end early): the task is handed back and, run
+again, finds the child it started.
 """
 
 from __future__ import annotations
@@ -60,7 +51,8 @@ from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
 from noetl.worker.continuation import Continuation
 from noetl.worker.heartbeats import Heartbeats, InFlight
-from noetl.worker.reporting import REPORT_ERROR, Report, Reporter
+from noetl.worker.report_paths import ReportPaths
+from noetl.worker.reporting import REPORT_ERROR, Reporter
 from noetl.worker.tools import ToolRegistry
 
 log = logging.getLogger("noetl.worker")
@@ -133,8 +125,8 @@ class Worker:
         self._reporter = Reporter(
             store, give_up_s=max(config.lease_s, 5.0), errors=self.stats.errors
         )
+        self._paths = ReportPaths(self._reporter, self._continuation, observer)
         self._threads = TaskThreads(config.concurrency)
-        self._waiters: set[threading.Thread] = set()
         self._heartbeats = Heartbeats(
             store,
             worker_id=self.worker_id,
@@ -217,10 +209,7 @@ class Worker:
         without waiting for the tools still running (their tasks were handed back)."""
         self._threads.shutdown(wait=drained)
         if drained:
-            with self._lock:
-                waiters = list(self._waiters)
-            for thread in waiters:
-                thread.join(timeout=max(self.config.lease_s, 5.0))
+            self._threads.join_own(timeout=max(self.config.lease_s, 5.0))
         self._reporter.stop(max(self.config.lease_s, 5.0) + 5 if drained else HARD_STOP_REPORT_S)
         self._heartbeats.stop(timeout=5)
 
@@ -332,31 +321,11 @@ class Worker:
 
     def _submit(self, lease: Lease) -> None:
         """Run a leased task: in the pool, or in a thread of its own when its tool waits
-        for other tasks (a pool slot held while waiting could be the one they need)."""
-        if not self.tools.waits(lease.task.kind):
+        for other tasks (noetl.worker._threads)."""
+        if self.tools.waits(lease.task.kind):
+            self._threads.spawn(self._execute, lease, name=f"noetl-wait-{lease.task.task_id}")
+        else:
             self._threads.submit(self._execute, lease)
-            return
-        thread = threading.Thread(
-            target=self._execute_waiting,
-            args=(lease,),
-            name=f"noetl-wait-{lease.task.task_id}",
-            daemon=True,
-        )
-        with self._lock:
-            self._waiters.add(thread)
-        try:
-            thread.start()
-        except BaseException:
-            with self._lock:
-                self._waiters.discard(thread)
-            raise
-
-    def _execute_waiting(self, lease: Lease) -> None:
-        try:
-            self._execute(lease)
-        finally:
-            with self._lock:
-                self._waiters.discard(threading.current_thread())
 
     def _wait(self) -> None:
         try:
@@ -446,28 +415,23 @@ class Worker:
         return self._report(lease, outcome)
 
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
-        """Report the outcome: by deciding its continuation here when that applies (the
-        leases it returns are this worker's next tasks), else through the inbox."""
-        task = lease.task
-        if self._continuation is not None and outcome.ok and lease.solo:
-            done = self._continuation.attempt(lease, outcome, lambda: self._free_after(task))
-            if done is not None and done.refused:
-                self.stats.rejected += 1
-                log.info("result of %s refused: lease no longer held", task.task_id)
-                self._observe(task, outcome, "refused")
-                return []
-            if done is not None:
-                self.stats.continued += 1
-                self._observe(task, outcome, "continued")  # its leases must run regardless
-                return done.leases
-        self._complete(lease, outcome)
-        return []
+        """Report the outcome (noetl.worker.report_paths); the leases its continuation
+        returned are this worker's next tasks."""
+        path, leases = self._paths.report(lease, outcome, lambda: self._free_after(lease.task))
+        self._count(path)
+        return leases
 
-    def _observe(self, task: Task, outcome: Outcome, path: ReportPath) -> None:
-        try:
-            self.observer.reported(task, outcome, path)
-        except Exception:
-            log.exception("observing the report of %s failed", task.task_id)
+    def _complete(self, lease: Lease, outcome: Outcome) -> None:
+        """Report the outcome to the inbox."""
+        self._count(self._paths.complete(lease, outcome))
+
+    def _count(self, path: ReportPath | None) -> None:
+        if path == "inbox":
+            self.stats.completed += 1
+        elif path == "continued":
+            self.stats.continued += 1
+        elif path == "refused":
+            self.stats.rejected += 1
 
     def _free_after(self, task: Task) -> int:
         """Task slots free once `task` is done (none while stopping)."""
@@ -475,21 +439,6 @@ class Worker:
             return 0
         own = 0 if self.tools.waits(task.kind) else 1  # this task's slot is free again
         return self.config.concurrency - self.busy() + own
-
-    def _complete(self, lease: Lease, outcome: Outcome) -> None:
-        """Report the outcome to the inbox with the lease's token, through the reporter
-        (reports that wait meanwhile go in one statement); an outcome the store refuses is
-        replaced by the failure that says why."""
-        report = Report(lease, outcome)
-        self._reporter.report(report)
-        if report.accepted is None:
-            return
-        self._observe(lease.task, report.outcome, "inbox" if report.accepted else "refused")
-        if report.accepted:
-            self.stats.completed += 1
-        else:
-            self.stats.rejected += 1
-            log.info("result of %s refused: lease no longer held", lease.task.task_id)
 
 
 def _queued_s(lease: Lease, lease_s: float) -> float | None:

@@ -1,26 +1,46 @@
 """Tools: what a worker runs for a task, looked up by the task's `kind`.
 
-A tool turns a `Task` into an `Outcome` and reports failures in it rather than raising;
-`ToolRegistry.run` still turns a stray exception into a failed outcome, so one buggy tool
-cannot take the worker loop down.
+A tool turns a `Task` into an `Outcome` and reports failures in it rather than raising.
+The registry wraps each tool, once, in a chain of middlewares (`noetl.worker.middleware`):
+log context, observer, result selection, script check, secret scope and masking, crash
+capture, secret resolution, sinks, result bound and time limit. A stray exception still
+becomes a failed outcome, so one buggy tool cannot take the worker loop down. What a tool
+can do beyond running tasks (be canceled, be closed, wait, go without credentials) it
+declares by the protocols of `noetl.tools.abilities`, read once when it is registered.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from noetl.core import Outcome, Task
-from noetl.credentials.scope import SecretProvider, SecretScope, enter_scope, leave_scope
+from noetl.credentials.scope import SecretProvider
 from noetl.dsl.kinds import plugin_tools
-from noetl.dsl.limits import check_data
 from noetl.observability import NOOP, Observer
-from noetl.observability.logging import bind_task, reset_task
 from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
-from noetl.sinks import REGISTRY, SinkRegistry, run_sinks
+from noetl.sinks import REGISTRY, SinkRegistry
+from noetl.store.ports import ResultStore
+from noetl.tools.abilities import Abilities, Tool
+from noetl.worker.middleware import (
+    CrashCapture,
+    Handler,
+    LogContext,
+    Middleware,
+    Observe,
+    ResolveSecrets,
+    ResultBound,
+    ScriptCheck,
+    SecretScope,
+    SelectResult,
+    Sinks,
+    bounded,
+    compose,
+)
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.time_limit import CANCEL_GRACE_S, TimeLimit
 
 if TYPE_CHECKING:
     from noetl.tools.playbook import ChildLauncher
@@ -36,18 +56,6 @@ __all__ = [
 
 # The largest result a task may return (its JSON), unless the registry is given another.
 DEFAULT_MAX_RESULT_BYTES = 16 * 1024 * 1024
-
-
-class Tool(Protocol):
-    """Runs the tasks of one kind. A tool whose `uses_credentials` is False (the default
-    is True) runs without a secret scope when its task has no secret references and no
-    sinks."""
-
-    kind: str
-
-    def run(self, task: Task) -> Outcome:
-        """Run the task; report every failure in the outcome."""
-        ...
 
 
 class NoopTool:
@@ -92,8 +100,28 @@ class UnknownTool:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class _Chains:
+    """A tool's abilities and its composed chains: `run` (observed) and `call`, each
+    full and short."""
+
+    abilities: Abilities
+    run: Handler
+    run_short: Handler
+    call: Handler
+    call_short: Handler
+
+    def of(self, task: Task, *, observed: bool) -> Handler:
+        if task.secrets or task.sinks or self.abilities.uses_credentials:
+            return self.run if observed else self.call
+        # Nothing to resolve, hand out, mask or write: the short chain (a hot path for
+        # loops of python items).
+        return self.run_short if observed else self.call_short
+
+
 class ToolRegistry:
-    """Tools by kind, and the secret providers their tasks resolve against."""
+    """Tools by kind, each wrapped once in the chain of middlewares that runs its tasks
+    (`noetl.worker.middleware`), and the secret providers their tasks resolve against."""
 
     def __init__(
         self,
@@ -103,29 +131,93 @@ class ToolRegistry:
         observer: Observer = NOOP,
         sinks: SinkRegistry | None = None,
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+        cancel_grace_s: float = CANCEL_GRACE_S,
+        results: ResultStore | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
-        self.secrets = secrets
+        self._chains: dict[str, _Chains] = {}
+        # Where a task with `select` keeps its whole result (noetl.worker.selection).
+        self._results = results
+        self._secrets = secrets
         # The sink writers of its tasks (None: the shared default registry).
-        self.sinks = sinks
+        self._sinks = sinks
         # What a tool returns is refused past this size (or nested too deep, or holding a
         # number JSON cannot hold): see `bounded`.
-        self.max_result_bytes = max_result_bytes
+        self._max_result_bytes = max_result_bytes
         # Told when each task's tool starts and finishes, and about each sink it writes.
-        self.observer = observer
+        self._observer = observer
+        # How long past its deadline a tool that can be stopped is asked to stop.
+        self._grace_s = cancel_grace_s
         for tool in tools:
             self.register(tool)
 
+    # The chains hold these: setting one composes them again.
+    @property
+    def secrets(self) -> SecretProvider | None:
+        return self._secrets
+
+    @secrets.setter
+    def secrets(self, value: SecretProvider | None) -> None:
+        self._secrets = value
+        self._compose_all()
+
+    @property
+    def sinks(self) -> SinkRegistry | None:
+        return self._sinks
+
+    @sinks.setter
+    def sinks(self, value: SinkRegistry | None) -> None:
+        self._sinks = value
+        self._compose_all()
+
+    @property
+    def results(self) -> ResultStore | None:
+        return self._results
+
+    @results.setter
+    def results(self, value: ResultStore | None) -> None:
+        self._results = value
+        self._compose_all()
+
+    @property
+    def observer(self) -> Observer:
+        return self._observer
+
+    @observer.setter
+    def observer(self, value: Observer) -> None:
+        self._observer = value
+        self._compose_all()
+
+    @property
+    def max_result_bytes(self) -> int:
+        return self._max_result_bytes
+
+    @max_result_bytes.setter
+    def max_result_bytes(self, value: int) -> None:
+        self._max_result_bytes = value
+        self._compose_all()
+
     def register(self, tool: Tool, *, replace: bool = False) -> None:
-        """Add a tool; a second tool for the same kind needs `replace=True`."""
+        """Add a tool (its abilities read and its chains composed now); a second tool for
+        the same kind needs `replace=True`."""
         if tool.kind in self._tools and not replace:
             raise ValueError(f"a tool for kind {tool.kind!r} is already registered")
         self._tools[tool.kind] = tool
+        self._chains[tool.kind] = self._compose(tool)
 
     def get(self, kind: str) -> Tool:
         """The tool for `kind`; for an unknown kind one whose tasks fail (`UnknownTool`)."""
         tool = self._tools.get(kind)
         return UnknownTool(kind) if tool is None else tool
+
+    def abilities(self, kind: str) -> Abilities:
+        """What the tool of `kind` can do beyond running tasks (`noetl.tools.abilities`)."""
+        return self._chains_of(kind).abilities
+
+    def middlewares(self, kind: str, *, observed: bool = True, short: bool = False) -> list[str]:
+        """The names of the middlewares around the tool of `kind`, outermost first."""
+        chain = self._middlewares(self.get(kind), observed=observed, short=short)
+        return [type(middleware).__name__ for middleware in chain]
 
     def __contains__(self, kind: object) -> bool:
         return kind in self._tools
@@ -134,20 +226,21 @@ class ToolRegistry:
         """Whether tasks of `kind` spend their time waiting for other tasks (`playbook`
         waits for its child execution): runtimes run those outside their bounded task
         slots, so a waiting parent never holds the slot its child needs."""
-        return getattr(self._tools.get(kind), "waits", False) is True
+        chains = self._chains.get(kind)
+        return chains is not None and chains.abilities.waits
 
     def kinds(self) -> list[str]:
         """The registered kinds, sorted."""
         return sorted(self._tools)
 
     def cancel(self, task_id: str) -> bool:
-        """Ask every tool that can stop a running task (one with a `cancel(task_id)`
-        method, such as the python tool) to stop `task_id`; never raises. True when one
-        of them stopped it. The stopped call still returns its (failed) outcome."""
+        """Ask every tool that can stop a running task (`Cancellable`, such as the python
+        tool) to stop `task_id`; never raises. True when one of them stopped it. The
+        stopped call still returns its (failed) outcome."""
         stopped = False
-        for tool in list(self._tools.values()):
-            cancel = getattr(tool, "cancel", None)
-            if not callable(cancel):
+        for chains in list(self._chains.values()):
+            cancel = chains.abilities.cancel
+            if cancel is None:
                 continue
             try:
                 stopped = cancel(task_id) is True or stopped
@@ -156,117 +249,92 @@ class ToolRegistry:
         return stopped
 
     def close(self) -> None:
-        """Release what the tools hold (the http tool's connection pool); never raises."""
-        for tool in list(self._tools.values()):
-            close = getattr(tool, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # one tool's failure must not keep the others open
-                    continue
+        """Release what the tools hold (`Closeable`: the http tool's connection pool);
+        never raises."""
+        for chains in list(self._chains.values()):
+            close = chains.abilities.close
+            if close is None:
+                continue
+            try:
+                close()
+            except Exception:  # one tool's failure must not keep the others open
+                continue
 
     def run(self, task: Task) -> Outcome:
-        """Run a task with the tool of its kind; never raises.
+        """Run a task with the tool of its kind through its whole chain; never raises.
 
         The task's secret references are resolved first (a missing secret fails the task),
         the tool runs with the task's `SecretScope` current (`current_scope()`, for
-        credentials), and every secret value is masked in the outcome it returns. Log
-        records of the call carry the task's context (`noetl.observability.logging`)."""
-        observer = self.observer
-        token = bind_task(task)
-        started = time.perf_counter()
-        try:
-            observer.tool_started(task)
-            outcome = self._run(task)
-            observer.tool_finished(task, outcome, time.perf_counter() - started)
-        finally:
-            reset_task(token)
-        return outcome
+        credentials) and within its `timeout_ms` (`noetl.tools.deadline`), and every
+        secret value is masked in the outcome it returns. Log records of the call carry
+        the task's context (`noetl.observability.logging`); the observer is told."""
+        return self._chains_of(task.kind).of(task, observed=True)(task)
 
     def call(self, task: Task) -> Outcome:
         """Run a task inside another tool's task (a pipeline's): as `run` (its secret
-        scope, its sinks, its result bounded and masked), but not observed nor logged as
-        a task of its own; never raises."""
-        return self._run(task)
-
-    def _run(self, task: Task) -> Outcome:
-        tool = self.get(task.kind)
-        script = task.spec.get("script") if task.kind in SCRIPT_CODE else None
-        if script is not None:
-            return _unread_script(task, script)
-        if not (task.secrets or task.sinks or getattr(tool, "uses_credentials", True)):
-            # Nothing to resolve, hand out or mask: skip the scope (a hot path for loops
-            # of python items).
-            return self._run_plain(tool, task)
-        started = time.perf_counter()
-        scope = SecretScope(self.secrets)
-        token = enter_scope(scope)
-        try:
-            outcome = self.bounded(tool.run(scope.resolve(task)))
-            if outcome.ok and task.sinks:  # sinks write `out` while the scope is current
-                report = run_sinks(task, outcome.this, registry=self.sinks, observer=self.observer)
-                outcome = report.apply(outcome)
-        except Exception as exc:  # a tool bug must cost one task, not the worker
-            outcome = _crashed(task, exc, started)
-        finally:
-            leave_scope(token)
-        return scope.mask_outcome(outcome)
-
-    def _run_plain(self, tool: Tool, task: Task) -> Outcome:
-        started = time.perf_counter()
-        try:
-            return self.bounded(tool.run(task))
-        except Exception as exc:  # a tool bug must cost one task, not the worker
-            return _crashed(task, exc, started)
+        scope, its sinks, its time limit, its result bounded and masked), but not observed
+        nor logged as a task of its own; never raises."""
+        return self._chains_of(task.kind).of(task, observed=False)(task)
 
     def bounded(self, outcome: Outcome) -> Outcome:
-        """The outcome as it may be reported: a result nested deeper than a playbook may
-        be, holding a NaN or an infinity (JSON, and PostgreSQL, cannot hold them) or over
-        `max_result_bytes` of JSON fails the task, fatally, saying which and where.
-        Checked before any sink writes the result, and before it reaches the store, the
-        engine or the API, which would otherwise fail on it far from its cause. (A NUL
-        character is kept: the stores hold it, see noetl.store._pg_nul.)"""
-        problem = check_data(
-            outcome.this, root="result", max_bytes=self.max_result_bytes, nul=False
+        """The outcome as it may be reported (`noetl.worker.middleware.bounded`, with this
+        registry's `max_result_bytes`)."""
+        return bounded(outcome, self._max_result_bytes)
+
+    # --- composing -------------------------------------------------------------------
+
+    def _chains_of(self, kind: str) -> _Chains:
+        chains = self._chains.get(kind)
+        # An unknown kind is composed for its task alone: no kind is kept that was not
+        # registered.
+        return self._compose(UnknownTool(kind)) if chains is None else chains
+
+    def _compose_all(self) -> None:
+        self._chains = {kind: self._compose(tool) for kind, tool in self._tools.items()}
+
+    def _compose(self, tool: Tool) -> _Chains:
+        abilities = Abilities.of(tool)
+
+        def chain(observed: bool, short: bool) -> Handler:
+            middlewares = self._middlewares(
+                tool, observed=observed, short=short, abilities=abilities
+            )
+            return compose(middlewares, tool.run)
+
+        return _Chains(
+            abilities=abilities,
+            run=chain(True, False),
+            run_short=chain(True, True),
+            call=chain(False, False),
+            call_short=chain(False, True),
         )
-        if problem is None:
-            return outcome
-        refused = f"the tool's result was refused: {problem}"
-        if not outcome.ok and outcome.error:
-            refused = f"{outcome.error} ({refused})"
-        return Outcome(
-            task_id=outcome.task_id,
-            ok=False,
-            error=refused,
-            error_type="ResultRefused",
-            retryable=False,
-            stdout=outcome.stdout,
-            duration_ms=outcome.duration_ms,
-        )
 
-
-def _unread_script(task: Task, script: Any) -> Outcome:
-    """A task whose `spec.script` file was not read when its execution started (the
-    process that started it could not read script files): it cannot run here."""
-    return Outcome(
-        task_id=task.task_id,
-        ok=False,
-        error=f"{task.kind} tool: the script file {script!r} was not read into the "
-        f"playbook when the execution started (see docs/dsl.md, script files)",
-        error_type="FatalError",
-    )
-
-
-def _crashed(task: Task, exc: Exception, started: float) -> Outcome:
-    """The failed outcome of a tool that raised instead of reporting its failure."""
-    return Outcome(
-        task_id=task.task_id,
-        ok=False,
-        error=f"tool {task.kind!r} failed: {type(exc).__name__}: {exc}",
-        error_type=type(exc).__name__,
-        retryable=getattr(exc, "retryable", False) is True,
-        duration_ms=(time.perf_counter() - started) * 1000,
-    )
+    def _middlewares(
+        self,
+        tool: Tool,
+        *,
+        observed: bool,
+        short: bool,
+        abilities: Abilities | None = None,
+    ) -> list[Middleware]:
+        """The chain around `tool`, outermost first (why this order: the docstring of
+        noetl.worker.middleware)."""
+        cancel = (abilities or Abilities.of(tool)).cancel
+        chain: list[Middleware] = []
+        if observed:
+            chain.append(LogContext())
+            if self._observer is not NOOP:  # nothing to tell: no call to make
+                chain.append(Observe(self._observer))
+        chain.append(SelectResult(self._results))
+        if tool.kind in SCRIPT_CODE:
+            chain.append(ScriptCheck())
+        if not short:
+            chain.append(SecretScope(self._secrets))
+        chain.append(CrashCapture())
+        if not short:
+            chain += [ResolveSecrets(), Sinks(self._sinks, self._observer)]
+        chain += [ResultBound(self._max_result_bytes), TimeLimit(cancel, grace_s=self._grace_s)]
+        return chain
 
 
 def default_registry(
@@ -277,15 +345,18 @@ def default_registry(
     observer: Observer = NOOP,
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    results: ResultStore | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
     reads files (None: the working directory; see noetl.paths). A result over
-    `max_result_bytes` fails its task."""
+    `max_result_bytes` fails its task. `results`: the result store of `result.select`
+    and of the `artifact` tool (None: neither is available)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
+    from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
     from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
     from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
@@ -310,7 +381,10 @@ def default_registry(
         observer=observer,
         sinks=sinks,
         max_result_bytes=max_result_bytes,
+        results=results,
     )
+    if results is not None:
+        registry.register(ArtifactTool(results))
     for tool in plugin_tools().values():
         registry.register(tool)
     registry.register(PipelineTool(registry))

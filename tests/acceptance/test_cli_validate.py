@@ -340,3 +340,42 @@ def test_structurally_invalid_documents_are_rejected_by_the_schema(
     errors = list(validator.iter_errors(document))
     assert errors, "the schema accepted an invalid document"
     assert list(errors[0].absolute_path) == where
+
+
+CHILD_OF_RETURN_STEP = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: child}
+workflow:
+  - step: first
+    tool: noop
+"""
+
+
+def test_a_return_step_is_checked_against_a_child_file_it_finds(tmp_path: Path) -> None:
+    (tmp_path / "flows" / "child").mkdir(parents=True)
+    (tmp_path / "flows" / "child" / "child.yaml").write_text(CHILD_OF_RETURN_STEP)
+
+    def parent(path: str, step: str) -> Path:
+        file = tmp_path / "parent.yaml"
+        file.write_text(
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: parent}\nworkflow:\n"
+            "  - step: call\n"
+            f"    tool: {{kind: playbook, path: {path}, return_step: {step}}}\n"
+        )
+        return file
+
+    bad = noetl("validate", parent("flows/child", "end"), cwd=tmp_path)
+    assert bad.returncode == 1
+    assert "parent.yaml:6: error E333: step 'call': return_step 'end' is not a step" in bad.stderr
+    assert "child playbook 'flows/child' (its steps: first)" in bad.stderr
+    assert noetl("validate", parent("flows/child", "first"), cwd=tmp_path).returncode == 0
+    # A child it cannot find (only a server's catalog may have it) is checked at run time.
+    assert noetl("validate", parent("flows/elsewhere", "end"), cwd=tmp_path).returncode == 0
+    # The root is `playbooks.root` when it is set.
+    moved = tmp_path / "elsewhere"
+    moved.mkdir()
+    (tmp_path / "flows").rename(moved / "flows")
+    env = {"NOETL_PLAYBOOKS_ROOT": str(moved)}
+    bad = noetl("validate", parent("flows/child", "end"), cwd=tmp_path, env=env)
+    assert bad.returncode == 1 and "E333" in bad.stderr

@@ -667,3 +667,32 @@ def test_no_route_answers_500_to_a_garbage_body(client: TestClient, app: FastAPI
                 assert response.status_code < 500, (method, url, body, response.text)
                 statuses.add(response.status_code)
     assert {200, 404, 422} <= statuses
+
+
+def test_a_return_step_is_checked_against_the_registered_child(client: TestClient) -> None:
+    child = (
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: kid, path: team/kid}\n"
+        "workflow:\n  - step: made\n    tool: noop\n"
+    )
+
+    def parent(step: str, path: str = "team/kid") -> str:
+        return (
+            "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: dad, path: team/dad}\n"
+            "workflow:\n  - step: call\n"
+            f"    tool: {{kind: playbook, path: {path}, return_step: {step}}}\n"
+        )
+
+    # Not registered yet: the run checks it, not the registration.
+    assert client.post("/api/playbooks", json={"content": parent("end")}).status_code == 201
+    assert client.post("/api/playbooks", json={"content": child}).status_code == 201
+    response = client.post("/api/playbooks", json={"content": parent("gone")})
+    body = assert_error(response, 422, "invalid_playbook", "1 error")
+    (diag,) = body["diagnostics"]
+    assert (diag["code"], diag["line"], diag["step"]) == ("E333", 6, "call")
+    assert "return_step 'gone' is not a step of child playbook 'team/kid'" in diag["message"]
+    assert client.post("/api/playbooks", json={"content": parent("made")}).status_code == 201
+    checked = client.post("/api/playbooks/validate", json={"content": parent("gone")}).json()
+    assert checked["valid"] is False
+    assert [d["code"] for d in checked["diagnostics"]] == ["E333"]
+    templated = parent("gone", path='"{{ workload.kid }}"')
+    assert client.post("/api/playbooks/validate", json={"content": templated}).json()["valid"]

@@ -173,7 +173,18 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("client", "text", "YES"),
         ("written_at", TZ, "NO"),
     ],
+    "result_store": [
+        ("ref", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("step", "text", "YES"),
+        ("bytes", "bigint", "NO"),
+        ("body", "text", "NO"),
+        ("created_at", TZ, "NO"),
+    ],
 }
+ALL_MIGRATIONS = (
+    "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results"
+)
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
     "execution": ["execution_id"],
@@ -188,6 +199,7 @@ EXPECTED_PRIMARY_KEYS = {
     "api_token": ["token_id"],
     "session": ["session_key", "revision"],
     "credential": ["name"],
+    "result_store": ["ref"],
 }
 
 
@@ -272,12 +284,13 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0004_dlq",
         "0005_auth",
         "0006_credentials",
+        "0007_results",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6], [], 6)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7], [], 7)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -312,8 +325,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -346,13 +359,15 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    applied = "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials"
+    applied = (
+        "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results"
+    )
     assert f"applied {applied}" in first.stdout
-    assert "already initialized (schema version 6)" in second.stdout
+    assert "already initialized (schema version 7)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 6" in migrate.stdout
+    assert "at schema version 7" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
-        "applied:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials",
+        "applied:  " + ALL_MIGRATIONS,
         "pending:  none",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
@@ -364,7 +379,7 @@ def test_noetl_db_status_shows_pending_migrations(pg_empty_database: str) -> Non
     assert status.returncode == 0, status.stderr
     assert status.stdout.splitlines()[1:] == [
         "applied:  none",
-        "pending:  0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials",
+        "pending:  " + ALL_MIGRATIONS,
     ]
     assert columns(pg_empty_database) == {}  # status changes nothing
 

@@ -227,3 +227,41 @@ workflow:
     assert result.warnings[0].message == (
         "in exclusive mode the edge to 'a' has no 'when', so the edges after it never fire"
     )
+
+
+def test_components_hold_the_steps_on_cycles_and_nothing_else() -> None:
+    g = graph(
+        """\
+workflow:
+  - step: start
+    tool: noop
+    next: [fetch]
+  - step: fetch
+    tool: noop
+    next: [check]
+  - step: check
+    tool: noop
+    next:
+      - {step: fetch, when: "{{ true }}"}
+      - {step: done, when: "{{ false }}"}
+  - step: done
+    tool: noop
+    next: [again]
+  - step: again
+    tool: noop
+    next: [{step: again, when: "{{ false }}"}]
+"""
+    )
+    assert set(g.components) == {"fetch", "check", "again"}
+    assert g.components["fetch"] == g.components["check"] != g.components["again"]
+    assert g.on_cycle("check", "fetch") and g.on_cycle("fetch", "check")
+    assert g.on_cycle("again", "again")
+    assert not g.on_cycle("start", "fetch") and not g.on_cycle("check", "done")
+    assert not g.on_cycle("done", "again")
+
+
+def test_components_of_a_long_chain_closed_into_one_loop() -> None:
+    steps = "".join(f"  - step: s{i}\n    tool: noop\n    next: [s{i + 1}]\n" for i in range(3000))
+    closing = '  - step: s3000\n    tool: noop\n    next: [{step: s0, when: "{{ false }}"}]\n'
+    g = graph("workflow:\n" + steps + closing)
+    assert len(g.components) == 3001 and set(g.components.values()) == {0}

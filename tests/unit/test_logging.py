@@ -225,7 +225,7 @@ def observe(items: int, level: int, *, fail: bool = False) -> list[dict[str, Any
     h.handlers = {"items": handler}
     h.start()
     h.run()
-    observer.committed(h.engine, h.state, h.events)
+    observer.committed(h.engine.graph, h.state, h.events)
     try:
         return cap.records()
     finally:

@@ -60,7 +60,13 @@ def test_allowed_keys_follow_the_model() -> None:
     assert allowed_keys(Playbook, ("workflow", 0, "loop")) == set(Loop.model_fields)
     # `set` of a step or an arc is upstream NoETL's, never suggested for a native key
     assert allowed_keys(Playbook, ("workflow", 0)) == set(Step.model_fields) - {"set"}
-    assert allowed_keys(Playbook, ("workflow", 0, "result")) == {"pick", "as", "collect", "sink"}
+    assert allowed_keys(Playbook, ("workflow", 0, "result")) == {
+        "select",
+        "pick",
+        "as",
+        "collect",
+        "sink",
+    }
     assert allowed_keys(Playbook, ("workload",)) == set()
     assert allowed_keys(Playbook, ("nonsense",)) == set()
 

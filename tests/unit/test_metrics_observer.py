@@ -56,7 +56,7 @@ class Observed(Harness):
     def _absorb(self, decision: Decision) -> Decision:
         result = super()._absorb(decision)
         if self.observer is not None:
-            self.observer.committed(self.engine, self.state, decision.events)
+            self.observer.committed(self.engine.graph, self.state, decision.events)
         return result
 
 
@@ -239,7 +239,7 @@ def test_a_broken_event_does_not_reach_the_runtime() -> None:
     h.start()
     # items that are not a list: an event the engine never emits; nothing raises
     broken = Event(99, "loop.started", "e1", 0.0, "start", {"items": 5})
-    observer.committed(h.engine, h.state, [broken])
+    observer.committed(h.engine.graph, h.state, [broken])
     # and the observer goes on recording
-    observer.committed(h.engine, h.state, h.events)
+    observer.committed(h.engine.graph, h.state, h.events)
     assert value(metrics, "noetl_step_calls_total", workflow="test", step="start") == 1

@@ -6,6 +6,7 @@ import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from noetl.dsl import load_playbook_text
+from noetl.dsl.render import Renderer
 from noetl.dsl.templates import (
     HELPERS,
     StepReference,
@@ -14,6 +15,7 @@ from noetl.dsl.templates import (
     make_environment,
     step_references,
 )
+from noetl.errors import TemplateError, UndefinedNameError
 
 
 def names(text: str) -> list[tuple[str, str]]:
@@ -153,3 +155,16 @@ def test_block_scalar_in_a_list_reports_the_right_line() -> None:
         "t.yaml",
     )
     assert [(d.line, d.code) for d in result.errors] == [(12, "E310")]
+
+
+def test_an_undefined_name_in_a_condition_may_read_as_false() -> None:
+    renderer = Renderer()
+    for condition in ("{{ missing == 1 }}", "{{ page.next }}", "{{ not page.next.cursor }}"):
+        assert renderer.truthy(condition, {"page": {}}, undefined_false=True) is False
+        with pytest.raises(UndefinedNameError, match="undefined value"):
+            renderer.truthy(condition, {"page": {}})
+    # other errors stay errors
+    with pytest.raises(TemplateError, match="division by zero") as caught:
+        renderer.truthy("{{ 1 / 0 }}", {}, undefined_false=True)
+    assert not isinstance(caught.value, UndefinedNameError)
+    assert renderer.truthy("{{ page is defined and page.n > 1 }}", {"page": {"n": 2}}) is True

@@ -70,7 +70,7 @@ class Traced(Harness):
     def _absorb(self, decision: Decision) -> Decision:
         result = super()._absorb(decision)
         if self.observer is not None:
-            self.observer.committed(self.engine, self.state, decision.events)
+            self.observer.committed(self.engine.graph, self.state, decision.events)
         return result
 
 
@@ -311,7 +311,7 @@ def test_per_task_cost_micro_benchmark() -> None:
     count = 5000
     began = time.perf_counter()
     for _ in range(count):
-        observer.committed(h.engine, h.state, committed)
+        observer.committed(h.engine.graph, h.state, committed)
         observer.tool_finished(task, outcome, 0.001)
     elapsed = time.perf_counter() - began
     tracing.shutdown()

@@ -504,3 +504,54 @@ def test_step_set_and_arc_when_read_the_outcome_as_output() -> None:
         "start",
         "many",
     ]
+
+
+LOOP_SHAPES = """\
+workflow:
+  - step: start
+    loop:
+      in: "{{ [3, 4, 5] }}"
+      iterator: n
+    tool:
+      kind: python
+      input: {n: "{{ n }}", at: "{{ loop_index }}", same: "{{ iter.n == n }}"}
+      code: "result = {'n': n}"
+    next:
+      spec: {mode: exclusive}
+      arcs:
+        - step: report
+  - step: report
+    tool:
+      kind: python
+      input:
+        total: "{{ start.stats.total }}"
+        failed: "{{ start.stats.failed }}"
+        listed: "{{ start.results | map(attribute='n') | list }}"
+        first: "{{ start.data[0].n }}"
+        count: "{{ start | length }}"
+      code: "result = total"
+"""
+
+
+def test_a_loop_step_result_has_results_and_stats_and_items_see_loop_index() -> None:
+    seen: list[dict[str, Any]] = []
+
+    def item(task: Task) -> Any:
+        seen.append(dict(task.args))
+        return {"n": task.args["n"]}
+
+    h = upstream(LOOP_SHAPES, start=item, report=echo)
+    h.run()
+    assert h.status.value == "ok", h.steps
+    assert sorted((a["n"], a["at"], a["same"]) for a in seen) == [
+        (3, 0, True),
+        (4, 1, True),
+        (5, 2, True),
+    ]
+    assert h.finished("report").payload["result"] == {
+        "total": 3,
+        "failed": 0,
+        "listed": [3, 4, 5],
+        "first": 3,
+        "count": 3,
+    }

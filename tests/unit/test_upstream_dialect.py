@@ -390,6 +390,23 @@ def test_loop_keys_templated_in_upstream_only() -> None:
     assert error.code == "E102" and "max_concurrency" in error.message
 
 
+def test_a_loop_results_policy_of_preserved_order_is_what_this_engine_does() -> None:
+    body = """
+        workflow:
+          - step: start
+            loop:
+              in: "{{ [1, 2] }}"
+              iterator: it
+              spec:
+                policy: {exec: distributed, results: {preserve_order: true}}
+            tool: {kind: python, input: {n: "{{ it }}"}, code: result = n}
+        """
+    assert valid(body).step("start").loop is not None
+    refused = load(body.replace("preserve_order: true", "keep: last"))
+    [error] = refused.errors
+    assert error.code == "E330" and "results.preserve_order" in error.message
+
+
 def test_upstream_retry_keys() -> None:
     playbook = valid("""
         workflow:

@@ -269,12 +269,14 @@ def test_a_worker_refuses_a_task_whose_script_was_not_read() -> None:
     assert "the script file 'sql/setup.sql' was not read" in (outcome.error or "")
 
 
-def test_the_artifact_kind_says_results_are_kept_whole_here() -> None:
-    found = errors(
-        """
+def test_output_select_and_the_artifact_kind_read_as_select_and_artifact() -> None:
+    body = """
         workflow:
           - step: start
-            tool: {kind: python, input: {}, code: "result = {'n': 1}"}
+            tool: {kind: python, input: {}, code: "result = {'n': 1, 'rows': [1, 2]}"}
+            output:
+              store: {kind: auto}
+              output_select: [n]
             next:
               spec: {mode: exclusive}
               arcs: [{step: load}]
@@ -284,6 +286,11 @@ def test_the_artifact_kind_says_results_are_kept_whole_here() -> None:
               action: get
               input: {result_ref: "{{ start._ref }}"}
         """
-    )
-    assert len(found) == 1 and "E331" in found[0], found
-    assert "keeps every result whole under its step's name" in found[0]
+    loaded = load_playbook_text(text(body), "sample.yaml")
+    assert loaded.errors == [], [d.format() for d in loaded.errors]
+    assert loaded.playbook is not None
+    start, load = loaded.playbook.workflow
+    assert start.result is not None and start.result.select == ["n"]
+    assert load.tool is not None and load.tool.kind == "artifact"
+    assert load.tool.args == {"result_ref": "{{ start._ref }}"}
+    assert errors(body.replace("output_select: [n]", "output_select: n")) != []

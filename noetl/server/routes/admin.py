@@ -10,7 +10,8 @@ from fastapi import status as http
 from noetl.auth import Role
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import ErrorBody, ForceCompleteRequest, ForceCompleteResult
+from noetl.server.schemas.common import ErrorBody
+from noetl.server.schemas.operations import ForceCompleteRequest, ForceCompleteResult
 
 router = APIRouter(prefix="/api/admin", tags=["admin"], dependencies=[Depends(authenticate)])
 

@@ -21,13 +21,13 @@ from noetl.credentials.store import check_name, save_credential
 from noetl.errors import ConfigError
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import (
+from noetl.server.schemas.access import (
     CredentialDeleted,
     CredentialIn,
     CredentialList,
     CredentialOut,
-    ErrorBody,
 )
+from noetl.server.schemas.common import ErrorBody
 
 router = APIRouter(
     prefix="/api/credentials", tags=["credentials"], dependencies=[Depends(authenticate)]

@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Path, Query
 from noetl.auth import Role
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import (
+from noetl.server.schemas.common import ErrorBody
+from noetl.server.schemas.operations import (
     DeadLetterDetail,
     DeadLetterList,
     DeadLetterSummary,
     DiscardRequest,
-    ErrorBody,
     ReplayRequest,
     ReplayResultOut,
 )

@@ -15,9 +15,9 @@ from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import (
+from noetl.server.schemas.common import ErrorBody
+from noetl.server.schemas.executions import (
     CancelResult,
-    ErrorBody,
     EventList,
     ExecutionCreated,
     ExecutionDetail,

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
 from noetl.server.deps import Deps
-from noetl.server.schemas import Health
+from noetl.server.schemas.common import Health
 
 log = logging.getLogger("noetl.server")
 router = APIRouter(tags=["health"])

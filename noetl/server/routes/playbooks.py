@@ -13,9 +13,8 @@ from noetl.dsl.validate import load_playbook_text
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import redact
-from noetl.server.schemas import (
-    DiagnosticOut,
-    ErrorBody,
+from noetl.server.schemas.common import DiagnosticOut, ErrorBody
+from noetl.server.schemas.playbooks import (
     PlaybookDetail,
     PlaybookList,
     PlaybookRegister,
@@ -25,6 +24,7 @@ from noetl.server.schemas import (
     PlaybookValidation,
 )
 from noetl.store.base import PlaybookRecord
+from noetl.tools.child_checks import catalog_lookup, with_child_checks
 
 router = APIRouter(
     prefix="/api/playbooks", tags=["playbooks"], dependencies=[Depends(authenticate)]
@@ -49,8 +49,10 @@ def _summary(record: PlaybookRecord) -> PlaybookSummary:
 )
 def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
     """Validate the playbook, then store it as the next version of its path (`path`, or
-    its `metadata.path`). Registering the same text again returns the existing version."""
+    its `metadata.path`). Registering the same text again returns the existing version.
+    A `return_step` its registered child has no step of is an error (E333)."""
     loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    loaded = with_child_checks(loaded, catalog_lookup(deps.store))
     playbook = loaded.require()  # PlaybookError -> 422 with every diagnostic
     path = body.path or playbook.metadata.path
     if not path:
@@ -77,10 +79,12 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
     response_model=PlaybookValidation,
     responses={422: {"model": ErrorBody, "description": "Invalid request"}},
 )
-def validate_playbook(body: PlaybookValidate) -> PlaybookValidation:
-    """Every error and warning with its line, step and key, as `noetl lint` shows them;
-    an invalid playbook is a normal answer here (`valid: false`), not an error."""
+def validate_playbook(body: PlaybookValidate, deps: Deps) -> PlaybookValidation:
+    """Every error and warning with its line, step and key, as `noetl lint` shows them
+    (a `return_step` checked against the registered child); an invalid playbook is a
+    normal answer here (`valid: false`), not an error."""
     loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    loaded = with_child_checks(loaded, catalog_lookup(deps.store))
     diagnostics = [DiagnosticOut.model_validate(d.to_dict()) for d in loaded.diagnostics]
     playbook = loaded.playbook if loaded.ok else None
     if playbook is None:

@@ -18,14 +18,14 @@ from noetl.core import NotFoundError
 from noetl.errors import AuthenticationError, ConflictError, PermissionDeniedError
 from noetl.server.auth import BAD_SESSION, authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import (
-    ErrorBody,
+from noetl.server.schemas.access import (
     SessionCreated,
     SessionEnded,
     SessionHistory,
     SessionOut,
     SessionRevisionOut,
 )
+from noetl.server.schemas.common import ErrorBody
 
 router = APIRouter(prefix="/api/sessions", tags=["sessions"], dependencies=[Depends(authenticate)])
 

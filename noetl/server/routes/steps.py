@@ -14,7 +14,8 @@ from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
-from noetl.server.schemas import ErrorBody, StepDetail
+from noetl.server.schemas.common import ErrorBody
+from noetl.server.schemas.executions import StepDetail
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]

@@ -14,7 +14,8 @@ from noetl.auth import Role, issue_token
 from noetl.core import NotFoundError
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import ErrorBody, TokenCreate, TokenCreated, TokenList, TokenOut
+from noetl.server.schemas.access import TokenCreate, TokenCreated, TokenList, TokenOut
+from noetl.server.schemas.common import ErrorBody
 
 router = APIRouter(prefix="/api/admin/tokens", tags=["admin"], dependencies=[Depends(authenticate)])
 

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Query
 from noetl.auth import Role
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
-from noetl.server.schemas import WorkerList, WorkerOut
+from noetl.server.schemas.operations import WorkerList, WorkerOut
 
 router = APIRouter(prefix="/api/workers", tags=["workers"], dependencies=[Depends(authenticate)])
 

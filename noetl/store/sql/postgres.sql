@@ -239,3 +239,16 @@ SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 -- name: get_steps
 SELECT step, status FROM step_state WHERE execution_id = %(execution_id)s
 ORDER BY created_order
+
+-- --- the result store (whole results kept outside the event log) ------------------------
+
+-- name: put_result
+INSERT INTO result_store (ref, execution_id, step, bytes, body, created_at)
+VALUES (%(ref)s, %(execution_id)s, %(step)s, %(bytes)s, %(body)s, now())
+
+-- name: get_result
+SELECT ref, execution_id, step, bytes, body, created_at FROM result_store WHERE ref = %(ref)s
+
+-- name: count_results
+SELECT count(*), coalesce(sum(bytes), 0) FROM result_store
+WHERE execution_id = %(execution_id)s

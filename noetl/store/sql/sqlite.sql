@@ -233,3 +233,15 @@ SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 
 -- name: get_steps
 SELECT step, status FROM step_state WHERE execution_id = :execution_id ORDER BY rowid
+
+-- --- the result store (whole results kept outside the event log) ------------------------
+
+-- name: put_result
+INSERT INTO result_store (ref, execution_id, step, bytes, body, created_at)
+VALUES (:ref, :execution_id, :step, :bytes, :body, :now)
+
+-- name: get_result
+SELECT ref, execution_id, step, bytes, body, created_at FROM result_store WHERE ref = :ref
+
+-- name: count_results
+SELECT count(*), coalesce(sum(bytes), 0) FROM result_store WHERE execution_id = :execution_id

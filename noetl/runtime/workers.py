@@ -1,0 +1,105 @@
+"""The embedded runtime's workers: threads that run tools and report their outcomes.
+
+Most tasks run in a bounded thread pool. Tasks whose tool waits for other tasks
+(`playbook`: a child execution in this same runtime) run in threads of their own: a parent
+waiting in a pool slot could otherwise hold the slot its child needs. A worker never
+decides anything: it hands `(task, outcome)` to the orchestrator (`noetl.runtime.embedded`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from noetl.core import Outcome, Task
+from noetl.decision.workloads import with_workload
+from noetl.worker.tools import ToolRegistry
+
+__all__ = ["ThreadWorkers", "call_later"]
+
+
+def call_later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
+    """`call(*args)` now, or from a timer thread after `delay_s`."""
+    if delay_s <= 0:
+        call(*args)
+        return
+    timer = threading.Timer(delay_s, call, args=args)
+    timer.daemon = True
+    timer.start()
+
+
+class ThreadWorkers:
+    """Runs tasks in threads; each outcome goes to `report`. `workload` gives the workload
+    of an execution (tasks do not carry it, see noetl.decision.workloads) and `canceled`
+    whether a decision canceled a task still queued (it is then not run)."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        workers: int,
+        *,
+        report: Callable[[tuple[Task, Outcome]], None],
+        workload: Callable[[str], dict[str, Any]],
+        canceled: Callable[[Task], bool],
+    ) -> None:
+        self.tools = tools
+        self._report = report
+        self._workload = workload
+        self._canceled = canceled
+        self._pool = ThreadPoolExecutor(
+            max_workers=max(1, workers), thread_name_prefix="noetl-worker"
+        )
+        self._waiters: set[threading.Thread] = set()
+        self._closed = threading.Event()
+
+    @property
+    def closed(self) -> bool:
+        """True once `close` was called."""
+        return self._closed.is_set()
+
+    def close(self) -> None:
+        """Stop taking tasks; wait for the waiting threads (a while) and the pool."""
+        self._closed.set()
+        for thread in self._waiters.copy():
+            thread.join(timeout=5.0)
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def submit(self, task: Task) -> None:
+        """Run a task: in the pool, or in a thread of its own if it waits for others."""
+        if self._closed.is_set():
+            return
+        if self.tools.waits(task.kind):
+            # It waits for tasks of its own (a child execution): a pool slot held while
+            # waiting could be the one those tasks need.
+            thread = threading.Thread(
+                target=self._execute_waiting,
+                args=(task,),
+                name=f"noetl-wait-{task.task_id}",
+                daemon=True,
+            )
+            self._waiters.add(thread)
+            thread.start()
+        else:
+            with contextlib.suppress(RuntimeError):  # a retry timer firing after close()
+                self._pool.submit(self._execute, task)
+
+    def _execute_waiting(self, task: Task) -> None:
+        try:
+            self._execute(task)
+        finally:
+            self._waiters.discard(threading.current_thread())
+
+    def _execute(self, task: Task) -> None:
+        """Worker thread: run one task and report its outcome (never raises)."""
+        if self._canceled(task):
+            outcome = Outcome(
+                task_id=task.task_id, ok=False, error="canceled", error_type="CancelError"
+            )
+        else:
+            # Tasks do not carry the workload (noetl.decision.workloads): it is the state's.
+            task = with_workload(task, self._workload(task.execution_id))
+            outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
+        self._report((task, outcome))

@@ -1,0 +1,181 @@
+"""Bodies about executions: start, list, detail, cancel, the step graph, events and
+the attempts of a step."""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from pydantic import Field, model_validator
+
+from noetl.core import ExecutionStatus
+from noetl.server.schemas.common import Request, Response
+
+
+class ExecutionOptions(Request):
+    parent_execution_id: str | None = Field(
+        None, max_length=64, description="The execution this one runs on behalf of"
+    )
+
+
+class ExecutionStart(Request):
+    """Start a registered playbook (`path`, optionally `version`) or inline YAML
+    (`playbook`): exactly one of the two."""
+
+    path: str | None = Field(None, min_length=1, max_length=512)
+    version: int | None = Field(None, ge=1, description="Only with path; default the latest")
+    playbook: str | None = Field(None, min_length=1, description="Inline playbook YAML")
+    workload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Merged over the playbook's workload. `trace: true` traces this "
+        "execution whatever `tracing.sample_rate` says (when the server has tracing on; "
+        "`noetl exec start --trace`)",
+    )
+    options: ExecutionOptions = Field(default_factory=ExecutionOptions)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> Self:
+        if (self.path is None) == (self.playbook is None):
+            raise ValueError('give exactly one of "path" (a registered playbook) or "playbook"')
+        if self.version is not None and self.path is None:
+            raise ValueError('"version" goes with "path", not with an inline "playbook"')
+        return self
+
+
+class ExecutionCreated(Response):
+    execution_id: str
+
+
+class ExecutionSummary(Response):
+    execution_id: str
+    status: ExecutionStatus
+    playbook_name: str
+    playbook_path: str | None
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    parent_execution_id: str | None
+
+
+class ExecutionList(Response):
+    items: list[ExecutionSummary]
+    limit: int
+    offset: int
+    next_offset: int | None = Field(
+        None, description="Offset of the next page; null when this page is the last"
+    )
+
+
+class ExecutionDetail(Response):
+    """The object `noetl run --json` prints, plus where the execution came from and when.
+
+    `error` appears only when the execution failed with one, `ctx` only when an upstream
+    NoETL playbook set execution variables; values under sensitive keys of `context`,
+    `ctx` and `workload` are masked as "***"."""
+
+    execution_id: str
+    status: ExecutionStatus
+    steps: dict[str, dict[str, Any]] = Field(
+        description="Step name -> {status, error?, and total/completed/succeeded/failed for loops}"
+    )
+    context: dict[str, Any]
+    ctx: dict[str, Any] | None = Field(
+        default=None, description="Execution variables (`ctx`) of an upstream NoETL playbook"
+    )
+    duration_s: float
+    error: str | None = None
+    playbook_name: str
+    playbook_path: str | None
+    workload: dict[str, Any]
+    created_at: float
+    updated_at: float
+    finished_at: float | None
+    parent_execution_id: str | None
+    last_seq: int = Field(description="Sequence number of the last event folded")
+
+
+class CancelResult(Response):
+    execution_id: str
+    canceled: bool = Field(description="False when the execution had already finished")
+    status: ExecutionStatus
+
+
+class GraphNode(Response):
+    id: str
+    status: str
+    error: str | None = None
+    total: int | None = None
+    completed: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+
+
+class GraphEdge(Response):
+    from_: str = Field(alias="from")
+    to: str
+    when: str | bool | None
+    mode: str
+    origin: str = Field(description="next, case or compensate")
+    taken: bool
+
+
+class ExecutionGraph(Response):
+    execution_id: str
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+
+
+class EventOut(Response):
+    seq: int
+    type: str
+    ts: float
+    step: str | None
+    payload: dict[str, Any]
+
+
+class EventList(Response):
+    execution_id: str
+    items: list[EventOut]
+
+
+class StepAttempt(Response):
+    """One attempt of one task of a step (the step's call, or one loop item)."""
+
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    status: str = Field(description="running, ok, failed, lease_expired or canceled")
+    started_at: float = Field(description="When it was dispatched (a retry: scheduled)")
+    finished_at: float | None
+    error: str | None
+    error_type: str | None
+    duration_ms: float | None
+    output: str | None = Field(
+        description="The tool's output as JSON, masked and cut to a few hundred characters"
+    )
+    delay_ms: int | None = Field(description="A retry: its delay")
+    worker_id: str | None = Field(description="A lost lease: the worker that held it")
+    dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
+    replay: bool = Field(description="An operator replayed the task from the DLQ")
+
+
+class StepDetail(Response):
+    """A step's state, result preview and attempts (paged), folded from the event log."""
+
+    execution_id: str
+    step: str
+    status: str
+    error: str | None = None
+    total: int | None = None
+    completed: int | None = None
+    succeeded: int | None = None
+    failed: int | None = None
+    started_at: float | None
+    finished_at: float | None
+    result: str | None = Field(
+        description="The step's result as indented JSON, masked; cut at `result_limit`"
+    )
+    result_truncated: bool
+    attempts: list[StepAttempt]
+    attempts_total: int = Field(description="Attempts matching the filter, on every page")
+    limit: int
+    offset: int

@@ -1,0 +1,44 @@
+"""`result.select` and the `artifact` tool on a real server and two workers over
+PostgreSQL: the workers keep whole results in the database's result store, the event log
+keeps selections, and any worker reads a whole result back by its reference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.distributed.cluster import Cluster
+from tests.helpers.select_playbook import EXPECTED_VERDICT, SELECT_PLAYBOOK, big_events
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture
+def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
+    cl = Cluster(db=pg_database, workdir=tmp_path)
+    try:
+        yield cl
+    finally:
+        cl.stop_all()
+
+
+def test_selected_results_stay_out_of_the_event_log(cluster: Cluster, pg_database: str) -> None:
+    cluster.start_server()
+    cluster.start_worker("w1", concurrency=2)
+    cluster.start_worker("w2", concurrency=2)
+    execution_id = cluster.start_execution(SELECT_PLAYBOOK)
+    result = cluster.wait_finished(execution_id, timeout=90)
+    assert result["status"] == "ok", result
+    events = cluster.events(execution_id)
+    [check] = [e for e in events if e["type"] == "step.finished" and e["step"] == "check"]
+    assert check["payload"]["result"] == EXPECTED_VERDICT
+    assert big_events(events) == [("tool.processed", "load")]
+    with psycopg.connect(pg_database) as conn:
+        kept = conn.execute(
+            "SELECT step, bytes FROM result_store WHERE execution_id = %s ORDER BY step",
+            (execution_id,),
+        ).fetchall()
+    assert [step for step, _ in kept] == ["pages", "pages", "pages", "start"]
