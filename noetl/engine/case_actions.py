@@ -1,6 +1,7 @@
 """What a case branch does when it acts: the values it sets and saves, and the task of its
 tool or sinks (see noetl.engine.cases; sinks are rendered as a step's are, by
-noetl.engine.tasks). Pure: templates are rendered, nothing is run."""
+noetl.engine.tasks). Pure functions over a `Scope` (the decision's `Turn`, the step and
+its case's plan): templates are rendered, nothing is run."""
 
 from __future__ import annotations
 
@@ -17,19 +18,25 @@ from noetl.engine.context import collect_into
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:
-    from noetl.engine.engine import Engine, _Turn
     from noetl.engine.state import CaseRun, ExecutionState, StepRun
+    from noetl.engine.turn import Facts, Turn
 
 
 @dataclass(frozen=True, slots=True)
 class Scope:
-    """One step's case within one decision: the engine, the state, the turn, the step."""
+    """One step's case within one decision: the turn, the step and its case's plan."""
 
-    engine: Engine
-    state: ExecutionState
-    turn: _Turn
+    turn: Turn
     step: Step
     plan: CasePlan
+
+    @property
+    def engine(self) -> Facts:
+        return self.turn.engine
+
+    @property
+    def state(self) -> ExecutionState:
+        return self.turn.state
 
     @property
     def name(self) -> str:
@@ -37,11 +44,11 @@ class Scope:
 
     @property
     def run(self) -> StepRun:
-        return self.state.steps[self.step.step]
+        return self.turn.state.steps[self.step.step]
 
     def values(self, **names: Any) -> dict[str, Any]:
         """What the step's templates see (with its `bind` values), plus `names`."""
-        return self.engine._ctx(self.state, self.step, self.run.bind).build(**names)
+        return self.turn.ctx(self.step, self.run.bind).build(**names)
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +107,7 @@ def act(
 
 
 def outputs(
-    engine: Engine, result: Result | None, this: Any, values: dict[str, Any]
+    engine: Facts, result: Result | None, this: Any, values: dict[str, Any]
 ) -> tuple[Any, dict[str, Any]]:
     """`out` (`result.pick` over `this`) and the context values its `as` and `collect` save.
     A TemplateError names the key that failed."""
@@ -148,7 +155,7 @@ def branch_task(scope: Scope, branch: BranchPlan, values: dict[str, Any], number
         raise TemplateError(f"tool: {exc}") from None
     sinks = tasks.render_sinks(engine, list(branch.sinks), values, "sink") if branch.sinks else ()
     secrets: set[str] = set()
-    if tasks.may_reference_secrets(engine, f"{scope.name}.case{branch.index}", kind, spec, args):
+    if engine.scan.may_reference_secrets(f"{scope.name}.case{branch.index}", kind, spec, args):
         secrets = referenced(rendered_args) | referenced(rendered_spec)
     timeout = tool.timeout_ms or (None if kind == "playbook" else engine.options.tool_timeout_ms)
     return _task(
@@ -209,7 +216,7 @@ def _task(
         kind=kind,
         spec=spec,
         args=args,
-        context=scope.engine._ctx(scope.state, scope.step, scope.run.bind).tool_view(),
+        context=scope.turn.ctx(scope.step, scope.run.bind).tool_view(),
         key=f"{execution_id}:{scope.name}:{suffix}",
         attempt=1,
         timeout_ms=timeout,

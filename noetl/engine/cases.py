@@ -1,6 +1,7 @@
 """A step's `case` (seed 004 section 2.1): branches of a condition and actions, decided by
-the engine. Pure functions over an `Engine`, an `ExecutionState` and the current turn; the
-engine calls the four hooks below only for a step that has a `case`.
+the engine. Pure functions over a `Turn`; the flow (`noetl.engine.flow`) and the outcome
+handler (`noetl.engine.outcomes`) call the four hooks below only for a step that has a
+`case`.
 
 When (`spec.eval_mode`; when not given, `on_event` for a step with a tool and `on_entry`
 for one without, as `Step.case_eval_mode` says):
@@ -21,7 +22,7 @@ branch once per attempt). `fail`, `skip` and `retry` end the round: later matche
 suppressed; under `next_policy: end_step` so does the first branch that routes.
 
 Acting (noetl.engine.case_actions): `set`, then `tool` (a task of the step, with its own
-id, retries, sinks and dead letter, as any task's (noetl.engine.outcomes); `result`
+id, retries, sinks and dead letter, as any task's (noetl.engine.attempts); `result`
 handles its output) or, without a tool, `result` / `sink` over the step's output; then
 the verdict and the routing intent.
 
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl.core import EnqueueTask, EventType, StepStatus
 from noetl.dsl.model import Step
-from noetl.engine import loops, outcomes, tasks
+from noetl.engine import attempts, loops, tasks
 from noetl.engine.case_actions import Act, Scope, act, outputs
 from noetl.engine.case_plan import BranchPlan
 from noetl.engine.retry import (
@@ -60,36 +61,26 @@ from noetl.engine.retry import (
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:
-    from noetl.engine.engine import Engine, _Turn
-    from noetl.engine.state import CaseRun, ExecutionState
+    from noetl.engine.state import CaseRun
+    from noetl.engine.turn import Turn
 
 
 # --- the engine's hooks --------------------------------------------------------------------
 
 
-def enter(
-    engine: Engine, state: ExecutionState, turn: _Turn, step: Step, bind: dict[str, Any]
-) -> None:
+def enter(turn: Turn, step: Step, bind: dict[str, Any]) -> None:
     """Dispatch a step with an `on_entry` case: started, its case evaluated, then (once its
     branch tasks are done) its tool or loop, unless the case ended it."""
-    scope = _scope(engine, state, turn, step)
-    engine._emit(state, turn, EventType.STEP_STARTED, step.step, {"bind": bind})
+    scope = _scope(turn, step)
+    turn.emit(EventType.STEP_STARTED, step.step, {"bind": bind})
     _round(scope, scope.values(), {"trigger": EventType.STEP_STARTED.value})
     proceed(scope)
 
 
-def on_outcome(
-    engine: Engine,
-    state: ExecutionState,
-    turn: _Turn,
-    step: Step,
-    done: Attempt,
-    *,
-    lease_lost: bool,
-) -> bool:
+def on_outcome(turn: Turn, step: Step, done: Attempt, *, lease_lost: bool) -> bool:
     """An accepted outcome of a task of a step with a case. True when handled here (a
     branch's task; the tool of an `on_event` case); False for the engine's usual path."""
-    scope = _scope(engine, state, turn, step)
+    scope = _scope(turn, step)
     case = scope.run.case
     if case is not None and done.task_id in case.tasks:
         branch = scope.plan.branches[case.tasks[done.task_id]]
@@ -104,17 +95,11 @@ def on_outcome(
     return True
 
 
-def after_loop(
-    engine: Engine,
-    state: ExecutionState,
-    turn: _Turn,
-    step: Step,
-    outcome: dict[str, Any],
-) -> bool:
+def after_loop(turn: Turn, step: Step, outcome: dict[str, Any]) -> bool:
     """A loop step's items are done (`outcome`: ok, `this` the list of their outputs, and
     the error): its `on_event` case is evaluated on it. False (an `on_entry` case,
     evaluated already) lets the loop finish as usual."""
-    scope = _scope(engine, state, turn, step)
+    scope = _scope(turn, step)
     if scope.plan.on_entry:
         return False
     values = scope.values(**_names(scope, outcome, 1))
@@ -123,10 +108,11 @@ def after_loop(
     return True
 
 
-def route(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, ok: bool) -> None:
+def route(turn: Turn, step: Step, ok: bool) -> None:
     """`next.evaluated` of a step whose case was evaluated: the routes of its branches and
     of its own `next`, as its `next_policy` says."""
-    scope = _scope(engine, state, turn, step)
+    engine = turn.engine
+    scope = _scope(turn, step)
     case = scope.run.case
     assert case is not None
     skipped = scope.run.status is StepStatus.SKIPPED
@@ -140,7 +126,7 @@ def route(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, ok: bo
         own, routes = False, case.routes[:1]
     elif policy == "defer":
         routes = list(case.routes)
-    ctx = _lazy(lambda: engine._ctx(state, step).build())
+    ctx = _lazy(lambda: turn.ctx(step).build())
     taken: list[str] = []  # the branches' routes first, then the step's own
     branch_edges = _branch_edges(scope, case, routes, ctx, taken)
     edges = _own_edges(scope, ok, ctx, taken) if own else []
@@ -159,11 +145,11 @@ def route(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, ok: bo
         payload["on_step_fail"] = engine.policy.on_step_fail
         if engine.policy.on_step_fail == "halt":
             payload["unhandled_failure"] = True
-    engine._emit(state, turn, EventType.NEXT_EVALUATED, step.step, payload)
+    turn.emit(EventType.NEXT_EVALUATED, step.step, payload)
     for target in taken:
         turn.calls.append((target, step.step))
     if unhandled:
-        engine._apply_failure_policy(state, turn, step.step)
+        turn.apply_failure_policy(step.step)
 
 
 # --- going on ------------------------------------------------------------------------------
@@ -172,7 +158,7 @@ def route(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, ok: bo
 def proceed(scope: Scope) -> None:
     """Go on once nothing of the step is in flight: start its body (after an `on_entry`
     case) or finish it (after an `on_event` case), as the case's verdict says."""
-    engine, state, turn, step = scope.engine, scope.state, scope.turn, scope.step
+    turn, step = scope.turn, scope.step
     run = scope.run
     case = run.case
     if run.in_flight or run.status is not StepStatus.RUNNING or case is None:
@@ -180,15 +166,15 @@ def proceed(scope: Scope) -> None:
     verdict = case.verdict or {}
     if verdict.get("action") == "skip":
         skipped = {"reason": "case", "branch": verdict["branch"]}
-        engine._emit(state, turn, EventType.STEP_SKIPPED, step.step, skipped)
-        engine._route(state, turn, step, True)
+        turn.emit(EventType.STEP_SKIPPED, step.step, skipped)
+        turn.route(step, True)
         return
     error: str | None = verdict.get("error")
     if error is None:  # the first branch (in acting order) whose task failed for good
         error = next((case.failed[b] for b in case.fired if b in case.failed), None)
     if scope.plan.on_entry:
         if error is not None:
-            engine._finish_step(state, turn, step.step, ok=False, error=error)
+            turn.finish_step(step.step, ok=False, error=error)
         else:
             _start_body(scope)
         return
@@ -197,11 +183,9 @@ def proceed(scope: Scope) -> None:
     if not ok and error is None:
         error = str(outcome.get("error") or "tool failed")
     if step.loop is None:
-        engine._finish_step(state, turn, step.step, ok=ok, this=outcome.get("this"), error=error)
+        turn.finish_step(step.step, ok=ok, this=outcome.get("this"), error=error)
         return
-    engine._finish_step(
-        state,
-        turn,
+    turn.finish_step(
         step.step,
         ok=ok,
         result=outcome.get("this"),
@@ -214,20 +198,20 @@ def proceed(scope: Scope) -> None:
 def _start_body(scope: Scope) -> None:
     """After an `on_entry` case: the step's loop, its tool (`tool.started`), or, without
     either, its end."""
-    engine, state, turn, step = scope.engine, scope.state, scope.turn, scope.step
+    turn, step = scope.turn, scope.step
     bind = scope.run.bind
     if step.loop is not None:
-        loops.begin(engine, state, turn, step, bind)
+        loops.begin(turn, step, bind)
         return
     if step.tool is None:
-        engine._finish_step(state, turn, step.step, ok=True, this=None)
+        turn.finish_step(step.step, ok=True, this=None)
         return
     try:
-        task = tasks.build(engine, state, step, step.tool, bind)
+        task = tasks.build(turn, step, step.tool, bind)
     except TemplateError as exc:
-        engine._finish_step(state, turn, step.step, ok=False, error=f"tool: {exc}")
+        turn.finish_step(step.step, ok=False, error=f"tool: {exc}")
         return
-    engine._emit(state, turn, EventType.TOOL_STARTED, step.step, {"task": task.to_dict()})
+    turn.emit(EventType.TOOL_STARTED, step.step, {"task": task.to_dict()})
     turn.commands.append(EnqueueTask(task))
 
 
@@ -237,11 +221,11 @@ def _start_body(scope: Scope) -> None:
 def _tool_outcome(scope: Scope, done: Attempt, lease_lost: bool) -> None:
     """The step's own tool finished an attempt: its retry policy first, then the case on the
     final outcome; the task is dead-lettered only when the case does not run it again."""
-    engine, state, turn = scope.engine, scope.state, scope.turn
-    verdict = outcomes.judge(engine, state, turn, done, lease_lost=lease_lost)
+    turn = scope.turn
+    verdict = attempts.judge(turn, done, lease_lost=lease_lost)
     if verdict is None:
         return  # retried by the step's own policy
-    ok, error = outcomes.settled(done.outcome, verdict)
+    ok, error = attempts.settled(done.outcome, verdict)
     outcome: dict[str, Any] = {"ok": ok, "this": done.outcome.get("this")}
     if not ok:
         outcome.update(error=error, error_type=done.outcome.get("error_type"))
@@ -258,8 +242,8 @@ def _tool_outcome(scope: Scope, done: Attempt, lease_lost: bool) -> None:
     exhausted = verdict.reason if verdict.action is RetryAction.EXHAUSTED else None
     if decided.get("exhausted"):
         ok, error, exhausted = False, decided["error"], "case"
-    if not ok and engine.dead_letters:
-        outcomes.dead_letter(engine, state, turn, done, ran_out=exhausted, error=error)
+    if not ok and turn.engine.dead_letters:
+        attempts.dead_letter(turn, done, ran_out=exhausted, error=error)
     proceed(scope)
 
 
@@ -267,13 +251,13 @@ def _branch_outcome(scope: Scope, branch: BranchPlan, done: Attempt, lease_lost:
     """A branch's task finished an attempt: retried by its tool's policy, else its output
     saved (`result`) or its failure recorded (the step then fails, once it can finish)."""
     engine = scope.engine
-    verdict = outcomes.judge(engine, scope.state, scope.turn, done, lease_lost=lease_lost)
+    verdict = attempts.judge(scope.turn, done, lease_lost=lease_lost)
     if verdict is None:
         return
-    ok, error = outcomes.settled(done.outcome, verdict)
+    ok, error = attempts.settled(done.outcome, verdict)
     if not ok and engine.dead_letters:
         exhausted = verdict.reason if verdict.action is RetryAction.EXHAUSTED else None
-        outcomes.dead_letter(engine, scope.state, scope.turn, done, ran_out=exhausted, error=error)
+        attempts.dead_letter(scope.turn, done, ran_out=exhausted, error=error)
     finished: dict[str, Any] = {"branch": branch.index, "task_id": done.task_id, "ok": ok}
     what = "tool" if branch.tool is not None else "sink"
     if ok and branch.tool is not None:
@@ -287,7 +271,7 @@ def _branch_outcome(scope: Scope, branch: BranchPlan, done: Attempt, lease_lost:
                 finished["context"] = saved
     if not ok:
         finished.update(ok=False, error=f"case[{branch.index}].then.{what}: {error}")
-    engine._emit(scope.state, scope.turn, EventType.CASE_BRANCH_FINISHED, scope.name, finished)
+    scope.turn.emit(EventType.CASE_BRANCH_FINISHED, scope.name, finished)
     proceed(scope)
 
 
@@ -302,11 +286,11 @@ def _round(
     done: Attempt | None = None,
 ) -> dict[str, Any]:
     """Evaluate the case once and make its branches act; returns the round's verdict."""
-    engine, state, turn, plan = scope.engine, scope.state, scope.turn, scope.plan
+    turn, plan = scope.turn, scope.plan
     prior = scope.run.case
     number = 1 if prior is None else prior.round + 1
     started = {"round": number, "trigger": trigger.pop("trigger"), **plan.header(), **trigger}
-    engine._emit(state, turn, EventType.CASE_STARTED, scope.name, started)
+    turn.emit(EventType.CASE_STARTED, scope.name, started)
     case = scope.run.case
     assert case is not None
     matched, errors, already = _match(scope, case, values)
@@ -339,9 +323,9 @@ def _round(
             evaluated[key] = value
     if verdict is not None:
         evaluated["verdict"] = verdict
-    engine._emit(state, turn, EventType.CASE_EVALUATED, scope.name, evaluated)
+    turn.emit(EventType.CASE_EVALUATED, scope.name, evaluated)
     for acted in acts:
-        engine._emit(state, turn, EventType.CASE_BRANCH_STARTED, scope.name, acted.payload)
+        turn.emit(EventType.CASE_BRANCH_STARTED, scope.name, acted.payload)
         if acted.task is not None:
             turn.commands.append(EnqueueTask(acted.task))
     if verdict is not None and verdict["action"] == "retry" and done is not None:
@@ -408,11 +392,11 @@ def _case_retry(
     attempt = Attempt(done.task_id, done.step, None, done.outcome, done.number, rule)
     if verdict.get("exhausted"):
         ran_out = Verdict(RetryAction.EXHAUSTED, reason="case", error=verdict["error"])
-        outcomes.exhausted(scope.engine, scope.state, scope.turn, attempt, ran_out)
+        attempts.exhausted(scope.turn, attempt, ran_out)
         return
     key = jitter_key(scope.state.execution_id, scope.name, done.number)
     again = Verdict(RetryAction.RETRY, reason="case", delay_s=backoff_delay(rule, done.number, key))
-    outcomes.retry(scope.engine, scope.state, scope.turn, attempt, again)
+    attempts.retry(scope.turn, attempt, again)
 
 
 # --- routing -------------------------------------------------------------------------------
@@ -426,7 +410,7 @@ def _own_edges(
     exclusive = step.next is not None and step.next.mode == "exclusive"
     evaluated: list[dict[str, Any]] = []
     for edge in step.edges:
-        fires, note = scope.engine._edge_fires(edge.when, ok, ctx())
+        fires, note = scope.turn.edge_fires(edge.when, ok, ctx())
         evaluated.append({"to": edge.step, "fired": fires, **note})
         if fires:
             if edge.step not in taken:
@@ -451,9 +435,7 @@ def _branch_edges(
         assert block is not None
         failed = index in case.failed
         for edge in block.to:
-            fires, note = (
-                (False, {}) if failed else scope.engine._edge_fires(edge.when, True, ctx())
-            )
+            fires, note = (False, {}) if failed else scope.turn.edge_fires(edge.when, True, ctx())
             evaluated.append({"branch": index, "to": edge.step, "fired": fires, **note})
             if fires:
                 if edge.step not in taken:
@@ -466,8 +448,8 @@ def _branch_edges(
 # --- helpers -------------------------------------------------------------------------------
 
 
-def _scope(engine: Engine, state: ExecutionState, turn: _Turn, step: Step) -> Scope:
-    return Scope(engine, state, turn, step, engine.cases[step.step])
+def _scope(turn: Turn, step: Step) -> Scope:
+    return Scope(turn, step, turn.engine.cases[step.step])
 
 
 def _names(scope: Scope, outcome: Mapping[str, Any], attempt: int) -> dict[str, Any]:

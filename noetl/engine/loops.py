@@ -1,86 +1,88 @@
 """A loop step, decided by the engine: its collection, the window of items in flight, each
 item's task and output, `until`, and how the step ends by its success rule.
 
-Pure functions over an `Engine`, an `ExecutionState` and the current turn (no I/O). They
-are apart from `noetl.engine.engine` because a loop is a small state machine of its own
-within a step (started, items dispatched while the window has room, each recorded, the
-step finished once the window drains); the engine hands a step over when it dispatches
-one with a `loop` (`start`) and when one of its items' tasks has an outcome
-(`record_item`, then `advance`). A `case` re-enters at `begin` (after an `on_entry` case)
-and reads `collected`; a loop's total budget (`noetl.engine.recovery`) ends it with
-`finish`.
+Pure functions over a `Turn` (no I/O). A loop is a small state machine of its own within
+a step (started, items dispatched while the window has room, each recorded, the step
+finished once the window drains); the flow (`noetl.engine.flow`) hands a step over when it
+dispatches one with a `loop` (`start`), and `noetl.engine.outcomes` when one of its
+items' tasks has an outcome (`record_item`, then `advance`). A `case` re-enters at `begin`
+(after an `on_entry` case) and reads `collected`; a loop with a `case` asks the turn
+(`Turn.after_loop`) whether its case decides how the step ends. A loop's total budget is
+a timer (`loop_timer`); when it fires (`noetl.engine.recovery`), `finish` ends the loop.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noetl.core import EnqueueTask, EventType, StepStatus
+from noetl.core import EnqueueTask, EventType, StartTimer, StepStatus
 from noetl.dsl.model import Step
-from noetl.engine import cases, recovery, tasks
+from noetl.engine import tasks
 from noetl.errors import TemplateError
 
 if TYPE_CHECKING:
-    from noetl.engine.engine import Engine, _Turn
-    from noetl.engine.state import ExecutionState, StepRun
+    from noetl.engine.state import StepRun
+    from noetl.engine.turn import Turn
+
+LOOP_TIMEOUT = "loop_timeout"  # the `kind` of a loop's total-budget timer
 
 
-def start(
-    engine: Engine, state: ExecutionState, turn: _Turn, step: Step, bind: dict[str, Any]
-) -> None:
+def start(turn: Turn, step: Step, bind: dict[str, Any]) -> None:
     """Dispatch a loop step: started, then its items."""
-    engine._emit(state, turn, EventType.STEP_STARTED, step.step, {"bind": bind})
-    begin(engine, state, turn, step, bind)
+    turn.emit(EventType.STEP_STARTED, step.step, {"bind": bind})
+    begin(turn, step, bind)
 
 
-def begin(
-    engine: Engine, state: ExecutionState, turn: _Turn, step: Step, bind: dict[str, Any]
-) -> None:
+def begin(turn: Turn, step: Step, bind: dict[str, Any]) -> None:
     """Render the collection of a started loop step and dispatch its first items."""
+    engine = turn.engine
     name = step.step
     loop = step.loop
     assert loop is not None
     try:
-        items = engine.renderer.render(loop.collection, engine._ctx(state, step, bind).build())
+        items = engine.renderer.render(loop.collection, turn.ctx(step, bind).build())
     except TemplateError as exc:
-        engine._finish_step(state, turn, name, ok=False, error=f"loop.collection: {exc}")
+        turn.finish_step(name, ok=False, error=f"loop.collection: {exc}")
         return
     if isinstance(items, dict):
         items = [{"key": k, "value": v} for k, v in items.items()]
     if not isinstance(items, list | tuple):
         got = type(items).__name__
-        engine._finish_step(
-            state, turn, name, ok=False, error=f"loop.collection must be a list, got {got}"
-        )
+        turn.finish_step(name, ok=False, error=f"loop.collection must be a list, got {got}")
         return
     payload: dict[str, Any] = {"items": list(items), "mode": loop.mode}
     if _templated(loop.mode) or _templated(loop.max_concurrency):
         try:
-            payload.update(_window(engine, state, step, bind))
+            payload.update(_window(turn, step, bind))
         except TemplateError as exc:
-            engine._finish_step(state, turn, name, ok=False, error=f"loop.spec: {exc}")
+            turn.finish_step(name, ok=False, error=f"loop.spec: {exc}")
             return
-    engine._emit(state, turn, EventType.LOOP_STARTED, name, payload)
+    turn.emit(EventType.LOOP_STARTED, name, payload)
     budget = loop.total_timeout_ms or engine.options.loop_total_timeout_ms
     if budget and items:
-        loop_seq = state.steps[name].loop_seq
-        turn.commands.append(recovery.loop_timer(name, loop_seq, budget))
-    advance(engine, state, turn, step)
+        loop_seq = turn.state.steps[name].loop_seq
+        turn.commands.append(loop_timer(name, loop_seq, budget))
+    advance(turn, step)
+
+
+def loop_timer(step: str, loop_seq: int, total_timeout_ms: int) -> StartTimer:
+    """The timer of a loop's total budget, naming the run it is for (its loop.started)."""
+    payload = {"kind": LOOP_TIMEOUT, "step": step, "loop_seq": loop_seq}
+    return StartTimer(total_timeout_ms / 1000.0, payload)
 
 
 def _templated(value: Any) -> bool:
     return isinstance(value, str) and "{{" in value
 
 
-def _window(
-    engine: Engine, state: ExecutionState, step: Step, bind: dict[str, Any]
-) -> dict[str, Any]:
+def _window(turn: Turn, step: Step, bind: dict[str, Any]) -> dict[str, Any]:
     """A loop's `mode` and `max_concurrency` written as templates (upstream NoETL's
     `spec.mode` / `spec.max_in_flight`), rendered once when the loop starts; the values
     travel in its `loop.started` event, so a replay windows it the same way."""
     loop = step.loop
     assert loop is not None
-    values = engine._ctx(state, step, bind).build()
+    engine = turn.engine
+    values = turn.ctx(step, bind).build()
     mode = engine.renderer.render(loop.mode, values, field="loop.mode")
     if mode not in ("sequential", "parallel"):
         raise TemplateError(f"loop.mode must be sequential or parallel; got {mode!r}")
@@ -97,9 +99,9 @@ def _window(
     return out
 
 
-def advance(engine: Engine, state: ExecutionState, turn: _Turn, step: Step) -> None:
+def advance(turn: Turn, step: Step) -> None:
     """Dispatch items while the window has room; finish the loop when it has drained."""
-    run = state.steps[step.step]
+    run = turn.state.steps[step.step]
     loop = step.loop
     assert loop is not None
     mode = run.loop_mode or loop.mode
@@ -111,46 +113,43 @@ def advance(engine: Engine, state: ExecutionState, turn: _Turn, step: Step) -> N
         and run.next_index < len(run.items)
         and run.in_flight < window
     ):
-        start_item(engine, state, turn, step, run.next_index)
+        start_item(turn, step, run.next_index)
     drained = run.stopped or run.next_index >= len(run.items)
     if run.status is StepStatus.RUNNING and run.in_flight == 0 and drained:
-        finish(engine, state, turn, step)
+        finish(turn, step)
 
 
-def start_item(engine: Engine, state: ExecutionState, turn: _Turn, step: Step, index: int) -> None:
+def start_item(turn: Turn, step: Step, index: int) -> None:
     """Start one loop item: its task, or its output at once (no tool, or an error)."""
-    run = state.steps[step.step]
+    run = turn.state.steps[step.step]
     item = run.items[index]
     started: dict[str, Any] = {"index": index}
     error = None
     task = None
     try:
-        key = item_key(engine, state, step, run.bind, index=index, item=item)
+        key = item_key(turn, step, run.bind, index=index, item=item)
     except TemplateError as exc:
         key, error = None, f"loop.key: {exc}"
     if key is not None:
         started["key"] = key
     if error is None and step.tool is not None:
         try:
-            task = tasks.build(
-                engine, state, step, step.tool, run.bind, index=index, item=item, key=key
-            )
+            task = tasks.build(turn, step, step.tool, run.bind, index=index, item=item, key=key)
         except TemplateError as exc:
             error = f"tool: {exc}"
     if task is not None:
         started["task"] = task.to_dict()
-    engine._emit(state, turn, EventType.LOOP_ITERATION_STARTED, step.step, started)
+    turn.emit(EventType.LOOP_ITERATION_STARTED, step.step, started)
     if task is not None:
         turn.commands.append(EnqueueTask(task))
     elif error is not None:
-        record_item(engine, state, turn, step, index, ok=False, this=None, error=error)
+        record_item(turn, step, index, ok=False, this=None, error=error)
     else:  # a loop without a tool: each output is the item itself
-        record_item(engine, state, turn, step, index, ok=True, this=item, error=None)
+        record_item(turn, step, index, ok=True, this=item, error=None)
 
 
 def item_key(
-    engine: Engine,
-    state: ExecutionState,
+    turn: Turn,
     step: Step,
     bind: dict[str, Any],
     *,
@@ -160,14 +159,12 @@ def item_key(
     """The item's rendered `loop.key` (None without one)."""
     if step.loop is None or step.loop.key is None:
         return None
-    ctx = engine._ctx(state, step, bind, index=index, item=item)
-    return engine.renderer.render(step.loop.key, ctx.build())
+    ctx = turn.ctx(step, bind, index=index, item=item)
+    return turn.engine.renderer.render(step.loop.key, ctx.build())
 
 
 def record_item(
-    engine: Engine,
-    state: ExecutionState,
-    turn: _Turn,
+    turn: Turn,
     step: Step,
     index: int,
     *,
@@ -177,13 +174,13 @@ def record_item(
 ) -> None:
     """`loop.iteration.finished`: an item's output (or error), and whether `until` stops
     the loop."""
-    run = state.steps[step.step]
+    run = turn.state.steps[step.step]
     assert step.loop is not None
     item = run.items[index]
     out = collect_key = None
     if ok:
         try:
-            out, collect_key = engine._outputs(state, step, this, index, item)
+            out, collect_key = turn.outputs(step, this, index, item)
         except TemplateError as exc:
             ok, error = False, str(exc)
     payload: dict[str, Any] = {"index": index, "ok": ok}
@@ -195,25 +192,18 @@ def record_item(
         payload["error"] = error
     if step.loop.until is not None and not run.stopped:
         try:
-            ctx = engine._ctx(state, step, run.bind, index=index, item=item)
-            if engine.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
+            ctx = turn.ctx(step, run.bind, index=index, item=item)
+            if turn.engine.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
                 payload["stop"] = True
         except TemplateError as exc:
             payload["stop"] = True
             payload["until_error"] = str(exc)
-    engine._emit(state, turn, EventType.LOOP_ITERATION_FINISHED, step.step, payload)
+    turn.emit(EventType.LOOP_ITERATION_FINISHED, step.step, payload)
 
 
-def finish(
-    engine: Engine,
-    state: ExecutionState,
-    turn: _Turn,
-    step: Step,
-    *,
-    error: str | None = None,
-) -> None:
+def finish(turn: Turn, step: Step, *, error: str | None = None) -> None:
     """Finish a loop step by its success rule, or failed with `error` when given."""
-    run = state.steps[step.step]
+    run = turn.state.steps[step.step]
     assert step.loop is not None
     ratio = step.loop.min_success_ratio
     if error is not None:
@@ -225,9 +215,7 @@ def finish(
     else:
         ok = run.succeeded / run.completed >= ratio
     outs = [run.outs.get(i) for i in range(run.next_index)]
-    engine._emit(
-        state,
-        turn,
+    turn.emit(
         EventType.LOOP_FINISHED,
         step.step,
         {
@@ -243,11 +231,9 @@ def finish(
         outcome: dict[str, Any] = {"ok": ok, "this": outs}
         if error is not None:
             outcome["error"] = error
-        if cases.after_loop(engine, state, turn, step, outcome):
+        if turn.after_loop(step, outcome):
             return  # its `on_event` case decides how the step ends
-    engine._finish_step(
-        state,
-        turn,
+    turn.finish_step(
         step.step,
         ok=ok,
         result=outs,

@@ -1,17 +1,17 @@
 """Building a step's task: its tool rendered against the step's context, its sinks, its
 secrets, its timeout and its ids.
 
-Pure functions over an `Engine` (no I/O): templates are rendered, nothing is run. They are
-apart from `noetl.engine.engine` because what a task holds is its own concern, shared by a
-step's own dispatch, its loop items (`noetl.engine.loops`) and a case's branches
-(`noetl.engine.case_actions`, which reuses the sinks and the secrets check). A template
-that fails to render raises `TemplateError`, which the caller turns into a failed step.
+Pure functions over a `Turn` (`noetl.engine.turn`) or the engine's `Facts` (no I/O):
+templates are rendered, nothing is run. What a task holds is its own concern, shared by a
+step's own dispatch (`noetl.engine.flow`), its loop items (`noetl.engine.loops`) and a
+case's branches (`noetl.engine.case_actions`, which reuses the sinks); whether a step's
+templates mention secrets or variables is found once, by the engine's `StepScan`
+(`noetl.engine.scan`). A template that fails to render raises `TemplateError`, which the
+caller turns into a failed step.
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -21,19 +21,14 @@ from noetl.dsl.model import Sink, Step, Tool
 from noetl.dsl.render import render_spec
 from noetl.errors import TemplateError
 
-# A template expression or statement (the engine renders it before the task is sent).
-_TEMPLATE = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.DOTALL)
-
 PIPELINE = "pipeline"  # a tool kind whose tasks are rendered on the worker
 
 if TYPE_CHECKING:
-    from noetl.engine.engine import Engine
-    from noetl.engine.state import ExecutionState
+    from noetl.engine.turn import Facts, Turn
 
 
 def build(
-    engine: Engine,
-    state: ExecutionState,
+    turn: Turn,
     step: Step,
     tool: Tool,
     bind: dict[str, Any],
@@ -43,7 +38,8 @@ def build(
     key: Any = None,
 ) -> Task:
     """The task of a step's tool (of one loop item when `index` is given), first attempt."""
-    ctx = engine._ctx(state, step, bind, index=index, item=item, key=key)
+    engine, state = turn.engine, turn.state
+    ctx = turn.ctx(step, bind, index=index, item=item, key=key)
     kind, spec, args = tool.kind, tool.spec, tool.args
     if kind == "workbook":
         task_def = engine.playbook.task(str(spec["name"]))
@@ -66,10 +62,10 @@ def build(
     if kind != PIPELINE:
         context = ctx.tool_view(
             full=upstream and kind == "python",
-            variables=upstream and reads_variables(engine, step.step, spec, args, sinks),
+            variables=upstream and engine.scan.reads_variables(step.step, spec, args, sinks),
         )
     secrets: set[str] = set()
-    if may_reference_secrets(engine, step.step, kind, spec, args):
+    if engine.scan.may_reference_secrets(step.step, kind, spec, args):
         secrets = referenced(rendered_args) | referenced(rendered_spec)
     for sink in sinks:
         secrets |= referenced(sink["spec"])
@@ -106,7 +102,7 @@ def build(
     )
 
 
-def pipeline_spec(engine: Engine, spec: dict[str, Any]) -> dict[str, Any]:
+def pipeline_spec(engine: Facts, spec: dict[str, Any]) -> dict[str, Any]:
     """A pipeline's spec as its worker runs it: the tasks as written (templates and all),
     a `workbook` task replaced by the workbook's tool, and whether code and SQL are
     rendered (upstream NoETL's dialect) or taken literally."""
@@ -139,41 +135,7 @@ def variables(values: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def may_reference_secrets(
-    engine: Engine, name: str, kind: str, spec: dict[str, Any], args: dict[str, Any]
-) -> bool:
-    """Whether the step's tool templates mention `secrets` at all (cached by step).
-    When they do not, the task lists no secrets, even if data rendered into it holds
-    marker text: a marker stands for a secret only where a template put it."""
-    known = engine._secret_steps.get(name)
-    if known is None:
-        known = "secrets" in json.dumps([kind, spec, args], default=str)
-        engine._secret_steps[name] = known
-    return known
-
-
-def reads_variables(
-    engine: Engine,
-    name: str,
-    spec: dict[str, Any],
-    args: dict[str, Any],
-    sinks: tuple[dict[str, Any], ...],
-) -> bool:
-    """Whether the step's tool, as written, mentions `ctx` or `iter` outside the templates
-    the engine renders (cached by step), so its task must carry them to the worker:
-    python code reading `context.get('ctx')`, a sink's `args` (rendered by the worker).
-    An upstream playbook's args, code and SQL are rendered here, so `{{ ctx.x }}` in them
-    needs nothing in the task; a task that reads neither stays as small as before."""
-    known = engine._variable_steps.get(name)
-    if known is None:
-        rendered = _TEMPLATE.sub("", json.dumps([spec, args], default=str))
-        text = rendered + json.dumps([sink.get("args") for sink in sinks], default=str)
-        known = "ctx" in text or "iter" in text
-        engine._variable_steps[name] = known
-    return known
-
-
-def result_sinks(engine: Engine, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
+def result_sinks(engine: Facts, step: Step, values: dict[str, Any]) -> tuple[dict[str, Any], ...]:
     """The step's `result.sink` entries as the worker runs them, specs rendered now."""
     if step.result is None or not step.result.sink:
         return ()
@@ -181,7 +143,7 @@ def result_sinks(engine: Engine, step: Step, values: dict[str, Any]) -> tuple[di
 
 
 def render_sinks(
-    engine: Engine, entries: list[Sink], values: dict[str, Any], label: str
+    engine: Facts, entries: list[Sink], values: dict[str, Any], label: str
 ) -> tuple[dict[str, Any], ...]:
     """Sink entries as the worker runs them, specs rendered now (a TemplateError names
     `label[index]`).
@@ -192,9 +154,7 @@ def render_sinks(
     gets the options' defaults."""
     policy = engine.policy
     all_async = policy.on_sink_fail == "async_ignore"
-    default_retry = (
-        {"max_attempts": 1} if policy.on_sink_fail == "fail_step" else engine._sink_retry
-    )
+    default_retry = {"max_attempts": 1} if policy.on_sink_fail == "fail_step" else engine.sink_retry
     if default_retry is not None:
         default_retry = dict(default_retry)  # each task gets its own copy
     sinks: list[dict[str, Any]] = []

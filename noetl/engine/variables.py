@@ -13,7 +13,8 @@ member of a variable (`ctx.page.size`): the patch then carries the whole new val
 pipeline); a step's or an arc's `set` runs outside any iteration, so it may write only
 `ctx.*` (a plain key means `ctx.<key>`).
 
-Pure functions, no I/O.
+Pure functions, no I/O (the two that render, `patch_of` and `render_set`, take the
+decision's `Turn`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,7 @@ from noetl.errors import TemplateError
 
 if TYPE_CHECKING:
     from noetl.dsl.model import Step
-    from noetl.engine.engine import Engine
-    from noetl.engine.state import ExecutionState
+    from noetl.engine.turn import Turn
 
 __all__ = [
     "MAX_CTX_BYTES",
@@ -106,8 +106,7 @@ def normalize_patch(ctx: Mapping[str, Any], patch: Any) -> dict[str, Any]:
 
 
 def patch_of(
-    engine: Engine,
-    state: ExecutionState,
+    turn: Turn,
     block: Mapping[str, Any],
     values: Mapping[str, Any],
     pending: Mapping[str, Any] | None = None,
@@ -115,10 +114,10 @@ def patch_of(
     """The patch a `set:` block makes, its values rendered against `values` (each key
     sees the same names: the values as they were before the block), on top of `ctx` and
     the `pending` patch of the same event. Raises TemplateError naming the key."""
-    base = {**state.ctx, **(pending or {})}
+    base = {**turn.state.ctx, **(pending or {})}
     assignments: list[tuple[Target, Any]] = []
     for key, template in block.items():
-        value = engine.renderer.render(template, values, field=key)
+        value = turn.engine.renderer.render(template, values, field=key)
         assignments.append((parse_key(key), value))
     patch = apply_assignments(base, assignments)
     problem = check_ctx(base, patch)
@@ -128,13 +127,12 @@ def patch_of(
 
 
 def render_set(
-    engine: Engine,
-    state: ExecutionState,
+    turn: Turn,
     step: Step,
     block: Mapping[str, Any],
     names: Mapping[str, Any],
 ) -> dict[str, Any]:
     """The patch of a step's own `set:`, rendered with the step's names and `names` (its
     result, as `result`, `this` and its name)."""
-    values = engine._ctx(state, step, state.steps[step.step].bind).build(**names)
-    return patch_of(engine, state, block, values)
+    values = turn.ctx(step, turn.state.steps[step.step].bind).build(**names)
+    return patch_of(turn, block, values)
