@@ -90,7 +90,8 @@ def assess(turn: Turn, done: Attempt) -> Verdict:
     def check(condition: Condition, names: Mapping[str, Any]) -> bool:
         item = run.items[index] if index is not None else None
         ctx = turn.ctx(step, run.bind, index=index, item=item)
-        return turn.engine.renderer.truthy(condition, ctx.build(**names))
+        upstream = turn.engine.playbook.upstream  # an undefined name reads as false there
+        return turn.engine.renderer.truthy(condition, ctx.build(**names), undefined_false=upstream)
 
     key = jitter_key(state.execution_id, step.step, done.number, index)
     return assess_rule(rule, done.outcome, done.number, check, step=step.step, key=key)

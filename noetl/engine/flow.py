@@ -123,7 +123,9 @@ class Flow:
         if step.when is None:
             return True
         try:
-            return engine.renderer.truthy(step.when, self.ctx(step).build())
+            upstream = engine.playbook.upstream  # an undefined name reads as false there
+            context = self.ctx(step).build()
+            return engine.renderer.truthy(step.when, context, undefined_false=upstream)
         except TemplateError as exc:
             if engine.policy.on_when_error == "fail_step":
                 failed = {"when_error": str(exc)}
@@ -372,8 +374,10 @@ class Flow:
         """An edge without `when` fires only on success; with `when`, when it is true."""
         if when is None:
             return ok, {}
+        engine = self.engine
         try:
-            return self.engine.renderer.truthy(when, ctx), {}
+            upstream = engine.playbook.upstream  # an undefined name reads as false there
+            return engine.renderer.truthy(when, ctx, undefined_false=upstream), {}
         except TemplateError as exc:
             return False, {"error": str(exc)}
 

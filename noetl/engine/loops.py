@@ -193,7 +193,9 @@ def record_item(
     if step.loop.until is not None and not run.stopped:
         try:
             ctx = turn.ctx(step, run.bind, index=index, item=item)
-            if turn.engine.renderer.truthy(step.loop.until, ctx.build(this=this, out=out)):
+            names = ctx.build(this=this, out=out)
+            upstream = turn.engine.playbook.upstream  # an undefined name reads as false there
+            if turn.engine.renderer.truthy(step.loop.until, names, undefined_false=upstream):
                 payload["stop"] = True
         except TemplateError as exc:
             payload["stop"] = True

@@ -555,3 +555,38 @@ def test_a_loop_step_result_has_results_and_stats_and_items_see_loop_index() -> 
         "first": 3,
         "count": 3,
     }
+
+
+UNDEFINED_IN_CONDITIONS = """\
+workflow:
+  - step: start
+    tool: {kind: python, input: {}, code: "result = {'n': 1}"}
+    next:
+      spec: {mode: inclusive}
+      arcs:
+        - step: never
+          when: "{{ start.meta.next_page > 0 }}"
+        - step: gated
+        - step: after
+          when: "{{ start.n == 1 }}"
+  - step: never
+    tool: {kind: python, code: "result = 0"}
+  - step: gated
+    when: "{{ ctx.flag.on }}"
+    tool: {kind: python, code: "result = 0"}
+  - step: after
+    tool: {kind: python, code: "result = 2"}
+"""
+
+
+def test_an_undefined_name_in_an_upstream_condition_reads_as_false() -> None:
+    h = upstream(UNDEFINED_IN_CONDITIONS, start=lambda t: {"n": 1}, after=lambda t: 2)
+    h.run()
+    assert h.status.value == "ok", h.steps
+    assert h.step_status("after") == "ok"
+    assert h.step_status("never") == "skipped"  # never called: skipped at the end
+    assert h.step_status("gated") == "skipped"
+    [routed] = h.of_type(EventType.NEXT_EVALUATED.value, "start")
+    assert [e for e in routed.payload["edges"] if "error" in e] == []  # false, not an error
+    [parked] = h.of_type(EventType.STEP_PARKED.value, "gated")
+    assert "when_error" not in parked.payload
