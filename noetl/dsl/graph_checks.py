@@ -59,8 +59,8 @@ def _back_edge_message(back: BackEdge) -> str:
     else:
         where = f"goes back to '{arc.target}', closing the cycle {' -> '.join(back.cycle)}"
     return (
-        f"{what} {where}: a step runs at most once, so when this edge fires '{arc.target}' "
-        f"has already run and the call is ignored at run time"
+        f"{what} {where}: when this edge fires, '{arc.target}' runs again (a new run each "
+        f"time, up to policy.max_runs); make sure a condition on the cycle ends it"
     )
 
 

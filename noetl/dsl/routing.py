@@ -1,11 +1,11 @@
 """What routing does that a reader of the playbook may not expect, found statically.
 
 * **Back-edges.** An edge that closes a cycle of the workflow graph (`fetch -> check ->
-  fetch`) calls a step that has already run by the time it fires; a step runs at most once,
-  so the call is ignored at run time. The back-edges are the edges a depth-first walk from
-  the entry step (then the `route_edge` target and the compensating steps), taking edges in
-  written order, finds closing a cycle: a deterministic choice, so every reader of a
-  playbook marks the same edges.
+  fetch`) calls a step that has already run by the time it fires: a new run of it (the
+  engine runs every step on a cycle again, up to `policy.max_runs`). The back-edges are the
+  edges a depth-first walk from the entry step (then the `route_edge` target and the
+  compensating steps), taking edges in written order, finds closing a cycle: a
+  deterministic choice, so every reader of a playbook marks the same edges.
 * **Ungated joins.** A step without a `when` gate that two or more steps call runs on the
   first call; the later ones are ignored. Callers that cannot both call it in one
   execution are not a join: two edges of one exclusive `next`, the success edge and the

@@ -208,6 +208,8 @@ def _task(
         secrets |= referenced(sink["spec"])
     # Its own id and idempotency key (a `retry` branch's tool runs once per round).
     suffix = f"case{branch.index}" if number == 1 else f"case{branch.index}.r{number}"
+    if scope.run.run > 1:  # a later run of the step (a cycle of the graph)
+        suffix = f"run{scope.run.run}.{suffix}"
     execution_id = scope.state.execution_id
     return Task(
         task_id=f"{execution_id}.{scope.name}.{suffix}",

@@ -98,7 +98,8 @@ class TemplateContext:
         if state.completed:
             names["result"] = state.steps[state.completed[-1]].result
         for name, run in state.steps.items():
-            if run.status is StepStatus.OK:
+            # a step running again (a cycle) shows its last finished run's result
+            if run.status is StepStatus.OK or (run.run > 1 and run.result is not None):
                 names[name] = (
                     LoopResult.of(run.result, loop_stats(run))
                     if run.is_loop

@@ -99,6 +99,9 @@ class Flow:
 
     def _call(self, name: str, by: str) -> None:
         run = self.state.steps[name]
+        if run.status not in (StepStatus.PENDING, StepStatus.PARKED) and self._on_cycle(by, name):
+            self._call_again(name, by)
+            return
         ignored = run.status not in (StepStatus.PENDING, StepStatus.PARKED)
         payload: dict[str, Any] = {"by": by}
         if ignored:
@@ -106,6 +109,10 @@ class Flow:
         self.emit(EventType.STEP_CALLED, name, payload)
         if ignored or run.status is StepStatus.PARKED:
             return  # already running or done: at most once; parked: woken by re-evaluation
+        self._open(name)
+
+    def _open(self, name: str) -> None:
+        """Evaluate a called step's gate: dispatch it, or park it."""
         gate = self._gate(name)
         if gate is True:
             self.dispatch(name)
@@ -114,6 +121,34 @@ class Flow:
             # payload says so, for the `when` metrics and logs.
             parked = {} if self.gate_error is None else {"when_error": self.gate_error}
             self.emit(EventType.STEP_PARKED, name, parked)
+
+    def _on_cycle(self, by: str, name: str) -> bool:
+        graph = self.engine.graph
+        return bool(graph.components) and by in graph.nodes and graph.on_cycle(by, name)
+
+    def _call_again(self, name: str, by: str) -> None:
+        """A call along a cycle of the graph (`fetch -> check -> fetch`) to a step that has
+        run: a new run once the last one has finished (a running step is called again
+        when it finishes), up to `policy.max_runs` runs; past that the new run fails."""
+        run = self.state.steps[name]
+        if run.status is StepStatus.RUNNING:
+            if run.recall is None:
+                self.emit(EventType.STEP_CALLED, name, {"by": by, "deferred": True})
+            else:  # already called again: one more run will follow, not two
+                self.emit(EventType.STEP_CALLED, name, {"by": by, "ignored": "running"})
+            return
+        number = run.run + 1
+        self.emit(EventType.STEP_CALLED, name, {"by": by, "run": number})
+        limit = self.engine.policy.max_runs
+        if number > limit:
+            self.emit(EventType.STEP_STARTED, name, {})
+            error = (
+                f"step '{name}' was called again by '{by}' for run {number}, past "
+                f"policy.max_runs ({limit}): the cycle it is on did not end"
+            )
+            self.finish_step(name, ok=False, error=error)
+            return
+        self._open(name)
 
     def _gate(self, name: str) -> bool | None:
         """Evaluate `when`: True to run, False to park, None if the step already failed."""
@@ -241,6 +276,13 @@ class Flow:
             payload["error"] = error
         self.emit(EventType.STEP_FINISHED, name, payload)
         self.route(step, ok)
+        self._recall(name)
+
+    def _recall(self, name: str) -> None:
+        """A step called along a cycle while it ran is called again now it has finished."""
+        recall = self.state.steps[name].recall
+        if recall is not None and not self.state.terminal:
+            self.calls.append((name, recall))
 
     def _collect(self, step: Step, collected: Collected) -> dict[str, Any]:
         """The new value of `collect.into`: outputs (with their map keys) in item order."""

@@ -69,9 +69,12 @@ def build(
         secrets = referenced(rendered_args) | referenced(rendered_spec)
     for sink in sinks:
         secrets |= referenced(sink["spec"])
+    # A step's second and later runs (a cycle of the graph) have ids and keys of their own.
+    number = state.steps[step.step].run
+    name = step.step if number == 1 else f"{step.step}.run{number}"
     suffix = f".{index}" if index is not None else ""
     item_key = index if key is None else key
-    task_key = f"{state.execution_id}:{step.step}" + (f":{item_key}" if index is not None else "")
+    task_key = f"{state.execution_id}:{name}" + (f":{item_key}" if index is not None else "")
     timeout = tool.timeout_ms or (step.loop.item_timeout_ms if step.loop else None)
     if timeout is None and kind != "playbook":  # a child execution waits as long as it takes
         in_loop = engine.options.loop_item_timeout_ms if step.loop else None
@@ -82,7 +85,7 @@ def build(
         else:
             timeout = default
     return Task(
-        task_id=f"{state.execution_id}.{step.step}{suffix}",
+        task_id=f"{state.execution_id}.{name}{suffix}",
         execution_id=state.execution_id,
         step=step.step,
         kind=kind,

@@ -238,8 +238,9 @@ def test_routing_warnings_pass_validate_and_fail_lint_strict(tmp_path: Path) -> 
     assert lint.returncode == 0
     assert lint.stdout.splitlines()[:2] == [
         f"{path}:13: warning W410: step 'b': next goes back to 'start', closing the cycle "
-        "start -> b -> start: a step runs at most once, so when this edge fires 'start' has "
-        "already run and the call is ignored at run time [workflow[2].next[1]]",
+        "start -> b -> start: when this edge fires, 'start' runs again (a new run each time, "
+        "up to policy.max_runs); make sure a condition on the cycle ends it "
+        "[workflow[2].next[1]]",
         f"{path}:14: warning W411: step 'join': called by 'a' and 'b', which can both run, "
         "and without a when gate: the step runs on the first call and the later ones are "
         "ignored; to wait for its callers, add when: \"{{ done('a') and done('b') }}\" "

@@ -259,6 +259,7 @@ def test_schema_is_a_draft_2020_12_json_schema() -> None:
         "workflow",
     }
     assert set(document["$defs"]["ToolSpecs"]["properties"]) == {
+        "artifact",
         "duckdb",
         "http",
         "noop",

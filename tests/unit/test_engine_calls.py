@@ -87,7 +87,7 @@ def test_step_without_tool_finishes_at_once_ok() -> None:
     assert h.of_type(E.WORKFLOW_FINISHED)[0].payload == {"status": "ok"}
 
 
-def test_calls_to_a_finished_step_are_ignored() -> None:
+def test_calls_to_a_finished_step_are_ignored_off_a_cycle_and_run_it_again_on_one() -> None:
     h = Harness.of(
         """
         - step: start
@@ -99,17 +99,20 @@ def test_calls_to_a_finished_step_are_ignored() -> None:
           next: A
         - step: C
           tool: {kind: noop}
-          next: A
+          result: {collect: {into: visits}}
+          next: [{step: A, when: "{{ visits | length < 2 }}"}]
         """
     )
     # A ran at once (no tool) and called C; C is running.
     assert h.step_status("C") == "running"
-    h.complete("B")  # B calls A, which is done
+    h.complete("B")  # B calls A, which is done: B is not on a cycle with A
     called_a = h.of_type(E.STEP_CALLED, "A")
     assert [e.payload for e in called_a] == [{"by": "start"}, {"by": "B", "ignored": "ok"}]
-    h.complete("C")
-    assert [e.payload for e in h.of_type(E.STEP_CALLED, "A")][2] == {"by": "C", "ignored": "ok"}
-    assert len(h.of_type(E.STEP_STARTED, "A")) == 1
+    h.complete("C")  # C -> A closes the cycle A -> C -> A: a new run of A (and of C)
+    assert h.of_type(E.STEP_CALLED, "A")[2].payload == {"by": "C", "run": 2}
+    assert h.of_type(E.STEP_CALLED, "C")[-1].payload == {"by": "A", "run": 2}
+    assert len(h.of_type(E.STEP_STARTED, "A")) == 2
+    h.run()
     assert h.status is ExecutionStatus.OK
 
 
@@ -133,7 +136,7 @@ def test_call_to_a_step_still_running_is_ignored_with_its_status() -> None:
     assert h.status is ExecutionStatus.OK
 
 
-def test_a_cycle_does_not_run_a_step_twice() -> None:
+def test_an_endless_cycle_stops_at_max_runs() -> None:
     h = Harness.of(
         """
         - step: start
@@ -142,13 +145,15 @@ def test_a_cycle_does_not_run_a_step_twice() -> None:
         - step: again
           tool: {kind: noop}
           next: start
-        """
+        """,
+        policy="max_runs: 3",
     )
     h.run()
-    assert h.started_steps() == ["start", "again"]
-    assert h.of_type(E.STEP_CALLED, "start")[-1].payload == {"by": "again", "ignored": "ok"}
-    assert len(h.dispatched) == 2
-    assert h.status is ExecutionStatus.OK
+    assert h.started_steps() == ["start", "again"] * 3 + ["start"]
+    assert h.of_type(E.STEP_CALLED, "start")[-1].payload == {"by": "again", "run": 4}
+    assert len(h.dispatched) == 6
+    assert h.status is ExecutionStatus.FAIL
+    assert "past policy.max_runs (3)" in h.of_type(E.STEP_FINISHED, "start")[-1].payload["error"]
 
 
 def test_when_false_parks_and_absent_when_dispatches() -> None:

@@ -221,3 +221,82 @@ def test_terminal_step_without_next_emits_no_next_evaluated_on_success() -> None
     h.complete("start")
     assert h.of_type(E.NEXT_EVALUATED) == []
     assert h.status is ExecutionStatus.OK
+
+
+# --- cycles: a call along a cycle of the graph starts a new run -----------------------------
+
+PAGES = """\
+- step: start
+  tool: noop
+  next: [fetch]
+- step: fetch
+  tool:
+    kind: python
+    spec: {code: "def main(context, args): pass"}
+    args: {page: "{{ (pages | default([]) | length) + 1 }}"}
+  result:
+    collect: {into: pages}
+  next: [check]
+- step: check
+  tool: noop
+  next:
+    mode: exclusive
+    to:
+      - {step: fetch, when: "{{ pages | length < 3 }}"}
+      - {step: done}
+- step: done
+  tool: {kind: noop, args: {pages: "{{ pages }}"}}
+"""
+
+
+def test_a_back_edge_starts_a_new_run_until_the_cycle_ends() -> None:
+    h = Harness.of(PAGES, handlers={"fetch": lambda t: {"page": t.args["page"]}})
+    h.run()
+    assert h.status is ExecutionStatus.OK, h.steps()
+    assert h.state.context["pages"] == [{"page": 1}, {"page": 2}, {"page": 3}]
+    fetches = [e.payload.get("task", {}).get("task_id") for e in h.of_type("step.started", "fetch")]
+    assert fetches == [
+        f"{h.state.execution_id}.fetch",
+        f"{h.state.execution_id}.fetch.run2",
+        f"{h.state.execution_id}.fetch.run3",
+    ]
+    runs = [e.payload.get("run") for e in h.of_type("step.called", "fetch")]
+    assert runs == [None, 2, 3]
+    assert h.steps()["fetch"]["run"] == 3 and h.steps()["check"]["run"] == 3
+    assert h.step_status("done") == "ok"
+    assert h.finished("done").payload["result"] == {
+        "pages": [{"page": 1}, {"page": 2}, {"page": 3}]
+    }
+
+
+def test_max_runs_fails_a_cycle_that_does_not_end() -> None:
+    forever = PAGES.replace("pages | length < 3", "true")
+    h = Harness.of(forever, policy="max_runs: 4", handlers={"fetch": lambda t: {"page": 0}})
+    h.run()
+    assert h.status is ExecutionStatus.FAIL
+    error = h.of_type("step.finished", "fetch")[-1].payload["error"]
+    assert "run 5" in error and "policy.max_runs (4)" in error and "'check'" in error
+    assert len(h.of_type("step.started", "fetch")) == 5
+
+
+def test_a_call_that_closes_no_cycle_still_runs_a_step_once() -> None:
+    join = """\
+- step: start
+  tool: noop
+  next: [a, b]
+- step: a
+  tool: noop
+  next: [end]
+- step: b
+  tool: noop
+  next: [end]
+- step: end
+  tool: noop
+"""
+    h = Harness.of(join)
+    h.run("lifo")
+    assert h.status is ExecutionStatus.OK
+    assert len(h.of_type("step.started", "end")) == 1
+    calls = h.of_type("step.called", "end")
+    assert [e.payload.get("run") for e in calls] == [None, None]
+    assert calls[0].payload.get("ignored") is None and calls[1].payload.get("ignored")

@@ -576,7 +576,7 @@ def test_retry_templates_see_the_retry_names_and_the_step_context() -> None:
 def test_a_broken_retry_template_fails_the_task_naming_it() -> None:
     steps = """
 - step: work
-  tool: {kind: python, code: pass}
+  tool: {kind: python, code: "def main(context, args): pass"}
   retry: {retry_when: "{{ nope.x }}"}
 """
     h = Harness.of(steps, handlers={"work": failures(ValueError("boom"))})

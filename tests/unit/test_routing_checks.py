@@ -59,9 +59,9 @@ def test_an_edge_back_to_a_step_that_ran_is_a_warning_with_its_line() -> None:
             "W410",
             "check",
             "workflow[1].next[0].step",
-            "next goes back to 'fetch', closing the cycle fetch -> check -> fetch: a step runs "
-            "at most once, so when this edge fires 'fetch' has already run and the call is "
-            "ignored at run time",
+            "next goes back to 'fetch', closing the cycle fetch -> check -> fetch: when this "
+            "edge fires, 'fetch' runs again (a new run each time, up to policy.max_runs); make "
+            "sure a condition on the cycle ends it",
         )
     ]
 
@@ -84,7 +84,7 @@ def test_a_step_calling_itself_and_a_case_branch_going_back() -> None:
         (5, "W410", "poll", "workflow[0].next"),
     ]
     assert found[0][4].startswith("case next goes back to 'start', closing the cycle ")
-    assert found[1][4].startswith("next calls 'poll' itself: a step runs at most once")
+    assert found[1][4].startswith("next calls 'poll' itself: when this edge fires, 'poll' runs")
 
 
 def test_the_back_edges_follow_the_written_order_from_the_entry() -> None:
