@@ -1,0 +1,45 @@
+"""A cycle of the graph on a real server and two workers over PostgreSQL: a playbook pages
+through a real HTTP API on loopback with `fetch -> check -> fetch`; the server decides
+each new run, the workers run its tasks (ids ending `.runN`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.distributed.cluster import Cluster
+from tests.helpers.loopback import base_url, serving
+from tests.helpers.paging import EXPECTED_REPORT, PAGES, PagingHandler, paging_playbook
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+
+@pytest.fixture
+def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
+    cl = Cluster(db=pg_database, workdir=tmp_path)
+    try:
+        yield cl
+    finally:
+        cl.stop_all()
+
+
+def test_a_back_edge_pages_through_an_api_until_it_is_done(cluster: Cluster) -> None:
+    cluster.start_server()
+    cluster.start_worker("w1", concurrency=2)
+    cluster.start_worker("w2", concurrency=2)
+    with serving(PagingHandler) as server:
+        execution_id = cluster.start_execution(paging_playbook(base_url(server)))
+        result = cluster.wait_finished(execution_id, timeout=90)
+    assert result["status"] == "ok", result
+    events = cluster.events(execution_id)
+    [report] = [e for e in events if e["type"] == "step.finished" and e["step"] == "report"]
+    assert report["payload"]["result"] == EXPECTED_REPORT
+    started = [
+        e["payload"]["task"]["task_id"]
+        for e in events
+        if e["type"] == "step.started" and e["step"] == "fetch"
+    ]
+    suffixes = ["fetch"] + [f"fetch.run{n}" for n in range(2, PAGES + 1)]
+    assert started == [f"{execution_id}.{suffix}" for suffix in suffixes]
