@@ -67,6 +67,33 @@ class Graph:
         component = self.components.get(target)
         return component is not None and self.components.get(source) == component
 
+    @cached_property
+    def joins(self) -> dict[str, frozenset[str]]:
+        """Each step two or more other steps call along `next` or `case` edges (a join),
+        off any cycle with them, with the steps that can reach it: while one of those is
+        still running, a join in upstream NoETL's dialect waits (noetl.engine.flow)."""
+        callers: dict[str, set[str]] = {}
+        sources: dict[str, list[str]] = {}
+        for edge in self.edges:
+            if edge.origin in (EdgeSource.NEXT, EdgeSource.CASE) and edge.target in self.nodes:
+                sources.setdefault(edge.target, []).append(edge.source)
+                if edge.source != edge.target and not self.on_cycle(edge.source, edge.target):
+                    callers.setdefault(edge.target, set()).add(edge.source)
+        found: dict[str, frozenset[str]] = {}
+        for name, direct in callers.items():
+            if len(direct) < 2:
+                continue
+            seen: set[str] = set()
+            queue = deque(direct)
+            while queue:  # every step a path of edges leads from to the join
+                source = queue.popleft()
+                if source in seen or source == name:
+                    continue
+                seen.add(source)
+                queue.extend(sources.get(source, ()))
+            found[name] = frozenset(seen)
+        return found
+
     def callers(self, name: str) -> list[Edge]:
         return [e for e in self.edges if e.target == name]
 

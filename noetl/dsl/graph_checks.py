@@ -14,12 +14,13 @@ __all__ = ["graph_warnings"]
 
 
 def _routing_warnings(report: Reporter, playbook: Playbook) -> None:
-    """W410 for an edge that closes a cycle (ignored at run time until cycles get their
-    meaning), W411 for a step that several steps call without a gate."""
+    """W410 for an edge that closes a cycle (its target runs again), W411 for a step that
+    several steps call without a gate (not in upstream NoETL's dialect, where such a join
+    waits for every branch that can still call it)."""
     found = analyze(playbook)
     for back in found.back_edges:
         report.add("W410", _back_edge_message(back), back.arc.path, warning=True)
-    for join in found.joins:
+    for join in [] if playbook.upstream else found.joins:
         report.add("W411", _join_message(join), ("workflow", join.position, "step"), warning=True)
 
 

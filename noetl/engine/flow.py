@@ -88,6 +88,8 @@ class Flow:
             if state.terminal:
                 break
             if state.steps[name].status is StepStatus.PARKED:
+                if self._join_waits(name):
+                    continue
                 gate = self._gate(name)
                 if gate is True:
                     self.dispatch(name)
@@ -112,7 +114,12 @@ class Flow:
         self._open(name)
 
     def _open(self, name: str) -> None:
-        """Evaluate a called step's gate: dispatch it, or park it."""
+        """Evaluate a called step's gate: dispatch it, or park it (a join of an upstream
+        playbook parks until the steps that can still call it have finished)."""
+        waiting = self._join_waits(name)
+        if waiting:
+            self.emit(EventType.STEP_PARKED, name, {"join": waiting})
+            return
         gate = self._gate(name)
         if gate is True:
             self.dispatch(name)
@@ -121,6 +128,19 @@ class Flow:
             # payload says so, for the `when` metrics and logs.
             parked = {} if self.gate_error is None else {"when_error": self.gate_error}
             self.emit(EventType.STEP_PARKED, name, parked)
+
+    def _join_waits(self, name: str) -> list[str]:
+        """Upstream NoETL's implicit join: the running (or just called) steps that can
+        still call the join `name`, in workflow order; empty when it may run now."""
+        engine = self.engine
+        if not engine.playbook.upstream:
+            return []
+        ancestors = engine.graph.joins.get(name)
+        if not ancestors:
+            return []
+        active = {s for s in self.state.running if s in ancestors}
+        active.update(target for target, _ in self.calls if target in ancestors)
+        return sorted(active, key=engine.position.__getitem__)
 
     def _on_cycle(self, by: str, name: str) -> bool:
         graph = self.engine.graph

@@ -308,7 +308,7 @@ def test_acceptance_4_idempotence_second_call_ignored_context_not_duplicated() -
         - step: other
           next: work
         - step: work
-          tool: {kind: python, code: pass}
+          tool: {kind: python, code: "def main(context, args): pass"}
           result: {collect: {into: seen, mode: list}}
         """,
         handlers={"work": lambda task: "once"},

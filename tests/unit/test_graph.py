@@ -265,3 +265,26 @@ def test_components_of_a_long_chain_closed_into_one_loop() -> None:
     closing = '  - step: s3000\n    tool: noop\n    next: [{step: s0, when: "{{ false }}"}]\n'
     g = graph("workflow:\n" + steps + closing)
     assert len(g.components) == 3001 and set(g.components.values()) == {0}
+
+
+def test_joins_name_the_steps_that_can_reach_a_step_several_steps_call() -> None:
+    g = graph(
+        """\
+workflow:
+  - step: start
+    tool: noop
+    next: [a, b]
+  - step: a
+    tool: noop
+    next: [j]
+  - step: b
+    tool: noop
+    next: [c]
+  - step: c
+    tool: noop
+    next: [j, {step: b, when: "{{ false }}"}]
+  - step: j
+    tool: noop
+"""
+    )
+    assert g.joins == {"j": frozenset({"start", "a", "b", "c"})}

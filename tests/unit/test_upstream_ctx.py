@@ -590,3 +590,55 @@ def test_an_undefined_name_in_an_upstream_condition_reads_as_false() -> None:
     assert [e for e in routed.payload["edges"] if "error" in e] == []  # false, not an error
     [parked] = h.of_type(EventType.STEP_PARKED.value, "gated")
     assert "when_error" not in parked.payload
+
+
+FAN_OUT_AND_JOIN = """\
+workflow:
+  - step: start
+    tool: {kind: python, input: {}, code: "result = 1"}
+    next:
+      spec: {mode: inclusive}
+      arcs:
+        - step: fast
+        - step: slow
+        - step: never
+          when: "{{ false }}"
+  - step: fast
+    tool: {kind: python, code: "result = 'f'"}
+    next:
+      arcs: [{step: join}]
+  - step: slow
+    tool: {kind: python, code: "result = 's'"}
+    next:
+      arcs: [{step: middle}]
+  - step: middle
+    tool: {kind: python, code: "result = 'm'"}
+    next:
+      arcs: [{step: join}]
+  - step: never
+    tool: {kind: python, code: "result = 'n'"}
+    next:
+      arcs: [{step: join}]
+  - step: join
+    tool:
+      kind: python
+      input: {f: "{{ fast }}", m: "{{ middle }}"}
+      code: "result = [f, m]"
+"""
+
+
+def test_an_upstream_join_waits_for_every_branch_taken_and_runs_once() -> None:
+    h = upstream(FAN_OUT_AND_JOIN)
+    h.complete("start", this=1)
+    h.complete("fast", this="f")  # calls join; slow (which leads to it too) still runs
+    [parked] = h.of_type(EventType.STEP_PARKED.value, "join")
+    assert parked.payload == {"join": ["slow"]}
+    assert h.step_status("join") == "parked"
+    h.complete("slow", this="s")  # now middle runs, and it can call join too
+    assert h.step_status("join") == "parked"
+    h.complete("middle", this="m")
+    assert h.step_status("join") == "running"
+    assert h.task("join").args == {"f": "f", "m": "m"}  # both branches' results
+    h.complete("join", this=["f", "m"])
+    assert h.status.value == "ok", h.steps()
+    assert len(h.of_type(EventType.STEP_STARTED.value, "join")) == 1
