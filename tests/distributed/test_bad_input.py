@@ -85,15 +85,6 @@ def nested(levels: int) -> Any:
     return value
 
 
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
-
-
 def noetl(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
     """The CLI as a client of `cluster`'s server."""
     env = {"NOETL_SERVER_URL": cluster.url, "NOETL_API_TOKEN": cluster.token}

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -41,15 +40,6 @@ workflow:
       code: {json.dumps(SLEEPER)}
       args: {{out: "{{{{ workload.out }}}}"}}
 """
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def alive(pid: int) -> bool:

@@ -4,9 +4,6 @@ each new run, the workers run its tasks (ids ending `.runN`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 
 from tests.distributed.cluster import Cluster
@@ -14,15 +11,6 @@ from tests.helpers.loopback import base_url, serving
 from tests.helpers.paging import EXPECTED_REPORT, PAGES, PagingHandler, paging_playbook
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def test_a_back_edge_pages_through_an_api_until_it_is_done(cluster: Cluster) -> None:

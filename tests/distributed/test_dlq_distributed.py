@@ -8,8 +8,6 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
@@ -20,15 +18,6 @@ from tests.helpers.flaky_http import Flaky
 from tests.integration.test_dlq import playbook
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def cli(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:

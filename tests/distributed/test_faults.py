@@ -58,15 +58,6 @@ def runs(path: Path) -> collections.Counter[str]:
 
 
 @pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
-
-
-@pytest.fixture
 def store(pg_database: str) -> Iterator[Store]:
     st = open_store(pg_database)
     try:

@@ -4,9 +4,6 @@ keeps selections, and any worker reads a whole result back by its reference."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import psycopg
 import pytest
 
@@ -14,15 +11,6 @@ from tests.distributed.cluster import Cluster
 from tests.helpers.select_playbook import EXPECTED_VERDICT, SELECT_PLAYBOOK, big_events
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def test_selected_results_stay_out_of_the_event_log(cluster: Cluster, pg_database: str) -> None:

@@ -5,7 +5,6 @@ NOETL_PLAYBOOKS_ROOT), or its data directory by default."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,15 +13,6 @@ from tests.acceptance.test_cli_paths import CANARY, playbook, sink_step, tool_st
 from tests.distributed.cluster import Cluster
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def test_a_worker_refuses_paths_outside_its_configured_roots(

@@ -10,7 +10,6 @@ import collections
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -51,15 +50,6 @@ def playbook(name: str, steps: list[str], *, sleep: float = 0.0, d: int = 1) -> 
 
 TARGET = playbook("target", ["divide", "done"], d=0)  # divide fails: dead-lettered
 OTHER_STEPS = ["one", "two", "three"]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def replay(db: str, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:

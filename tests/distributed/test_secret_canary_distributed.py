@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
@@ -26,15 +24,6 @@ from tests.distributed.cluster import Cluster
 from tests.helpers.cli import noetl
 from tests.helpers.fake_pg import RefusingPostgres
 from tests.helpers.spans import CONSOLE_TRACING, console_spans
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def database_text(dsn: str) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -38,15 +37,6 @@ from tests.helpers.template_playbooks import (
 )
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 class HealthProbe:

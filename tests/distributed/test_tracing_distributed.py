@@ -5,11 +5,8 @@ console exporter to each process's output. Nothing is sampled but what `noetl ex
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from noetl.observability.trace_context import execution_span_id, trace_id_of
 from tests.distributed.cluster import Cluster
@@ -32,15 +29,6 @@ workflow:
   - step: last
     tool: {kind: noop, args: {one: "{{ one }}"}}
 """
-
-
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
 
 
 def exec_start(cluster: Cluster, playbook: Path, *extra: str) -> str:

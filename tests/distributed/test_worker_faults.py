@@ -83,15 +83,6 @@ def any_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Clus
         cl.stop_all()
 
 
-@pytest.fixture
-def cluster(pg_database: str, tmp_path: Path) -> Iterator[Cluster]:
-    cl = Cluster(db=pg_database, workdir=tmp_path)
-    try:
-        yield cl
-    finally:
-        cl.stop_all()
-
-
 MAKE_NUL = """\
 def main(context, args):
     open(args["ran"], "w").close()
