@@ -134,7 +134,7 @@ def _step_called(state: ExecutionState, event: Event) -> None:
         run.calls += 1
         if payload.get("deferred"):
             run.recall = str(payload["by"])
-    if event.payload.get("compensating") and state.compensation:
+    if payload.get("compensating") and state.compensation:
         state.compensation.pop(0)
 
 
