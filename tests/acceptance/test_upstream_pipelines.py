@@ -60,7 +60,7 @@ def run(tmp_path: Path, text: str, env: dict[str, str]) -> tuple[dict[str, Any],
 def test_a_pipeline_retries_reads_earlier_results_loops_and_sets_ctx(
     tmp_path: Path, api: CountingApi, pg_database: str
 ) -> None:
-    key = uuid.uuid4().hex[:8]
+    key = "k" + uuid.uuid4().hex[:8]  # a bare hex key can read as a YAML number
     env = {"NOETL_CREDENTIAL_PG_LOCAL": json.dumps({"dsn": pg_database})}
     summary, events = run(tmp_path, pipeline_playbook(api.base, key), env)
     assert summary["status"] == "ok", json.dumps(summary)[:3000]
@@ -73,7 +73,7 @@ def test_a_pipeline_retries_reads_earlier_results_loops_and_sets_ctx(
 
 
 def test_retries_exhausted_fail_the_step_for_good(tmp_path: Path, api: CountingApi) -> None:
-    key = uuid.uuid4().hex[:8]
+    key = "k" + uuid.uuid4().hex[:8]  # a bare hex key can read as a YAML number
     summary, events = run(tmp_path, exhausted_playbook(api.base, key), {})
     assert summary["status"] == "fail"
     assert api.calls[f"/down/{key}"] == 2
