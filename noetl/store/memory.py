@@ -17,6 +17,7 @@ from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_admin import MemoryAdmin
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
+from noetl.store._memory_checkpoints import MemoryCheckpoints
 from noetl.store._memory_results import MemoryResults
 from noetl.store._rows import (
     CHANNELS,
@@ -81,6 +82,7 @@ class MemoryStore(MemoryAdmin):
         self.sessions = MemorySessions(auth_lock)
         self.credentials = MemoryCredentials(auth_lock)
         self.results = MemoryResults(threading.Lock())
+        self.checkpoints = MemoryCheckpoints(threading.Lock(), clock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
         # Tokens of the input holders open on this store (all of them live in this process).
         self._holders = LocalHolders()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from noetl.core import Event, ExecutionStatus
 from noetl.store.records import (
     Append,
+    Checkpoint,
     DeadLetter,
     DeadLetterStatus,
     ExecutionRecord,
@@ -64,6 +65,21 @@ class ResultStore(Protocol):
 
     def count(self, execution_id: str) -> tuple[int, int]:
         """How many results `execution_id` keeps here, and their bytes."""
+
+
+class CheckpointStore(Protocol):
+    """Progress of a task that runs in parts, kept between its attempts (`store.checkpoints`)."""
+
+    def save(self, task_id: str, execution_id: str, attempt: int, value: Any) -> bool:
+        """Keep `value` as the checkpoint of `task_id`, replacing the one kept, unless the kept one
+        was written by a LATER attempt (a stale worker never overwrites a newer attempt's progress):
+        then nothing changes and it returns False. True when kept."""
+
+    def load(self, task_id: str) -> Checkpoint | None:
+        """The checkpoint of `task_id`, or None."""
+
+    def drop(self, task_id: str) -> None:
+        """Forget the checkpoint of `task_id` (no error when there is none)."""
 
 
 class WaitPort(Protocol):
@@ -307,6 +323,10 @@ class AdminPort(Protocol):
     @property
     def results(self) -> ResultStore:
         """Whole results kept outside the event log, in the same database."""
+
+    @property
+    def checkpoints(self) -> CheckpointStore:
+        """Progress of tasks that run in parts, kept between attempts, in the same database."""
 
     def stats(self) -> StoreStats:
         """Counts for the metrics exporter (a few grouped queries; called per scrape)."""

@@ -258,6 +258,18 @@ class StoredResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """The progress of a task that runs in parts (`store.checkpoints`), kept between its
+    attempts: one per task id, the latest one kept."""
+
+    task_id: str
+    execution_id: str
+    attempt: int  # the attempt of the task that wrote it
+    value: Any  # JSON-able
+    updated_at: float = 0.0  # epoch seconds
+
+
+@dataclass(frozen=True, slots=True)
 class StoreStats:
     """What the metrics exporter reads from the store when scraped (epoch seconds).
 

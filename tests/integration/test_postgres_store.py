@@ -181,9 +181,17 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("body", "text", "NO"),
         ("created_at", TZ, "NO"),
     ],
+    "task_checkpoint": [
+        ("task_id", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("attempt", "integer", "NO"),
+        ("body", "text", "NO"),
+        ("updated_at", TZ, "NO"),
+    ],
 }
 ALL_MIGRATIONS = (
-    "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results"
+    "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
+    " 0008_checkpoints"
 )
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -200,6 +208,7 @@ EXPECTED_PRIMARY_KEYS = {
     "session": ["session_key", "revision"],
     "credential": ["name"],
     "result_store": ["ref"],
+    "task_checkpoint": ["task_id"],
 }
 
 
@@ -285,12 +294,13 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0005_auth",
         "0006_credentials",
         "0007_results",
+        "0008_checkpoints",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7], [], 7)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7, 8], [], 8)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -325,8 +335,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -359,13 +369,10 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
     for proc in (first, second, migrate, status):
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
-    applied = (
-        "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results"
-    )
-    assert f"applied {applied}" in first.stdout
-    assert "already initialized (schema version 7)" in second.stdout
+    assert f"applied {ALL_MIGRATIONS}" in first.stdout
+    assert "already initialized (schema version 8)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 7" in migrate.stdout
+    assert "at schema version 8" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",

@@ -143,6 +143,13 @@ EXPECTED_COLUMNS = {
         ("body", "TEXT", 1, 0),
         ("created_at", "REAL", 1, 0),
     ],
+    "task_checkpoint": [
+        ("task_id", "TEXT", 0, 1),
+        ("execution_id", "TEXT", 1, 0),
+        ("attempt", "INTEGER", 1, 0),
+        ("body", "TEXT", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
     "session": [
         ("session_key", "TEXT", 1, 1),
         ("revision", "INTEGER", 1, 2),
@@ -172,6 +179,7 @@ EXPECTED_INDEXES = {
     ("dlq_tool_kind_idx", "dlq", (("tool_kind", 0),)),
     ("session_expires_idx", "session", (("expires_at", 0),)),
     ("result_store_execution_idx", "result_store", (("execution_id", 0),)),
+    ("task_checkpoint_execution_idx", "task_checkpoint", (("execution_id", 0),)),
 }
 
 
@@ -318,6 +326,7 @@ def test_packaged_migrations() -> None:
         (5, "auth"),
         (6, "credentials"),
         (7, "results"),
+        (8, "checkpoints"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -362,7 +371,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -399,7 +408,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -412,7 +421,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (7)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (8)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -2,11 +2,11 @@
 
 Each manager holds one part of the store: the catalog and the workers, the dead-letter
 queue, the reads of executions (parts of the store itself, sharing its connector), and
-the API tokens, the sessions, the credentials and the result store (the store's
-`tokens`, `sessions`, `credentials` and `results`). `SqlStore` is what the SQLite and
-PostgreSQL adapters have in common; each adds its connector, the writes of a commit and
-the queue. The memory adapter keeps its own in-process structures (a test double: see
-docs/architecture.md, Decisions).
+the API tokens, the sessions, the credentials, the result store and the checkpoint store
+(the store's `tokens`, `sessions`, `credentials`, `results` and `checkpoints`). `SqlStore`
+is what the SQLite and PostgreSQL adapters have in common; each adds its connector, the
+writes of a commit and the queue. The memory adapter keeps its own in-process structures
+(a test double: see docs/architecture.md, Decisions).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 from noetl.store.connector import Connector
 from noetl.store.managers.auth import Sessions, Tokens
 from noetl.store.managers.catalog import Catalog
+from noetl.store.managers.checkpoints import Checkpoints
 from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
 from noetl.store.managers.executions import Executions
@@ -29,3 +30,4 @@ class SqlStore(Catalog, DeadLetters, Executions):
         self.sessions = Sessions(db)
         self.credentials = Credentials(db)
         self.results = Results(db)
+        self.checkpoints = Checkpoints(db)

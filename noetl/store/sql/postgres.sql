@@ -252,3 +252,20 @@ SELECT ref, execution_id, step, bytes, body, created_at FROM result_store WHERE 
 -- name: count_results
 SELECT count(*), coalesce(sum(bytes), 0) FROM result_store
 WHERE execution_id = %(execution_id)s
+
+-- --- the checkpoint store (progress of tasks that run in parts) ---------------------------
+
+-- name: save_checkpoint
+INSERT INTO task_checkpoint (task_id, execution_id, attempt, body, updated_at)
+VALUES (%(task_id)s, %(execution_id)s, %(attempt)s, %(body)s, now())
+ON CONFLICT (task_id) DO UPDATE SET
+    execution_id = excluded.execution_id, attempt = excluded.attempt, body = excluded.body,
+    updated_at = excluded.updated_at
+WHERE task_checkpoint.attempt <= excluded.attempt
+
+-- name: load_checkpoint
+SELECT task_id, execution_id, attempt, body, updated_at FROM task_checkpoint
+WHERE task_id = %(task_id)s
+
+-- name: drop_checkpoint
+DELETE FROM task_checkpoint WHERE task_id = %(task_id)s
