@@ -150,6 +150,7 @@ def worker_start(*, settings: Settings) -> None:
                 roots=roots,
                 max_result_bytes=settings.worker.max_result_bytes,
                 results=store.results,
+                checkpoints=store.checkpoints,
             )
             worker = Worker(
                 store,

@@ -224,6 +224,12 @@ class Outcome:
     task sets, as `{name: value}`: the engine applies it when it records the outcome, so
     later steps' templates read the values. The payload has the key only when it is not
     empty.
+
+    `retry` is a retry a pipeline's policy rule asks for (`{task, try, attempts, delay_s}`)
+    or says it ran out of (`{task, attempts, exhausted: true}`); the engine decides it as
+    every retry (events, backoff timer, dead letter when exhausted). `tasks` lists the
+    pipeline's task runs in this attempt (`{task, try, attempt, ok, do, ...}`). Both are
+    in the payload only when set.
     """
 
     task_id: str
@@ -236,6 +242,8 @@ class Outcome:
     duration_ms: float = 0.0
     sinks: tuple[dict[str, Any], ...] = ()
     ctx: dict[str, Any] = field(default_factory=dict)
+    retry: dict[str, Any] | None = None
+    tasks: tuple[dict[str, Any], ...] = ()
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {"task_id": self.task_id, "ok": self.ok, "this": self.this}
@@ -249,6 +257,10 @@ class Outcome:
             payload["sinks"] = list(self.sinks)
         if self.ctx:
             payload["ctx"] = dict(self.ctx)
+        if self.retry is not None:
+            payload["retry"] = dict(self.retry)
+        if self.tasks:
+            payload["tasks"] = list(self.tasks)
         payload["duration_ms"] = round(self.duration_ms, 3)
         return payload
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from noetl.core import EventType, RequeueTask
 from noetl.core.errors import UNDECODABLE_ERROR
 from noetl.dsl.model import Condition, Step
-from noetl.engine.retry import FINISH, Attempt, RetryAction, Verdict, jitter_key
+from noetl.engine.retry import FINISH, Attempt, RetryAction, Verdict, jitter_key, requested
 from noetl.engine.retry import assess as assess_rule
 from noetl.errors import ErrorClass, error_class
 
@@ -79,7 +79,11 @@ def settled(outcome: Mapping[str, Any], verdict: Verdict) -> tuple[bool, str | N
 
 
 def assess(turn: Turn, done: Attempt) -> Verdict:
-    """The retry policy's verdict on the outcome of one attempt of a task."""
+    """The retry policy's verdict on the outcome of one attempt of a task (a retry a
+    pipeline's rule asked for, or said ran out, is decided by that request)."""
+    request = rule_request(done.outcome)
+    if request is not None:
+        return requested(request)
     step, index = done.step, done.index
     rule = done.rule or turn.engine.retry_rules[step.step]
     if rule.retry_when is None and done.outcome.get("ok"):
@@ -97,6 +101,32 @@ def assess(turn: Turn, done: Attempt) -> Verdict:
     return assess_rule(rule, done.outcome, done.number, check, step=step.step, key=key)
 
 
+def rule_request(outcome: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The retry a pipeline's policy rule asked for in a failed outcome, if it did."""
+    request = outcome.get("retry")
+    if isinstance(request, Mapping) and not outcome.get("ok"):
+        return request
+    return None
+
+
+def _max_attempts(turn: Turn, done: Attempt) -> Any:
+    request = rule_request(done.outcome)
+    if request is not None:
+        return request.get("attempts")
+    return (done.rule or turn.engine.retry_rules[done.step.step]).max_attempts
+
+
+def _rule_fields(done: Attempt) -> dict[str, Any]:
+    """Which task of a pipeline, and which try of it, a rule's retry is about."""
+    request = rule_request(done.outcome)
+    if request is None:
+        return {}
+    fields = {"task": request.get("task")}
+    if "try" in request:
+        fields["try"] = request.get("try")
+    return fields
+
+
 def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
     """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
     payload: dict[str, Any] = {"task_id": done.task_id}
@@ -104,10 +134,11 @@ def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
         payload["index"] = done.index
     payload.update(
         attempt=done.number + 1,
-        max_attempts=(done.rule or turn.engine.retry_rules[done.step.step]).max_attempts,
+        max_attempts=_max_attempts(turn, done),
         delay_ms=round(verdict.delay_s * 1000),
         reason=verdict.reason,
     )
+    payload.update(_rule_fields(done))
     payload.update(failure(done.outcome))
     turn.emit(EventType.RETRY_STARTED, done.step.step, payload)
     turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
@@ -127,7 +158,8 @@ def exhausted(turn: Turn, done: Attempt, verdict: Verdict) -> None:
             payload["key"] = key
     payload.update(status="exhausted", reason=verdict.reason, attempts=done.number)
     if verdict.reason != "lease_expired":
-        payload["max_attempts"] = (done.rule or turn.engine.retry_rules[name]).max_attempts
+        payload["max_attempts"] = _max_attempts(turn, done)
+    payload.update(_rule_fields(done))
     payload["kind"] = done.kind or kind(turn.engine, done.step)
     payload.update(failure(done.outcome))
     if verdict.error is not None:

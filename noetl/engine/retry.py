@@ -10,6 +10,9 @@ no randomness, so replaying a log reproduces every decision and every delay.
   [0.5, 1) drawn from a sha256 of (execution, step, loop index, attempt).
 * `assess` decides: finish with the outcome, retry after a delay, or stop because the
   attempts are used up (exhausted).
+* `requested` decides the retry a pipeline's policy rule asks for in its outcome
+  (`Outcome.retry`): the rule counted the tries and computed the delay on the worker; the
+  engine takes them from the recorded outcome, so a replay decides the same.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ __all__ = [
     "backoff_delay",
     "jitter_factor",
     "jitter_key",
+    "requested",
     "retry_names",
     "rule_for",
     "rule_for_tool",
@@ -209,6 +213,21 @@ class Verdict:
 
 
 FINISH = Verdict(RetryAction.FINISH)
+RULE = "rule"  # the reason of a retry a pipeline's policy rule asked for
+_MAX_RULE_DELAY_S = 3600.0
+
+
+def requested(request: Mapping[str, Any]) -> Verdict:
+    """The verdict on a retry a pipeline's policy rule asked for (`Outcome.retry`): run
+    the task again after its `delay_s` (at most an hour; a delay that is not a finite,
+    non-negative number waits none), or, `exhausted`, the rule's attempts ran out."""
+    if request.get("exhausted") is True:
+        return Verdict(RetryAction.EXHAUSTED, reason=RULE)
+    raw = request.get("delay_s")
+    delay = float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else 0.0
+    if not 0.0 <= delay <= _MAX_RULE_DELAY_S:  # also NaN
+        delay = _MAX_RULE_DELAY_S if delay > _MAX_RULE_DELAY_S else 0.0
+    return Verdict(RetryAction.RETRY, reason=RULE, delay_s=delay)
 
 
 @dataclass(frozen=True, slots=True)

@@ -92,6 +92,7 @@ def embedded_runtime(
                 roots=roots,
                 max_result_bytes=max_result_bytes,
                 results=store.results,
+                checkpoints=store.checkpoints,
             )
             runtime = EmbeddedRuntime(
                 store,
@@ -176,6 +177,7 @@ def local_cluster(
             launcher=StoreLauncher(decider, stopping=stop_worker.is_set),
             roots=roots,
             results=store.results,
+            checkpoints=store.checkpoints,
         )
         worker = Worker(
             store,

@@ -15,14 +15,22 @@ It then runs through the worker's tool registry like any task (its kind's tool, 
 credentials, its secrets resolved and masked), with its own `timeout_ms` (else the
 default a task has, `spec.task_timeout_ms`), at most the time left of the pipeline's
 `timeout_ms` when the step gives it one. Its policy rules decide what follows
-(noetl.worker.policy_rules): `continue` (the next task), `retry` (the same task again,
-after its delay), `jump` (the task named `to`), `break` (stop, successfully), `fail`.
-The pipeline's result is `_prev` at the end; the `ctx.*` values set are returned in
-`Outcome.ctx` for the engine to apply.
+(noetl.worker.policy_rules): `continue` (the next task), `jump` (the task named `to`),
+`break` (stop, successfully), `fail`, or `retry`: the attempt ends, asking the engine for
+a retry after the rule's delay (`Outcome.retry`); the engine decides it as every retry
+(`retry.started`, a backoff timer, `retry.processed` and a dead letter when the rule's
+attempts run out), and the next attempt resumes at that task.
 
-Bounded: a retry never waits past a cancel (`cancel`) or the pipeline's timeout, a rule
+Durable progress: after each task the pipeline saves where it is as its task's checkpoint
+(noetl.worker.pipeline_state), so an attempt after a retry, a lost worker or a replay
+resumes after the last task that finished, never running it again. The outcome lists the
+attempt's task runs (`Outcome.tasks`, in `tool.processed`). The pipeline's result is
+`_prev` at the end; the `ctx.*` values set are returned in `Outcome.ctx` for the engine
+to apply.
+
+Bounded: no task starts after a cancel (`cancel`) or past the pipeline's timeout, a rule
 retries at most `attempts` (at most 100) times in a row, a delay is at most an hour, and
-the tasks run at most `MAX_RUNS` times in all (a `jump` back is a loop).
+the tasks run at most `MAX_RUNS` times in all, over all attempts (a `jump` back is a loop).
 """
 
 from __future__ import annotations
@@ -43,9 +51,11 @@ from noetl.dsl.render import Renderer, render_spec
 from noetl.dsl.rewrite import ShapeError
 from noetl.errors import TemplateError
 from noetl.tools.deadline import Deadline
-from noetl.worker.policy_rules import decide, output_view, retry_delay
+from noetl.worker.pipeline_state import LocalCheckpoints, Progress, trace_entry
+from noetl.worker.policy_rules import Action, decide, output_view, retry_delay
 
 if TYPE_CHECKING:
+    from noetl.store.ports import CheckpointStore
     from noetl.worker.tools import ToolRegistry
 
 __all__ = ["MAX_RUNS", "POLICY_FAILURE", "PipelineTool"]
@@ -54,6 +64,7 @@ log = logging.getLogger(__name__)
 
 MAX_RUNS = 10_000  # task runs of one pipeline, retries and jumps included
 POLICY_FAILURE = "PolicyFailure"  # a fatal error type (noetl.errors.FATAL_ERROR_TYPES)
+POLICY_RETRY = "PolicyRetry"  # a task that succeeded, but whose result a rule retries
 _OWN = ("_prev", "_task", "_attempt", "results", "ctx", "iter", "output", "outcome")
 
 
@@ -76,9 +87,17 @@ class PipelineTool:
     kind: str = "pipeline"
     uses_credentials = False  # each of its tasks gets its own secret scope
 
-    def __init__(self, registry: ToolRegistry, *, renderer: Renderer | None = None) -> None:
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        renderer: Renderer | None = None,
+        checkpoints: CheckpointStore | None = None,
+    ) -> None:
         self._registry = registry
         self.renderer = renderer or Renderer()
+        # Each pipeline's progress between its attempts (noetl.worker.pipeline_state).
+        self.checkpoints: CheckpointStore = checkpoints or LocalCheckpoints()
         self._lock = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}
 
@@ -110,7 +129,8 @@ class PipelineTool:
 
 
 class _Run:
-    """One run of a pipeline task: its state between tasks."""
+    """One attempt of a pipeline task: its progress between tasks (`Progress`, saved as
+    the task's checkpoint after each of them)."""
 
     def __init__(self, tool: PipelineTool, task: Task, canceled: threading.Event) -> None:
         self.tool = tool
@@ -122,51 +142,65 @@ class _Run:
         self.render_code = task.spec.get("render_code") is True
         limit = Deadline.of(task)  # the time limit's, when the registry runs the pipeline
         self.deadline = None if limit is None else limit.at
-        self.prev: Any = None
-        self.results: dict[str, Any] = {}
-        self.names: dict[str, Any] = {}  # what tasks' `set` gave as plain names
-        self.ctx = dict(task.context.get("ctx") or {})
-        self.iter = dict(task.context.get("iter") or {})
-        self.ctx_patch: dict[str, Any] = {}
+        self.p = Progress(
+            ctx=dict(task.context.get("ctx") or {}), iter=dict(task.context.get("iter") or {})
+        )
         self.stdout: list[str] = []
 
     # --- the loop -------------------------------------------------------------------------
 
     def go(self, started: float) -> Outcome:
         labels = [str(t.get("name")) for t in self.tasks]
-        index, tries, runs = 0, 0, 0
+        kept = self._load()
+        if kept is not None and kept.end == "ok":
+            self.p = kept  # it ended well, but its outcome was never recorded
+            return self._outcome(ok=True, started=started, this=kept.prev)
+        if kept is not None:
+            self.p = kept.resumed()
+        p = self.p
         try:
-            while index < len(self.tasks):
-                runs += 1
-                self._check(runs)
-                spec = self.tasks[index]
-                label = labels[index]
-                outcome, values = self._attempt(spec, label, tries + 1)
+            while p.index < len(self.tasks):
+                p.runs += 1
+                self._check(p.runs)
+                spec = self.tasks[p.index]
+                label = labels[p.index]
+                outcome, values = self._attempt(spec, label, p.tries + 1)
                 action = decide(
                     list(spec.get("rules") or []), values, self.tool.renderer, ok=outcome.ok
                 )
                 self._set(action.set, values, f"task '{label}' rule")
-                if action.do == "retry":
-                    tries += 1
-                    if tries >= action.attempts:
-                        return self._failed(outcome, label, started, exhausted=action.attempts)
-                    delay = retry_delay(action, tries)
-                    log.info(
-                        "pipeline %s: '%s' matched a retry rule (try %d of %d), again in %.2fs",
-                        self.task.task_id,
+                p.record(
+                    trace_entry(
                         label,
-                        tries,
-                        action.attempts,
-                        delay,
+                        self.task.attempt,
+                        p.tries + 1,
+                        ok=outcome.ok,
+                        do=action.do,
+                        duration_ms=outcome.duration_ms,
+                        error=outcome.error,
+                        to=action.to if action.do == "jump" else None,
                     )
-                    self._wait(delay, label)
-                    continue
-                tries = 0
+                )
+                if action.do == "retry":
+                    p.tries += 1
+                    if p.tries >= action.attempts:
+                        p.tries = 0
+                        self._save("fail")
+                        return self._failed(outcome, label, started, exhausted=action.attempts)
+                    self._save("retry")
+                    return self._retry(outcome, label, action, started)
+                p.tries = 0
                 if action.do == "fail":
+                    self._save("fail")
                     return self._failed(outcome, label, started, decided=action.rule is not None)
                 if action.do == "break":
-                    break
-                index = labels.index(action.to) if action.do == "jump" and action.to else index + 1
+                    p.index = len(self.tasks)
+                elif action.do == "jump" and action.to:
+                    p.index = labels.index(action.to)
+                else:
+                    p.index += 1
+                if p.index < len(self.tasks):
+                    self._save(None)
         except _Stopped as stop:
             return self._outcome(
                 ok=False,
@@ -175,7 +209,8 @@ class _Run:
                 error_type=stop.error_type,
                 retryable=stop.retryable,
             )
-        return self._outcome(ok=True, started=started, this=self.prev)
+        self._forget()
+        return self._outcome(ok=True, started=started, this=p.prev)
 
     def _check(self, runs: int) -> None:
         if self.canceled.is_set():
@@ -193,16 +228,41 @@ class _Run:
                 retryable=True,
             )
 
-    def _wait(self, delay: float, label: str) -> None:
-        if self.deadline is not None and time.monotonic() + delay >= self.deadline:
-            raise _Stopped(
-                f"task '{label}': its retry would start after the pipeline's timeout_ms "
-                f"({self.task.timeout_ms})",
-                "TaskTimeoutError",
-                retryable=True,
+    # --- the checkpoint -------------------------------------------------------------------
+
+    def _load(self) -> Progress | None:
+        try:
+            kept = self.tool.checkpoints.load(self.task.task_id)
+        except Exception as exc:  # the store is down: start from the first task
+            log.warning("pipeline %s: its checkpoint could not be read: %s", self.task.task_id, exc)
+            return None
+        return None if kept is None else Progress.of_value(kept.value)
+
+    def _save(self, end: str | None) -> None:
+        """Save the progress; a failure to is logged (the next attempt then starts from
+        an earlier checkpoint, or the first task)."""
+        self.p.end = end
+        task = self.task
+        try:
+            kept = self.tool.checkpoints.save(
+                task.task_id, task.execution_id, task.attempt, self.p.to_value()
             )
-        if delay > 0 and self.canceled.wait(delay):
-            raise _Stopped("canceled", "CancelError")
+        except Exception as exc:
+            log.warning("pipeline %s: its checkpoint could not be saved: %s", task.task_id, exc)
+            return
+        if not kept:
+            raise _Stopped(
+                "a later attempt of this task is running (its lease was lost)",
+                "LeaseLost",
+                retryable=False,
+            )
+
+    def _forget(self) -> None:
+        try:
+            self.tool.checkpoints.drop(self.task.task_id)
+        except Exception as exc:
+            task_id = self.task.task_id
+            log.warning("pipeline %s: its checkpoint could not be dropped: %s", task_id, exc)
 
     # --- one task -------------------------------------------------------------------------
 
@@ -227,16 +287,16 @@ class _Run:
         if outcome.stdout:
             self.stdout.append(outcome.stdout)
         if outcome.ok:
-            self.prev = outcome.this
-            self.results[label] = outcome.this
+            self.p.prev = outcome.this
+            self.p.results[label] = outcome.this
         view = output_view(kind, outcome, attempt)
-        values = {**values, "_prev": self.prev, "results": dict(self.results)}
+        values = {**values, "_prev": self.p.prev, "results": dict(self.p.results)}
         if spec.get("set"):
             # A task's own `set` reads its result as `output` (and `result`); `outcome`
             # is the view its rules read.
             own = {**values, "output": outcome.this, "result": outcome.this, "outcome": view}
             self._set(dict(spec["set"]), own, f"task '{label}' set")
-        values |= self._own(label, attempt) | self.names
+        values |= self._own(label, attempt) | self.p.names
         return outcome, values | {"output": view, "outcome": view}
 
     def _subtask(self, tool: Tool, label: str, values: dict[str, Any]) -> Task:
@@ -274,7 +334,7 @@ class _Run:
         own = {
             key: values[key] for key in ("_prev", "_task", "_attempt", "results") if key in values
         }
-        return {**self.task.context, **own, "ctx": dict(self.ctx), "iter": dict(self.iter)}
+        return {**self.task.context, **own, "ctx": dict(self.p.ctx), "iter": dict(self.p.iter)}
 
     # --- names ----------------------------------------------------------------------------
 
@@ -287,18 +347,18 @@ class _Run:
             values.update(workload)  # upstream's bare workload names
         values.update(context)
         values["secrets"] = SECRETS
-        values.update(self.names)
-        values.update(self.results)
+        values.update(self.p.names)
+        values.update(self.p.results)
         return values | self._own(label, attempt)
 
     def _own(self, label: str, attempt: int) -> dict[str, Any]:
         return {
-            "_prev": self.prev,
+            "_prev": self.p.prev,
             "_task": label,
             "_attempt": attempt,
-            "results": dict(self.results),
-            "ctx": dict(self.ctx),
-            "iter": dict(self.iter),
+            "results": dict(self.p.results),
+            "ctx": dict(self.p.ctx),
+            "iter": dict(self.p.iter),
         }
 
     def _set(self, items: Mapping[str, Any], values: dict[str, Any], where: str) -> None:
@@ -315,14 +375,14 @@ class _Run:
                 value = raw
             scope, _, name = str(key).partition(".")
             if scope == "ctx" and name:
-                self.ctx[name] = value
-                self.ctx_patch[name] = value
-                values["ctx"] = dict(self.ctx)
+                self.p.ctx[name] = value
+                self.p.ctx_patch[name] = value
+                values["ctx"] = dict(self.p.ctx)
             elif scope == "iter" and name:
-                self.iter[name] = value
-                values["iter"] = dict(self.iter)
+                self.p.iter[name] = value
+                values["iter"] = dict(self.p.iter)
             elif str(key) not in _OWN:
-                self.names[str(key)] = value
+                self.p.names[str(key)] = value
                 values[str(key)] = value
 
     # --- the end --------------------------------------------------------------------------
@@ -340,9 +400,11 @@ class _Run:
         retries run out) the failure is final, `PolicyFailure` (the policy had its say:
         the engine must not run the pipeline again); else (no rule matched an error) it
         keeps the task's error type and retryability, as a task of its own would."""
+        retry = None
         if exhausted is not None:
             reason = outcome.error or "its result still matched a retry rule"
             error = f"task '{label}' failed after {exhausted} attempts: {reason}"
+            retry = {"task": label, "attempts": exhausted, "exhausted": True}
         else:
             error = f"task '{label}': {outcome.error or 'a rule failed it'}"
         final = decided or exhausted is not None
@@ -353,6 +415,31 @@ class _Run:
             error=error,
             error_type=POLICY_FAILURE if final else outcome.error_type,
             retryable=outcome.retryable and not final,
+            retry=retry,
+        )
+
+    def _retry(self, outcome: Outcome, label: str, action: Action, started: float) -> Outcome:
+        """The attempt ends asking the engine for a retry of the pipeline after the
+        rule's delay; the next attempt resumes at this task (its checkpoint)."""
+        tries = self.p.tries
+        delay = retry_delay(action, tries)
+        log.info(
+            "pipeline %s: '%s' matched a retry rule (try %d of %d), again in %.2fs",
+            self.task.task_id,
+            label,
+            tries,
+            action.attempts,
+            delay,
+        )
+        reason = outcome.error or "its result matched a retry rule"
+        return self._outcome(
+            ok=False,
+            started=started,
+            this=outcome.this,
+            error=f"task '{label}' (try {tries} of {action.attempts}): {reason}",
+            error_type=outcome.error_type or POLICY_RETRY,
+            retryable=True,
+            retry={"task": label, "try": tries, "attempts": action.attempts, "delay_s": delay},
         )
 
     def _outcome(
@@ -364,6 +451,7 @@ class _Run:
         error: str | None = None,
         error_type: str | None = None,
         retryable: bool = False,
+        retry: dict[str, Any] | None = None,
     ) -> Outcome:
         return Outcome(
             task_id=self.task.task_id,
@@ -374,5 +462,7 @@ class _Run:
             retryable=retryable,
             stdout="".join(self.stdout),
             duration_ms=(time.perf_counter() - started) * 1000,
-            ctx=dict(self.ctx_patch),
+            ctx=dict(self.p.ctx_patch),
+            retry=retry,
+            tasks=self.p.reported(),
         )

@@ -22,7 +22,7 @@ from noetl.observability import NOOP, Observer
 from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry
-from noetl.store.ports import ResultStore
+from noetl.store.ports import CheckpointStore, ResultStore
 from noetl.tools.abilities import Abilities, Tool
 from noetl.worker.middleware import (
     CrashCapture,
@@ -346,6 +346,7 @@ def default_registry(
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     results: ResultStore | None = None,
+    checkpoints: CheckpointStore | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
@@ -353,7 +354,8 @@ def default_registry(
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
     reads files (None: the working directory; see noetl.paths). A result over
     `max_result_bytes` fails its task. `results`: the result store of `result.select`
-    and of the `artifact` tool (None: neither is available)."""
+    and of the `artifact` tool (None: neither is available). `checkpoints`: where a
+    pipeline keeps its progress between attempts (None: in this process's memory)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
@@ -387,5 +389,5 @@ def default_registry(
         registry.register(ArtifactTool(results))
     for tool in plugin_tools().values():
         registry.register(tool)
-    registry.register(PipelineTool(registry))
+    registry.register(PipelineTool(registry, checkpoints=checkpoints))
     return registry

@@ -67,8 +67,19 @@ def test_a_pipeline_retries_reads_earlier_results_loops_and_sets_ctx(
     # three tries of the pipeline's http task, three of the single tool's: one task each
     assert api.calls[f"/flaky/{key}-a"] == 3
     assert api.calls[f"/flaky/{key}-b"] == 3
+    # each try is an attempt of the step's task, retried by the engine after the rule's delay
     dispatched = [e["step"] for e in events if e["type"] == "tool.processed"]
-    assert dispatched == ["start", "single", "check"]
+    assert dispatched == ["start"] * 3 + ["single"] * 3 + ["check"]
+    retries = [e["payload"] for e in events if e["type"] == "retry.started"]
+    assert [(r["reason"], r["task"], r["try"], r["attempt"]) for r in retries[:2]] == [
+        ("rule", "fetch", 1, 2),
+        ("rule", "fetch", 2, 3),
+    ]
+    # the attempts after the first resume at the retried task: its earlier tasks ran once
+    [first, _, last] = [e["payload"] for e in events if e["type"] == "tool.processed"][:3]
+    assert [t["task"] for t in first["tasks"]] == ["fetch"]
+    assert last["tasks"][0]["task"] == "fetch" and last["ok"]
+    assert all(t["attempt"] == 3 for t in last["tasks"])
     assert ctx_patch(events, "start") == {"fetched_on": 3, "counted": 3}
 
 
@@ -77,12 +88,17 @@ def test_retries_exhausted_fail_the_step_for_good(tmp_path: Path, api: CountingA
     summary, events = run(tmp_path, exhausted_playbook(api.base, key), {})
     assert summary["status"] == "fail"
     assert api.calls[f"/down/{key}"] == 2
-    [processed] = [e for e in events if e["type"] == "tool.processed"]
+    first, processed = [e for e in events if e["type"] == "tool.processed"]
+    assert first["payload"]["retry"]["try"] == 1
     payload = processed["payload"]
     assert payload["ok"] is False
     assert payload["error"].startswith("task 'down' failed after 2 attempts: HTTP 500")
     assert payload["retryable"] is False
     assert payload["error_type"] == "PolicyFailure"  # final: the engine does not retry it
+    [exhausted] = [e["payload"] for e in events if e["type"] == "retry.processed"]
+    assert exhausted["reason"] == "rule" and exhausted["task"] == "down"
+    [dead] = [e["payload"] for e in events if e["type"] == "task.dead_lettered"]
+    assert dead["reason"] == "exhausted"
 
 
 def test_each_loop_item_runs_its_own_pipeline(tmp_path: Path) -> None:

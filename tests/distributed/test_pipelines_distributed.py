@@ -59,7 +59,10 @@ def test_a_pipeline_runs_as_one_task_on_a_worker(cluster: Cluster, api: Counting
     assert api.calls[f"/flaky/{key}-b"] == 3
     events = cluster.events(execution)
     processed = [e["step"] for e in events if e["type"] == "tool.processed"]
-    assert processed == ["start", "single", "check"]  # one task per step, retries inside
+    # one task per step, each try an attempt of it that the engine retried
+    assert processed == ["start"] * 3 + ["single"] * 3 + ["check"]
+    retries = [e["payload"] for e in events if e["type"] == "retry.started"]
+    assert {(r["reason"], r["task"]) for r in retries} == {("rule", "fetch"), ("rule", "task_1")}
     assert ctx_patch(events, "start") == {"fetched_on": 3, "counted": 3}
 
 
@@ -69,7 +72,7 @@ def test_each_loop_item_runs_its_own_pipeline(cluster: Cluster) -> None:
     assert result["status"] == "ok", json.dumps(result)[:3000]
 
 
-def test_exhausted_retries_fail_the_execution_without_engine_retries(
+def test_exhausted_rule_retries_fail_the_execution_and_dead_letter_the_task(
     cluster: Cluster, api: CountingApi
 ) -> None:
     key = "k" + uuid.uuid4().hex[:8]  # a bare hex key can read as a YAML number
@@ -77,11 +80,14 @@ def test_exhausted_retries_fail_the_execution_without_engine_retries(
     result = cluster.wait_finished(execution, timeout=60)
     assert result["status"] == "fail"
     assert api.calls[f"/down/{key}"] == 2
-    [processed] = [e for e in cluster.events(execution) if e["type"] == "tool.processed"]
+    events = cluster.events(execution)
+    *_, processed = [e for e in events if e["type"] == "tool.processed"]
     assert processed["payload"]["error_type"] == "PolicyFailure"
+    [dead] = [e["payload"] for e in events if e["type"] == "task.dead_lettered"]
+    assert dead["reason"] == "exhausted"
 
 
-def test_a_retry_wait_ends_when_the_execution_is_canceled(
+def test_a_rule_s_retry_waits_in_the_queue_and_a_cancel_ends_it(
     cluster: Cluster, api: CountingApi
 ) -> None:
     key = "k" + uuid.uuid4().hex[:8]  # a bare hex key can read as a YAML number
@@ -118,6 +124,6 @@ def test_a_retry_wait_ends_when_the_execution_is_canceled(
     assert cluster.wait_finished(quick, timeout=30)["status"] == "ok"
     assert time.monotonic() - began < 15
     assert api.calls[f"/down/{key}"] == 1
-    # The worker holding the pipeline stopped it at the cancel (its heartbeat's answer).
-    stopped = f"canceled running task {execution}.start"
-    wait_until(lambda: any(stopped in proc.output() for proc in cluster.procs), 10, "the stop log")
+    # The retry waited in the queue, not on a worker: the engine scheduled it.
+    [retry] = [e["payload"] for e in cluster.events(execution) if e["type"] == "retry.started"]
+    assert retry["reason"] == "rule" and retry["delay_ms"] == 20_000

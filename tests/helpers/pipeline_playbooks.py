@@ -61,8 +61,8 @@ def playbook(name: str, body: str) -> str:
 def pipeline_playbook(api: str, key: str) -> str:
     """A pipeline that retries an http call (500, 500, 200), reads its result in SQL and
     in python, loops with `jump` over an `iter` variable, stops with `break`, and sets
-    `ctx` variables; a single tool with rules retries in place; a check step asserts
-    what the pipeline's result is."""
+    `ctx` variables; a single tool with rules retries as a pipeline of one task; a check
+    step asserts what the pipeline's result is."""
     return playbook(
         "pipelines",
         f"""
@@ -171,8 +171,8 @@ def exhausted_playbook(api: str, key: str) -> str:
 
 
 def ctx_patch(events: list[dict[str, Any]], step: str) -> dict[str, Any]:
-    """The `ctx` the step's task reported (its `tool.processed` payload)."""
-    for event in events:
+    """The `ctx` the step's task reported (its last attempt's `tool.processed` payload)."""
+    for event in reversed(events):
         if event["type"] == "tool.processed" and event.get("step") == step:
             return dict(event["payload"].get("ctx") or {})
     raise AssertionError(f"no tool.processed for {step}")

@@ -737,3 +737,56 @@ def test_decisions_are_a_pure_function_of_the_log(
     first.check_full_fold()
     attempts = [c.attempt for c in first.requeued]
     assert all(a >= 2 for a in attempts)
+
+
+# --- a retry a pipeline's policy rule asks for ---------------------------------------------
+
+
+def test_a_rule_s_retry_is_decided_from_the_outcome_with_its_delay() -> None:
+    """A pipeline's rule counted its tries and computed the delay: the engine takes them
+    from the outcome (not the step's policy), as `retry.started` and a requeue."""
+    h = Harness.of("- step: work\n  tool: noop\n", start=True)
+    request = {"task": "fetch", "try": 1, "attempts": 3, "delay_s": 2.5}
+    h.outcome(
+        "e1.work", ok=False, error="HTTP 500", error_type="HttpError", retryable=True,
+        retry=request,
+    )  # fmt: skip
+    assert h.requeued == [RequeueTask("e1.work", 2, 2.5)]
+    [started] = h.of_type(E.RETRY_STARTED)
+    assert started.payload["reason"] == "rule"
+    assert started.payload["task"] == "fetch" and started.payload["try"] == 1
+    assert started.payload["max_attempts"] == 3 and started.payload["delay_ms"] == 2500
+    # a fatal error type does not stop a retry the rule asked for
+    h = Harness.of("- step: work\n  tool: noop\n", start=True)
+    h.outcome("e1.work", ok=False, error="x", error_type="TemplateError", retry=request)
+    assert h.requeued == [RequeueTask("e1.work", 2, 2.5)]
+
+
+def test_a_rule_s_exhausted_retries_end_in_the_dead_letter_queue() -> None:
+    h = Harness.of("- step: work\n  tool: noop\n", start=True)
+    h.outcome(
+        "e1.work", ok=False, error="task 'fetch' failed after 3 attempts: HTTP 500",
+        error_type="PolicyFailure", retry={"task": "fetch", "attempts": 3, "exhausted": True},
+    )  # fmt: skip
+    assert h.status is ExecutionStatus.FAIL
+    assert h.requeued == []
+    [processed] = h.of_type(E.RETRY_PROCESSED)
+    assert processed.payload["reason"] == "rule" and processed.payload["task"] == "fetch"
+    assert processed.payload["max_attempts"] == 3
+    [dead] = h.of_type(E.TASK_DEAD_LETTERED)
+    assert dead.payload["reason"] == "exhausted"
+
+
+@pytest.mark.parametrize(
+    ("delay", "expected"), [(-1, 0.0), (float("nan"), 0.0), ("5", 0.0), (1e9, 3600.0), (True, 0.0)]
+)
+def test_a_rule_s_delay_is_bounded(delay: Any, expected: float) -> None:
+    h = Harness.of("- step: work\n  tool: noop\n", start=True)
+    h.outcome("e1.work", ok=False, error="x", retry={"task": "a", "try": 1, "delay_s": delay})
+    assert h.requeued == [RequeueTask("e1.work", 2, expected)]
+
+
+def test_a_retry_request_on_a_success_is_ignored() -> None:
+    h = Harness.of("- step: work\n  tool: noop\n", start=True)
+    h.outcome("e1.work", ok=True, this=1, retry={"task": "a", "try": 1, "delay_s": 1})
+    assert h.requeued == [] and h.status is ExecutionStatus.OK
