@@ -83,3 +83,11 @@ def test_a_step_never_called_has_no_runs() -> None:
     assert h.state.steps["never"].status is StepStatus.SKIPPED
     assert (runs_of(h.state.steps["never"]), runs(h, "never")) == (0, [])
     assert (runs_of(h.state.steps["start"]), runs(h, "start")) == (1, [(1, "execution", "ok", 1)])
+
+
+def test_the_latest_run_takes_what_the_end_of_the_execution_made_of_it() -> None:
+    h = Harness.of(CYCLE)
+    h.complete("fetch")
+    h.cancel()
+    # No event of fetch says so: its run 2 is canceled by the end of the execution.
+    assert runs(h, "fetch") == [(1, "start", "ok", 1), (2, "check", "canceled", 1)]
