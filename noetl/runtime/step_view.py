@@ -42,6 +42,7 @@ class Attempt:
     worker_id: str | None = None  # a lost lease: the worker that held it
     dead_lettered: bool = False  # it failed for good: the DLQ holds the task
     replay: bool = False  # an operator replayed the task from the DLQ
+    run: int = 1  # the run of the step it belongs to (a cycle runs a step again)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -59,16 +60,43 @@ class Attempt:
             "worker_id": self.worker_id,
             "dead_lettered": self.dead_lettered,
             "replay": self.replay,
+            "run": self.run,
         }
 
 
-class _Attempts:
-    def __init__(self) -> None:
+class AttemptFold:
+    """The attempts of one step, folded one event at a time (`feed`)."""
+
+    def __init__(self, step: str) -> None:
+        self.step = step
         self.all: list[Attempt] = []
         self.current: dict[str, Attempt] = {}  # task id -> its latest attempt
+        self.run = 1  # the step's latest run: new tasks belong to it
+
+    def feed(self, event: Event) -> None:
+        if event.type == EventType.TASK_CANCELED:
+            self.canceled(event)
+            return
+        if event.step != self.step:
+            return
+        if event.type == EventType.STEP_CALLED and event.payload.get("run") is not None:
+            self.run = int(event.payload["run"])
+        elif event.type in (EventType.STEP_STARTED, EventType.LOOP_ITERATION_STARTED):
+            self.dispatched(event)
+        elif event.type == EventType.TASK_REPLAYED:
+            self.dispatched(event, replay=True)
+        elif event.type == EventType.TOOL_PROCESSED:
+            self.processed(event)
+        elif event.type in (EventType.RETRY_STARTED, EventType.TASK_RECLAIMED):
+            self.again(event)
+        elif event.type == EventType.TASK_DEAD_LETTERED:
+            self.dead_lettered(event)
 
     def open(self, task_id: str, index: int | None, number: int, ts: float, **extra: Any) -> None:
-        attempt = Attempt(task_id, index, number, ts, **extra)
+        # A task's later attempts (a retry, a replay) stay in the run that made the task.
+        previous = self.current.get(task_id)
+        run = previous.run if previous is not None else self.run
+        attempt = Attempt(task_id, index, number, ts, run=run, **extra)
         self.all.append(attempt)
         self.current[task_id] = attempt
 
@@ -129,21 +157,7 @@ class _Attempts:
 
 def step_attempts(events: Iterable[Event], step: str) -> list[Attempt]:
     """Every attempt of every task of `step`, in the order they began."""
-    found = _Attempts()
+    found = AttemptFold(step)
     for event in events:
-        if event.type == EventType.TASK_CANCELED:
-            found.canceled(event)
-            continue
-        if event.step != step:
-            continue
-        if event.type in (EventType.STEP_STARTED, EventType.LOOP_ITERATION_STARTED):
-            found.dispatched(event)
-        elif event.type == EventType.TASK_REPLAYED:
-            found.dispatched(event, replay=True)
-        elif event.type == EventType.TOOL_PROCESSED:
-            found.processed(event)
-        elif event.type in (EventType.RETRY_STARTED, EventType.TASK_RECLAIMED):
-            found.again(event)
-        elif event.type == EventType.TASK_DEAD_LETTERED:
-            found.dead_lettered(event)
+        found.feed(event)
     return found.all

@@ -25,6 +25,7 @@ from noetl.decision.records import RunResult
 from noetl.dsl.graph import EdgeSource, Graph, build_graph
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, ExecutionState, StepRun, fold
+from noetl.runtime.step_runs import runs_of
 from noetl.store.base import ExecutionRecord, Store
 
 log = logging.getLogger("noetl.views")
@@ -105,9 +106,12 @@ class ExecutionView:
         return out
 
     def graph_dict(self) -> dict[str, Any]:
-        """Nodes with their status and loop counters; edges with whether they were taken."""
-        summaries = self.state.step_summaries()
-        nodes = [{"id": name, **summary} for name, summary in summaries.items()]
+        """Nodes with their status, loop counters and runs (`run`: the latest, `runs`: how
+        many); edges with whether they were taken."""
+        nodes = [
+            {"id": name, **run.summary(), "run": run.run, "runs": runs_of(run)}
+            for name, run in self.state.steps.items()
+        ]
         if self.graph is None:
             return {"execution_id": self.record.execution_id, "nodes": nodes, "edges": []}
         edges = [

@@ -485,6 +485,8 @@ def test_a_running_execution_is_folded_from_its_events(
     assert nodes[1] == {
         "id": "work",
         "status": "running",
+        "run": 1,
+        "runs": 1,
         "total": 3,
         "completed": 1,
         "succeeded": 1,

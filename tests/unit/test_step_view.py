@@ -139,5 +139,6 @@ def test_to_dict_has_every_field_the_api_shows() -> None:
         "worker_id",
         "dead_lettered",
         "replay",
+        "run",
     }
     assert attempt.to_dict()["status"] == "failed"

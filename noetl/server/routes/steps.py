@@ -1,14 +1,17 @@
-"""One step of an execution: its state, result preview and attempts."""
+"""One step of an execution: its state, result preview, runs and attempts."""
 
 from __future__ import annotations
 
+import copy
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
 from noetl.auth import Role
 from noetl.core import NotFoundError
-from noetl.runtime.step_view import AttemptStatus, step_attempts
+from noetl.engine import StepRun
+from noetl.runtime.step_runs import runs_of, settle, step_history
+from noetl.runtime.step_view import AttemptStatus
 from noetl.runtime.views import ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
@@ -25,17 +28,22 @@ router = APIRouter(
 OUTPUT_PREVIEW = 300
 
 
-def _step_state(view: ExecutionView, step: str, result_limit: int) -> dict[str, Any]:
+def _step_state(
+    view: ExecutionView, step: str, result_limit: int
+) -> tuple[dict[str, Any], StepRun]:
+    """The step's state for the answer, and a copy of its run (the view changes after)."""
     run = view.state.steps.get(step)
     if run is None:
         raise NotFoundError(f"execution {view.record.execution_id} has no step {step!r}")
     out: dict[str, Any] = run.summary()
-    out.update(started_at=run.started_at, finished_at=run.finished_at)
+    out.update(
+        run=run.run, runs=runs_of(run), started_at=run.started_at, finished_at=run.finished_at
+    )
     if run.status.done and run.finished_at is not None:
         out["result"], out["result_truncated"] = masked_json(run.result, result_limit, indent=2)
     else:
         out["result"], out["result_truncated"] = None, False
-    return out
+    return out, copy.copy(run)
 
 
 @router.get(
@@ -53,19 +61,28 @@ def get_step(
     status: Annotated[
         AttemptStatus | None, Query(description="Only attempts with this status")
     ] = None,
+    run: Annotated[int | None, Query(ge=1, description="Only attempts of this run")] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="Attempts per page")] = 100,
     offset: Annotated[int, Query(ge=0)] = 0,
     result_limit: Annotated[
         int, Query(ge=0, le=1_000_000, description="Characters of the result shown")
     ] = 4000,
+    run_limit: Annotated[
+        int, Query(ge=1, le=1000, description="Runs listed: the latest this many")
+    ] = 100,
 ) -> dict[str, Any]:
     """The step as the engine sees it, with every attempt of each of its tasks (a loop
     has one task per item; a retry or a lost lease adds an attempt), in the order they
-    began. Sensitive values in the result and outputs are masked."""
-    out = read_view(deps, execution_id, lambda view: _step_state(view, step, result_limit))
-    attempts = step_attempts(iter_events(deps.store, execution_id), step)
+    began. A step on a cycle of the graph runs more than once: `runs` counts its runs,
+    `run` is the latest, `run_history` lists the latest `run_limit` of them (oldest first)
+    and each attempt names its run. Sensitive values in the result and outputs are masked."""
+    out, current = read_view(deps, execution_id, lambda view: _step_state(view, step, result_limit))
+    attempts, runs = step_history(iter_events(deps.store, execution_id), step)
+    settle(runs, attempts, current)
     if status is not None:
         attempts = [a for a in attempts if a.status is status]
+    if run is not None:
+        attempts = [a for a in attempts if a.run == run]
     page = []
     for attempt in attempts[offset : offset + limit]:
         item = attempt.to_dict()
@@ -75,6 +92,7 @@ def get_step(
     out.update(
         execution_id=execution_id,
         step=step,
+        run_history=[entry.to_dict() for entry in runs[-run_limit:]],
         attempts=page,
         attempts_total=len(attempts),
         limit=limit,

@@ -102,6 +102,10 @@ class CancelResult(Response):
 class GraphNode(Response):
     id: str
     status: str
+    run: int = Field(1, description="The number of the step's latest run")
+    runs: int = Field(
+        0, description="How many runs the step had: 0 before its first call, 1 for most steps"
+    )
     error: str | None = None
     total: int | None = None
     completed: int | None = None
@@ -156,6 +160,20 @@ class StepAttempt(Response):
     worker_id: str | None = Field(description="A lost lease: the worker that held it")
     dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
     replay: bool = Field(description="An operator replayed the task from the DLQ")
+    run: int = Field(description="The run of the step the attempt belongs to")
+
+
+class StepRunEntry(Response):
+    """One run of a step (a step on a cycle of the graph runs more than once)."""
+
+    run: int
+    status: str = Field(description="pending, parked, running, ok, failed, skipped or canceled")
+    by: str | None = Field(description="The step whose call started it")
+    called_at: float
+    started_at: float | None
+    finished_at: float | None
+    error: str | None
+    attempts: int = Field(description="Attempts of its tasks")
 
 
 class StepDetail(Response):
@@ -169,6 +187,9 @@ class StepDetail(Response):
     completed: int | None = None
     succeeded: int | None = None
     failed: int | None = None
+    run: int = Field(description="The number of the latest run; the fields above are its")
+    runs: int = Field(description="How many runs the step had (0 before its first call)")
+    run_history: list[StepRunEntry] = Field(description="The latest `run_limit` runs, oldest first")
     started_at: float | None
     finished_at: float | None
     result: str | None = Field(

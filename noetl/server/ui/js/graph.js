@@ -157,6 +157,23 @@ export function nodeCaption(node) {
   return node.status;
 }
 
+const ACTIVE = new Set(["pending", "parked", "running"]);
+
+/**
+ * The runs badge of a step on a cycle of the graph: "run 3" while its third run is under
+ * way, "×3" once it has finished; "" for a step that ran at most once.
+ */
+export function runsLabel(node) {
+  if (!node.runs || node.runs < 2) return "";
+  return ACTIVE.has(node.status) ? `run ${node.run}` : `×${node.runs}`;
+}
+
+function nodeTitle(node) {
+  const runs = node.runs > 1 ? ` (run ${node.run} of ${node.runs})` : "";
+  const head = `${node.id}: ${node.status}${runs}`;
+  return node.error ? `${head}\n${node.error}` : head;
+}
+
 function whenText(when) {
   if (when === null || when === undefined || when === true) return "";
   return typeof when === "string" ? when.replace(/^\{\{\s*|\s*\}\}$/g, "") : String(when);
@@ -205,6 +222,10 @@ export function createGraphView(container, { onSelect } = {}) {
       const bar = svg("rect", { class: "bar", x: 10, y: NODE_H - 7, height: 3, width: 0 });
       const barBg = svg("rect", { class: "bar-bg", x: 10, y: NODE_H - 7, height: 3, width: NODE_W - 20 });
       const title = svg("title", {});
+      // Over the top-right corner, clear of the name.
+      const runsBox = svg("rect", { class: "runs-box", y: -8, height: 16, rx: 8, ry: 8 });
+      const runsText = svg("text", { class: "runs-text", y: 4, "text-anchor": "middle" });
+      const runs = svg("g", { class: "runs-badge", visibility: "hidden" }, runsBox, runsText);
       const g = svg(
         "g",
         { class: "node", transform: `translate(${p.x} ${p.y})`, tabindex: 0, role: "button", dataset: { step: node.id } },
@@ -214,6 +235,7 @@ export function createGraphView(container, { onSelect } = {}) {
         caption,
         barBg,
         bar,
+        runs,
       );
       const select = () => onSelect && onSelect(node.id);
       g.addEventListener("click", select);
@@ -223,7 +245,7 @@ export function createGraphView(container, { onSelect } = {}) {
           select();
         }
       });
-      nodeEls.set(node.id, { g, caption, bar, barBg, title });
+      nodeEls.set(node.id, { g, caption, bar, barBg, title, runs, runsBox, runsText });
       return g;
     });
     const root = svg(
@@ -248,7 +270,18 @@ export function createGraphView(container, { onSelect } = {}) {
       el.g.setAttribute("class", `node ${statusClass(node.status)}${node.id === selected ? " selected" : ""}`);
       el.g.dataset.status = node.status;
       el.caption.textContent = nodeCaption(node);
-      el.title.textContent = node.error ? `${node.id}: ${node.status}\n${node.error}` : `${node.id}: ${node.status}`;
+      el.title.textContent = nodeTitle(node);
+      const runs = runsLabel(node);
+      el.g.dataset.runs = String(node.runs ?? 0);
+      el.runs.setAttribute("visibility", runs ? "visible" : "hidden");
+      if (runs && el.runsText.textContent !== runs) {
+        const width = 12 + 6.5 * runs.length;
+        const middle = NODE_W - 10 - width / 2;
+        el.runsText.textContent = runs;
+        el.runsText.setAttribute("x", String(middle));
+        el.runsBox.setAttribute("x", String(middle - width / 2));
+        el.runsBox.setAttribute("width", String(width));
+      }
       const isLoop = node.total !== null && node.total !== undefined;
       el.bar.setAttribute("visibility", isLoop ? "visible" : "hidden");
       el.barBg.setAttribute("visibility", isLoop ? "visible" : "hidden");

@@ -3,7 +3,7 @@
 import { api } from "../api.js";
 import { h, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, jsonText } from "../format.js";
-import { createGraphView, nodeCaption } from "../graph.js";
+import { createGraphView, nodeCaption, runsLabel } from "../graph.js";
 import { poll } from "../poll.js";
 import { createStepPanel } from "./step.js";
 import { createTimeline } from "./timeline.js";
@@ -12,7 +12,7 @@ function stepsTable(graph, selected, onSelect) {
   return h(
     "table",
     { id: "steps" },
-    h("thead", {}, h("tr", {}, ["Step", "Status", "Progress", "Error"].map((t) => h("th", {}, t)))),
+    h("thead", {}, h("tr", {}, ["Step", "Status", "Runs", "Progress", "Error"].map((t) => h("th", {}, t)))),
     h(
       "tbody",
       {},
@@ -22,6 +22,7 @@ function stepsTable(graph, selected, onSelect) {
           { class: `clickable${node.id === selected ? " selected" : ""}`, dataset: { step: node.id, status: node.status }, onclick: () => onSelect(node.id) },
           h("td", { class: "mono" }, node.id),
           h("td", {}, badge(node.status)),
+          h("td", { class: "num runs" }, runsLabel(node)),
           h("td", { class: "num" }, node.total !== null && node.total !== undefined ? nodeCaption(node).split(" · ")[1] : ""),
           h("td", { class: "wrap error-text" }, node.error || ""),
         ),
@@ -51,7 +52,7 @@ export async function renderExecution(ctx, executionId, query) {
     "div",
     { class: "legend" },
     ["pending", "parked", "running", "ok", "failed", "skipped", "canceled"].map((s) => badge(s)),
-    h("span", {}, "solid blue edge: taken; dashed: not taken"),
+    h("span", {}, "solid blue edge: taken; dashed: not taken; ×N: ran N times on a cycle (run N: under way)"),
   );
 
   fill(

@@ -1,4 +1,5 @@
-// One step of an execution: status, loop progress, error, result preview, attempts.
+// One step of an execution: status, loop progress, error, result preview, runs (a step
+// on a cycle of the graph runs more than once), attempts.
 import { api } from "../api.js";
 import { h, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, cut } from "../format.js";
@@ -16,7 +17,7 @@ function parseResult(text) {
 }
 
 export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = {}) {
-  const state = { step: null, status: "", offset: 0, data: null };
+  const state = { step: null, status: "", run: "", offset: 0, data: null };
   const body = h("div", {});
   const message = h("div", { id: "step-message" });
 
@@ -55,11 +56,50 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
 
   const element = h("section", { class: "panel", id: "step-panel", hidden: true }, body);
 
+  function showRun(run) {
+    state.run = String(run);
+    state.offset = 0;
+    load().catch(ctx.onError);
+  }
+
+  // The runs of a step on a cycle, oldest first; a click shows that run's attempts.
+  function runsTable(data) {
+    const rows = data.run_history.map((r) =>
+      h(
+        "tr",
+        { class: `clickable${String(r.run) === state.run ? " selected" : ""}`, dataset: { run: r.run, status: r.status }, onclick: () => showRun(r.run) },
+        h("td", { class: "num" }, String(r.run)),
+        h("td", {}, badge(r.status)),
+        h("td", { class: "mono small" }, r.by || ""),
+        h("td", { class: "mono small" }, fmtTime(r.started_at)),
+        h("td", { class: "num" }, r.started_at && r.finished_at ? fmtDuration(r.finished_at - r.started_at) : ""),
+        h("td", { class: "num" }, String(r.attempts)),
+        h("td", { class: "wrap" }, r.error ? h("pre", { class: "error-text" }, r.error) : ""),
+      ),
+    );
+    const shown = data.run_history.length;
+    return [
+      h("h3", {}, "Runs", shown < data.runs ? h("span", { class: "muted small" }, ` (the latest ${shown} of ${data.runs})`) : null),
+      h(
+        "div",
+        { class: "scroll" },
+        h(
+          "table",
+          { id: "runs" },
+          h("thead", {}, h("tr", {}, ["Run", "Status", "Called by", "Started", "Took", "Attempts", "Error"].map((t) => h("th", {}, t)))),
+          h("tbody", {}, rows),
+        ),
+      ),
+    ];
+  }
+
   function attemptsTable(data) {
+    const cycled = data.runs > 1;
     const rows = data.attempts.map((a) =>
       h(
         "tr",
-        { dataset: { taskId: a.task_id, attempt: a.attempt, status: a.status } },
+        { dataset: { taskId: a.task_id, attempt: a.attempt, status: a.status, run: a.run } },
+        cycled ? h("td", { class: "num" }, String(a.run)) : null,
         h("td", { class: "mono small" }, a.task_id),
         h("td", { class: "num" }, a.index === null ? "" : String(a.index)),
         h("td", { class: "num" }, String(a.attempt)),
@@ -85,8 +125,8 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
       h(
       "table",
       { id: "attempts" },
-      h("thead", {}, h("tr", {}, ["Task", "Item", "Attempt", "Status", "Started", "Took", "Error / output"].map((t) => h("th", {}, t)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 7, class: "muted" }, "No attempts."))),
+      h("thead", {}, h("tr", {}, [cycled ? "Run" : null, "Task", "Item", "Attempt", "Status", "Started", "Took", "Error / output"].filter(Boolean).map((t) => h("th", {}, t)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: cycled ? 8 : 7, class: "muted" }, "No attempts."))),
       ),
     );
   }
@@ -105,6 +145,16 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
       state.offset = 0;
       load().catch(ctx.onError);
     });
+    const cycled = d.runs > 1;
+    const runFilter = cycled
+      ? h(
+          "select",
+          { id: "attempt-run", "aria-label": "run" },
+          h("option", { value: "", selected: state.run === "" }, "all runs"),
+          d.run_history.map((r) => h("option", { value: String(r.run), selected: String(r.run) === state.run }, `run ${r.run}`)),
+        )
+      : null;
+    if (runFilter) runFilter.addEventListener("change", () => showRun(runFilter.value));
     const pageInfo = d.attempts_total
       ? `attempts ${d.offset + 1}–${d.offset + d.attempts.length} of ${d.attempts_total}`
       : "";
@@ -129,6 +179,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
       h(
         "dl",
         { class: "meta" },
+        cycled ? [h("dt", {}, "Runs"), h("dd", { id: "step-runs" }, `${d.runs}; the times below are run ${d.run}'s`)] : null,
         h("dt", {}, "Started"), h("dd", {}, fmtTime(d.started_at)),
         h("dt", {}, "Finished"), h("dd", {}, fmtTime(d.finished_at)),
         h("dt", {}, "Took"), h("dd", {}, d.started_at && d.finished_at ? fmtDuration(d.finished_at - d.started_at) : "—"),
@@ -138,8 +189,9 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
       d.result !== null && !(d.status === "failed" && d.result === "null")
         ? [h("h3", {}, "Result", d.result_truncated ? h("span", { class: "muted small" }, " (beginning only)") : null), h("pre", { id: "step-result" }, d.result)]
         : null,
+      cycled ? runsTable(d) : null,
       h("h3", {}, "Attempts"),
-      h("div", { class: "toolbar" }, filter, h("span", { class: "muted small" }, pageInfo)),
+      h("div", { class: "toolbar" }, filter, runFilter, h("span", { class: "muted small" }, pageInfo)),
       attemptsTable(d),
       d.attempts_total > ATTEMPT_PAGE ? h("div", { class: "pager" }, prev, next) : null,
     );
@@ -149,7 +201,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     if (!state.step) return;
     const step = state.step;
     const data = await api(`/api/executions/${encodeURIComponent(executionId)}/steps/${encodeURIComponent(step)}`, {
-      query: { status: state.status, limit: ATTEMPT_PAGE, offset: state.offset },
+      query: { status: state.status, run: state.run, limit: ATTEMPT_PAGE, offset: state.offset },
       signal: ctx.signal,
     });
     if (step !== state.step) return; // another step was chosen meanwhile
@@ -164,6 +216,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     state.step = step;
     fill(message);
     state.status = "";
+    state.run = "";
     state.offset = 0;
     state.data = null;
     element.hidden = !step;

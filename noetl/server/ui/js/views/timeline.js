@@ -22,7 +22,11 @@ export function summarize(event) {
     case "workflow.started":
       return `workload: ${Object.keys(p.workload || {}).length} keys`;
     case "step.called":
-      return p.by ? `called by ${p.by}${p.ignored ? " (ignored: already ran)" : ""}` : "";
+      if (!p.by) return "";
+      if (p.run) return `called by ${p.by}: run ${p.run}`;
+      if (p.deferred) return `called by ${p.by} while running: runs again when done`;
+      if (p.ignored === "running") return `called by ${p.by} (ignored: running)`;
+      return `called by ${p.by}${p.ignored ? " (ignored: already ran)" : ""}`;
     case "loop.started":
       return `${(p.items || []).length} items${p.mode ? `, ${p.mode}` : ""}`;
     case "loop.iteration.started":
