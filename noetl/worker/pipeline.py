@@ -146,19 +146,17 @@ class _Run:
             ctx=dict(task.context.get("ctx") or {}), iter=dict(task.context.get("iter") or {})
         )
         self.stdout: list[str] = []
+        self.saved = False  # whether a checkpoint of this task may exist
 
     # --- the loop -------------------------------------------------------------------------
 
     def go(self, started: float) -> Outcome:
         labels = [str(t.get("name")) for t in self.tasks]
-        kept = self._load()
-        if kept is not None and kept.end == "ok":
-            self.p = kept  # it ended well, but its outcome was never recorded
-            return self._outcome(ok=True, started=started, this=kept.prev)
-        if kept is not None:
-            self.p = kept.resumed()
         p = self.p
         try:
+            kept = self._load()
+            if kept is not None:
+                self.p = p = kept.resumed()
             while p.index < len(self.tasks):
                 p.runs += 1
                 self._check(p.runs)
@@ -231,17 +229,36 @@ class _Run:
     # --- the checkpoint -------------------------------------------------------------------
 
     def _load(self) -> Progress | None:
+        """The progress an earlier attempt saved. One saved by a LATER attempt means this
+        one lost its lease (it stops), unless that run failed for good: this is a replay
+        from the dead-letter queue (its attempts count from 1 again), which takes the
+        progress over."""
+        task = self.task
         try:
-            kept = self.tool.checkpoints.load(self.task.task_id)
+            kept = self.tool.checkpoints.load(task.task_id)
         except Exception as exc:  # the store is down: start from the first task
-            log.warning("pipeline %s: its checkpoint could not be read: %s", self.task.task_id, exc)
+            log.warning("pipeline %s: its checkpoint could not be read: %s", task.task_id, exc)
             return None
-        return None if kept is None else Progress.of_value(kept.value)
+        if kept is None:
+            return None
+        self.saved = True
+        progress = Progress.of_value(kept.value)
+        if progress is None or kept.attempt <= task.attempt:
+            return progress
+        if progress.end != "fail":
+            raise _Stopped(
+                "a later attempt of this task is running (its lease was lost)",
+                "LeaseLost",
+                retryable=False,
+            )
+        self._forget()  # the replay's attempts save their own progress from here
+        return progress
 
     def _save(self, end: str | None) -> None:
         """Save the progress; a failure to is logged (the next attempt then starts from
         an earlier checkpoint, or the first task)."""
         self.p.end = end
+        self.saved = True
         task = self.task
         try:
             kept = self.tool.checkpoints.save(
@@ -258,6 +275,8 @@ class _Run:
             )
 
     def _forget(self) -> None:
+        if not self.saved:
+            return  # nothing to forget: no attempt saved progress (one task that ran once)
         try:
             self.tool.checkpoints.drop(self.task.task_id)
         except Exception as exc:

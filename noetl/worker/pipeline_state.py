@@ -9,8 +9,9 @@ queue) resumes there: a task whose run was saved is not run again.
 
 `end` says how the attempt that saved it ended: None (it was running: the worker died),
 `retry` (a rule asked for a retry: the next attempt goes on counting its tries), `fail`
-(the next attempt starts that task's tries anew). A pipeline that ends well forgets its
-checkpoint. A value that is not a progress (written by something else) is ignored.
+(the next attempt starts that task's tries anew, and a replay from the dead-letter
+queue, whose attempts count from 1 again, takes it over). A pipeline that ends well
+forgets its checkpoint. A value that is not a progress is ignored.
 
 Without a checkpoint store (a registry built without one), the progress is kept in the
 worker's memory (`LocalCheckpoints`), which serves the retries that worker runs.
@@ -86,7 +87,7 @@ class Progress:
                 return None
             maps[key] = held
         trace, end = value.get("trace"), value.get("end")
-        if not isinstance(trace, list) or end not in (None, "retry", "fail", "ok"):
+        if not isinstance(trace, list) or end not in (None, "retry", "fail"):
             return None
         return cls(
             index=counts["index"],

@@ -18,7 +18,7 @@ import pytest
 from noetl.core import Outcome, Task
 from noetl.dsl.render import Renderer
 from noetl.worker.pipeline import PipelineTool
-from noetl.worker.pipeline_state import Progress
+from noetl.worker.pipeline_state import LocalCheckpoints, Progress
 from noetl.worker.policy_rules import Action, decide, output_view, retry_delay
 from noetl.worker.tools import ToolRegistry
 
@@ -280,7 +280,18 @@ def test_a_stale_attempt_stops_when_a_later_one_saved_its_progress() -> None:
         pipeline(step("a", "a"), step("b", "b")), {"a": ["ok:1"], "b": ["ok:2"]}, tool=tool
     )
     assert not outcomes[-1].ok and outcomes[-1].error_type == "LeaseLost"
-    assert labels(scripted) == ["a"]
+    assert labels(scripted) == []  # it stops before running anything
+
+    class Newer(LocalCheckpoints):
+        def save(self, task_id: str, execution_id: str, attempt: int, value: Any) -> bool:
+            return False  # a later attempt saved in the meantime
+
+    tool = PipelineTool(ToolRegistry([Scripted({})]), checkpoints=Newer())
+    outcomes, scripted = attempts(
+        pipeline(step("a", "a"), step("b", "b")), {"a": ["ok:1"], "b": ["ok:2"]}, tool=tool
+    )
+    assert outcomes[-1].error_type == "LeaseLost"
+    assert labels(scripted) == ["a"]  # it stops at its first save
 
 
 def test_retry_delays() -> None:
@@ -518,3 +529,48 @@ def test_a_set_value_that_fails_to_render_keeps_its_text(caplog: pytest.LogCaptu
     assert outcome.ok
     assert scripted.calls[1].args["m"] == "{{ output.data.nothing.here }}"
     assert "ctx.missing" in caplog.text and "its text is kept" in caplog.text
+
+
+class CountingCheckpoints(LocalCheckpoints):
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def save(self, task_id: str, execution_id: str, attempt: int, value: Any) -> bool:
+        self.calls.append("save")
+        return super().save(task_id, execution_id, attempt, value)
+
+    def drop(self, task_id: str) -> None:
+        self.calls.append("drop")
+        super().drop(task_id)
+
+
+def test_a_one_task_pipeline_that_ran_once_writes_no_checkpoint() -> None:
+    store = CountingCheckpoints()
+    tool = PipelineTool(ToolRegistry([Scripted({})]), checkpoints=store)
+    outcomes, _ = attempts(pipeline(step("a", "a")), {"a": ["ok:1"]}, tool=tool)
+    assert outcomes[-1].ok and store.calls == []
+
+
+def test_a_replay_takes_over_the_progress_of_the_run_that_failed() -> None:
+    """A replay from the dead-letter queue counts its attempts from 1 again: it resumes
+    where the failed run stopped instead of taking the run for a later attempt."""
+    store = CountingCheckpoints()
+    tool = PipelineTool(ToolRegistry([Scripted({})]), checkpoints=store)
+    failed = Progress(index=1, runs=4, prev={"value": "1"}, results={"a": {"value": "1"}})
+    failed.end = "fail"
+    assert store.save("e1.s", "e1", 3, failed.to_value())
+    outcomes, scripted = attempts(
+        pipeline(step("a", "a"), step("b", "b", args={"prev": "{{ a.value }}"})),
+        {"a": ["ok:1"], "b": ["ok:2"]},
+        tool=tool,
+    )
+    [outcome] = outcomes
+    assert outcome.ok and labels(scripted) == ["b"]
+    assert scripted.calls[0].args["prev"] == "1"
+    # a run still going at a later attempt is not taken over: this attempt is stale
+    going = Progress(index=1)
+    going.end = "retry"
+    assert store.save("e1.s", "e1", 3, going.to_value())
+    outcomes, scripted = attempts(pipeline(step("a", "a"), step("b", "b")), {}, tool=tool)
+    assert outcomes[-1].error_type == "LeaseLost" and scripted.calls == []
