@@ -53,6 +53,9 @@ ENVELOPE_BYTES = 16 * 1024
 # most 6 bytes of ASCII JSON (`\uXXXX`).
 _ESCAPED = 6
 _SMALL_SCALARS = (int, float, bool, type(None))
+# Compact ASCII JSON, as the stores write it; one encoder, built once (the hot path
+# measures every container result).
+_ENCODE = json.JSONEncoder(separators=(",", ":")).encode
 
 
 def select_result(outcome: Outcome, task: Task, results: ResultStore | None) -> Outcome:
@@ -116,7 +119,7 @@ def json_size(value: Any) -> int | None:
     is not JSON (left for the stores to refuse)."""
     try:
         # ASCII (non-ASCII characters escaped): its length is its size in bytes.
-        return len(json.dumps(value, separators=(",", ":")))
+        return len(_ENCODE(value))
     except (TypeError, ValueError):
         return None
 
