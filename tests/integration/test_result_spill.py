@@ -16,8 +16,9 @@ import pytest
 from noetl.core import Outcome, Task
 from noetl.store import PostgresStore, SqliteStore, Store
 from noetl.tools.artifact import ArtifactTool
+from noetl.worker.pipeline import PipelineTool
 from noetl.worker.selection import ENVELOPE_BYTES, FIELD_BYTES, select_result, spill_result
-from noetl.worker.tools import ToolRegistry
+from noetl.worker.tools import NoopTool, ToolRegistry
 
 LIMIT = 4096
 ENVELOPE_KEYS = ["_ref", "_store", "_bytes", "_spilled"]
@@ -195,3 +196,23 @@ def test_the_registry_spills_a_task_s_own_result_only(store: Store) -> None:
 
 def _fields(t: Task) -> dict[str, Any]:
     return {name: getattr(t, name) for name in Task.__dataclass_fields__}
+
+
+def test_a_pipeline_s_result_is_spilled_not_its_tasks(store: Store) -> None:
+    big = {"status": "ok", "rows": ["r" * 100] * 100}
+    registry = ToolRegistry([NoopTool()], results=store.results, result_inline_bytes=LIMIT)
+    registry.register(PipelineTool(registry))
+
+    def pipeline(*tasks: dict[str, Any]) -> Task:
+        spec = {"tasks": list(tasks), "render_code": True}
+        return Task(**{**_fields(task(kind="pipeline")), "spec": spec})
+
+    fetch = {"name": "fetch", "tool": {"kind": "noop", "args": big}}
+    count = {"name": "count", "tool": {"kind": "noop", "args": {"n": "{{ fetch.rows | length }}"}}}
+    # the second task reads the first one's whole result
+    assert registry.run(pipeline(fetch, count)).this == {"n": 100}
+    assert store.results.count("ex-1")[0] == 0
+    # the pipeline's own result (its last task's) is spilled
+    this = registry.run(pipeline({"name": "first", "tool": {"kind": "noop"}}, fetch)).this
+    assert this["_spilled"] is True and this["status"] == "ok" and "rows" not in this
+    assert whole(store, this["_ref"]) == big
