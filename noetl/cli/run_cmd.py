@@ -137,6 +137,7 @@ def run_cmd(
             log_events=True,
             options=settings.engine_options(),
             max_result_bytes=settings.worker.max_result_bytes,
+            result_inline_bytes=settings.worker.result_inline_bytes,
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
             roots=roots,

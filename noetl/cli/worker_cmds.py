@@ -149,6 +149,7 @@ def worker_start(*, settings: Settings) -> None:
                 observer=observer,
                 roots=roots,
                 max_result_bytes=settings.worker.max_result_bytes,
+                result_inline_bytes=settings.worker.result_inline_bytes,
                 results=store.results,
                 checkpoints=store.checkpoints,
             )

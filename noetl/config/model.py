@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import check_key
@@ -273,6 +273,18 @@ class WorkerSettings(Section):
     # The largest result (as JSON) a task may return; a bigger one fails the task. Also
     # the limit of `noetl run`'s in-process workers.
     max_result_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 16 * 1024 * 1024
+    # A successful result (as JSON) over this is kept whole in the result store and
+    # reported as a small envelope with its reference (spilled; docs/dsl.md, "Large
+    # results"), so events stay small. At most `max_result_bytes` when set.
+    result_inline_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 256 * 1024
+
+    @field_validator("result_inline_bytes")
+    @classmethod
+    def _inline_within_max(cls, value: int, info: ValidationInfo) -> int:
+        most = info.data.get("max_result_bytes")
+        if most is not None and value > most:
+            raise ValueError(f"must be at most worker.max_result_bytes ({most})")
+        return value
 
 
 class RunSettings(Section):

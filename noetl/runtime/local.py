@@ -28,6 +28,7 @@ from noetl.store import open_store
 from noetl.store.base import ExecutionRecord, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.selection import DEFAULT_INLINE_BYTES
 from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def embedded_runtime(
     sampler: TraceSampler | None = None,
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
+    result_inline_bytes: int = DEFAULT_INLINE_BYTES,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
@@ -64,7 +66,8 @@ def embedded_runtime(
     `options`: the engine's defaults (the configuration's, see
     `noetl.config.Settings.engine_options`; None: the engine's own).
     `roots`: where the file sink writes and the `playbook` tool reads (None: the working
-    directory; see noetl.paths). A task whose result is over `max_result_bytes` fails."""
+    directory; see noetl.paths). A task whose result is over `max_result_bytes` fails;
+    one over `result_inline_bytes` is spilled to the result store (noetl.worker.selection)."""
     count = workers or os.cpu_count() or 2
     default_provider(secrets_file, credentials=credentials)  # bad files fail before the store
     store = open_store(db)
@@ -91,6 +94,7 @@ def embedded_runtime(
                 observer=observer,
                 roots=roots,
                 max_result_bytes=max_result_bytes,
+                result_inline_bytes=result_inline_bytes,
                 results=store.results,
                 checkpoints=store.checkpoints,
             )

@@ -12,6 +12,9 @@ Every tool is a `Tool`: a `kind` and `run(task) -> Outcome`. Beyond that a tool 
   task slots.
 * `CredentialAware`: `uses_credentials = False` when it never reads credentials; its
   tasks then run without a secret scope unless they carry secret references or sinks.
+* `Unspilled`: `spills_result = False` when its result is what a step asked to have whole
+  (the artifact tool reads a spilled result back): a large result of it is reported as it
+  is rather than spilled to the result store again.
 
 The registry reads them once, when a tool is registered (`Abilities.of`). The abilities are
 structural: a third-party tool has them by having the method or the attribute, without
@@ -32,6 +35,7 @@ __all__ = [
     "Closeable",
     "CredentialAware",
     "Tool",
+    "Unspilled",
     "Waiting",
 ]
 
@@ -70,6 +74,11 @@ class CredentialAware(Protocol):
     uses_credentials: bool
 
 
+@runtime_checkable
+class Unspilled(Protocol):
+    spills_result: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Abilities:
     """The abilities of one tool, read once (see the module docstring)."""
@@ -78,6 +87,7 @@ class Abilities:
     close: Callable[[], None] | None = None
     waits: bool = False
     uses_credentials: bool = True
+    spills_result: bool = True
 
     @classmethod
     def of(cls, tool: object) -> Abilities:
@@ -91,4 +101,5 @@ class Abilities:
             uses_credentials=not (
                 isinstance(tool, CredentialAware) and tool.uses_credentials is False
             ),
+            spills_result=not (isinstance(tool, Unspilled) and tool.spills_result is False),
         )

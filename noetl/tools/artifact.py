@@ -2,7 +2,8 @@
 
 A step with `result.select` (upstream's `output_select`) keeps only the selected fields
 in its context, with `_ref`, the reference of the whole result in the result store
-(`store.results`). `kind: artifact` with `action: get` (the default) and the reference
+(`store.results`); so does a step whose result was too large to report (spilled, its
+envelope's `_ref`). `kind: artifact` with `action: get` (the default) and the reference
 (`ref:`, or `result_ref` / `ref` in its arguments, upstream's `input:`) gives that whole
 result as its own: `{{ <step>.items }}` then reads what the selection left out.
 
@@ -27,6 +28,8 @@ class ArtifactTool:
 
     kind = "artifact"
     uses_credentials = False
+    # Its result is the whole result a step asked for: never spilled again.
+    spills_result = False
 
     def __init__(self, results: ResultStore) -> None:
         self.results = results
@@ -43,7 +46,8 @@ class ArtifactTool:
         if stored is None:
             raise FatalError(
                 f"artifact tool: no result is kept under the reference {ref[:80]!r} (a "
-                "reference comes from a step with result.select, as its `_ref`)"
+                "reference comes from a step with result.select or a spilled result, as "
+                "its `_ref`)"
             )
         return stored.value
 

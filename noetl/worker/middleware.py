@@ -9,7 +9,7 @@ the composed chains of each tool. From the outside in:
 |---|---|
 | `LogContext` | log records of the call carry the task's context (`run` only) |
 | `Observe` | tells the observer the tool started and finished (`run` only; none for NOOP) |
-| `SelectResult` | keeps a `result.select` task's whole result, reports the selection |
+| `SelectResult` | keeps a `select` task's (or a too large) result whole, reports a part |
 | `ScriptCheck` | fails a task whose `spec.script` was never read (script kinds only) |
 | `SecretScope` | makes the task's secret scope current; masks its values in the outcome |
 | `CrashCapture` | a tool (or a policy inside) that raises costs one task, not the worker |
@@ -18,12 +18,13 @@ the composed chains of each tool. From the outside in:
 | `ResultBound` | refuses a result too large, too deep or not JSON (`bounded`) |
 | `TimeLimit` | one deadline from `task.timeout_ms` (`noetl.worker.time_limit`) |
 
-Why this order: the selection is made of the outcome as it is final (masked, bounded,
-written by the sinks), and only the observer and the log see what it reports; masking
-wraps everything that may quote a secret (a crash's message, a sink's error); crash
-capture wraps the resolution (a missing secret is the task's failure) and the sinks; the
-sinks write only a result that passed the bound; the time limit bounds the tool alone
-(each sink write has its own `timeout_ms`). A task with nothing to resolve, mask or write
+Why this order: the selection (or the spill) is made of the outcome as it is final
+(masked, bounded, written by the sinks: the result store keeps what the event log would
+have), and only the observer and the log see what it reports; masking wraps everything
+that may quote a secret (a crash's message, a sink's error); crash capture wraps the
+resolution (a missing secret is the task's failure) and the sinks; the sinks write only a
+result that passed the bound; the time limit bounds the tool alone (each sink write has
+its own `timeout_ms`). A task with nothing to resolve, mask or write
 (no secret references, no sinks, a tool that uses no credentials: loops of python items)
 takes the short chain without the three secret and sink middlewares.
 """
@@ -44,7 +45,7 @@ from noetl.observability.logging import bind_task, reset_task
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import SinkRegistry, run_sinks
 from noetl.store.ports import ResultStore
-from noetl.worker.selection import select_result
+from noetl.worker.selection import select_result, spill_result
 from noetl.worker.time_limit import TimeLimit
 
 __all__ = [
@@ -110,16 +111,22 @@ class Observe:
 
 class SelectResult:
     """A task with `result.select` keeps its whole result in the result store and
-    reports the selected fields with the reference (`noetl.worker.selection`)."""
+    reports the selected fields with the reference; one without, whose result is over
+    `inline_bytes` of JSON, reports an envelope of its spilled result instead
+    (`noetl.worker.selection`). `inline_bytes` None, or no result store: nothing is
+    spilled (a pipeline's tasks, whose pipeline's own result is)."""
 
-    def __init__(self, results: ResultStore | None) -> None:
+    def __init__(self, results: ResultStore | None, inline_bytes: int | None = None) -> None:
         self.results = results
+        self.inline_bytes = inline_bytes if results is not None else None
 
     def __call__(self, task: Task, call_next: Handler) -> Outcome:
         outcome = call_next(task)
-        if not task.select:
+        if task.select:
+            return select_result(outcome, task, self.results)
+        if self.inline_bytes is None or self.results is None:
             return outcome
-        return select_result(outcome, task, self.results)
+        return spill_result(outcome, task, self.results, self.inline_bytes)
 
 
 class ScriptCheck:

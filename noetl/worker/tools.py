@@ -2,7 +2,7 @@
 
 A tool turns a `Task` into an `Outcome` and reports failures in it rather than raising.
 The registry wraps each tool, once, in a chain of middlewares (`noetl.worker.middleware`):
-log context, observer, result selection, script check, secret scope and masking, crash
+log context, observer, result selection and spill, script check, secret scope and masking, crash
 capture, secret resolution, sinks, result bound and time limit. A stray exception still
 becomes a failed outcome, so one buggy tool cannot take the worker loop down. What a tool
 can do beyond running tasks (be canceled, be closed, wait, go without credentials) it
@@ -40,6 +40,7 @@ from noetl.worker.middleware import (
     compose,
 )
 from noetl.worker.python_pool import PythonPool
+from noetl.worker.selection import DEFAULT_INLINE_BYTES
 from noetl.worker.time_limit import CANCEL_GRACE_S, TimeLimit
 
 if TYPE_CHECKING:
@@ -133,11 +134,14 @@ class ToolRegistry:
         max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
         cancel_grace_s: float = CANCEL_GRACE_S,
         results: ResultStore | None = None,
+        result_inline_bytes: int | None = DEFAULT_INLINE_BYTES,
     ) -> None:
         self._tools: dict[str, Tool] = {}
         self._chains: dict[str, _Chains] = {}
-        # Where a task with `select` keeps its whole result (noetl.worker.selection).
+        # Where a task with `select` keeps its whole result (noetl.worker.selection), and
+        # a task without, whose result is over `result_inline_bytes` of JSON (None: never).
         self._results = results
+        self._inline_bytes = result_inline_bytes
         self._secrets = secrets
         # The sink writers of its tasks (None: the shared default registry).
         self._sinks = sinks
@@ -195,6 +199,15 @@ class ToolRegistry:
     @max_result_bytes.setter
     def max_result_bytes(self, value: int) -> None:
         self._max_result_bytes = value
+        self._compose_all()
+
+    @property
+    def result_inline_bytes(self) -> int | None:
+        return self._inline_bytes
+
+    @result_inline_bytes.setter
+    def result_inline_bytes(self, value: int | None) -> None:
+        self._inline_bytes = value
         self._compose_all()
 
     def register(self, tool: Tool, *, replace: bool = False) -> None:
@@ -319,13 +332,16 @@ class ToolRegistry:
     ) -> list[Middleware]:
         """The chain around `tool`, outermost first (why this order: the docstring of
         noetl.worker.middleware)."""
-        cancel = (abilities or Abilities.of(tool)).cancel
+        abilities = abilities or Abilities.of(tool)
         chain: list[Middleware] = []
         if observed:
             chain.append(LogContext())
             if self._observer is not NOOP:  # nothing to tell: no call to make
                 chain.append(Observe(self._observer))
-        chain.append(SelectResult(self._results))
+        # Only a task's own result is spilled: not a pipeline's tasks' (`call`), nor what a
+        # tool returns because a step asked for it whole (`spills_result = False`).
+        spill = observed and abilities.spills_result
+        chain.append(SelectResult(self._results, self._inline_bytes if spill else None))
         if tool.kind in SCRIPT_CODE:
             chain.append(ScriptCheck())
         if not short:
@@ -333,7 +349,8 @@ class ToolRegistry:
         chain.append(CrashCapture())
         if not short:
             chain += [ResolveSecrets(), Sinks(self._sinks, self._observer)]
-        chain += [ResultBound(self._max_result_bytes), TimeLimit(cancel, grace_s=self._grace_s)]
+        time_limit = TimeLimit(abilities.cancel, grace_s=self._grace_s)
+        chain += [ResultBound(self._max_result_bytes), time_limit]
         return chain
 
 
@@ -347,15 +364,18 @@ def default_registry(
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     results: ResultStore | None = None,
     checkpoints: CheckpointStore | None = None,
+    result_inline_bytes: int | None = DEFAULT_INLINE_BYTES,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
     `playbook` tool is there when a `launcher` (how this process starts child
     executions) is given. `roots`: where the file sink writes and the `playbook` tool
     reads files (None: the working directory; see noetl.paths). A result over
-    `max_result_bytes` fails its task. `results`: the result store of `result.select`
-    and of the `artifact` tool (None: neither is available). `checkpoints`: where a
-    pipeline keeps its progress between attempts (None: in this process's memory)."""
+    `max_result_bytes` fails its task. `results`: the result store of `result.select`,
+    of the `artifact` tool and of results over `result_inline_bytes` of JSON, which are
+    spilled there (None: none of them is available; None bytes: nothing is spilled).
+    `checkpoints`: where a pipeline keeps its progress between attempts (None: in this
+    process's memory)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
@@ -384,6 +404,7 @@ def default_registry(
         sinks=sinks,
         max_result_bytes=max_result_bytes,
         results=results,
+        result_inline_bytes=result_inline_bytes,
     )
     if results is not None:
         registry.register(ArtifactTool(results))

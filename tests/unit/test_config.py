@@ -173,6 +173,16 @@ def test_the_older_variable_names_still_work(
     assert resolved.origin(path).describe() == f"env {name}"
 
 
+def test_the_inline_limit_of_results_is_read_and_held_under_the_largest_result() -> None:
+    assert load_settings(None, {}).worker.result_inline_bytes == 256 * 1024
+    env = {"NOETL_WORKER_RESULT_INLINE_BYTES": "65536"}
+    assert load_settings(None, env).worker.result_inline_bytes == 65536
+    env["NOETL_WORKER_MAX_RESULT_BYTES"] = "32768"
+    assert "at most worker.max_result_bytes (32768)" in error_of(None, env)
+    # the default is not held to a smaller largest result: nothing past it is reported
+    assert load_settings(None, {"NOETL_WORKER_MAX_RESULT_BYTES": "32768"}).worker
+
+
 def test_the_canonical_name_wins_over_an_older_one() -> None:
     env = {"NOETL_LOG_LEVEL": "debug", "NOETL_LOGGING_LEVEL": "error"}
     assert load_settings(None, env).logging.level == "ERROR"
@@ -299,6 +309,8 @@ BAD_VALUES = [
     ("worker.lease_s", "0", "greater than 0"),
     ("worker.poll_s", "fast", "valid number"),
     ("worker.continue", "maybe", "valid boolean"),
+    ("worker.result_inline_bytes", "1023", "greater than or equal to 1024"),
+    ("worker.result_inline_bytes", "33554432", "at most worker.max_result_bytes (16777216)"),
     ("run.workers", "257", "less than or equal to 256"),
     ("dsl.allow_legacy", "perhaps", "valid boolean"),
 ]
