@@ -23,6 +23,7 @@ from noetl.store import open_store
 from noetl.store.base import Store, TaskStatus
 from tests.distributed.cluster import ROOT, Cluster, free_port, wait_until
 from tests.helpers.cli import noetl
+from tests.helpers.private_pg import private_postgres, private_postgres_missing
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -249,41 +250,31 @@ def test_examples_through_the_cli_on_postgres(cluster: Cluster) -> None:
     assert saga["refund"]["status"] == "ok" and saga["release"]["status"] == "ok"
 
 
-def _restart_postgres() -> None:
-    version = sorted(p.name for p in Path("/etc/postgresql").iterdir())[-1]
-    subprocess.run(
-        [
-            "pg_ctlcluster",
-            "--skip-systemctl-redirect",
-            version,
-            "main",
-            "restart",
-            "-m",
-            "fast",
-        ],
-        check=True,
-        capture_output=True,
-        timeout=120,
-    )
-
-
-@pytest.mark.skipif(not Path("/etc/postgresql").is_dir(), reason="needs a local pg_ctlcluster")
-def test_postgres_restart_during_a_run(cluster: Cluster, store: Store, tmp_path: Path) -> None:
+@pytest.mark.skipif(private_postgres_missing() is not None, reason=str(private_postgres_missing()))
+def test_postgres_restart_during_a_run(tmp_path: Path) -> None:
+    """PostgreSQL restarts in the middle of a run: its own server, so the restart touches
+    no other test's database."""
     out = tmp_path / "runs.txt"
     names = [f"s{i}" for i in range(8)]
-    cluster.start_server()
-    cluster.start_worker("w1", lease_s=10.0)
-    cluster.start_worker("w2", lease_s=10.0)
-    execution_id = cluster.start_execution(chain(names, 0.3), {"out": str(out)})
-    wait_until(lambda: runs(out)["s2"] == 1, 30, "step s2 to run")
-    _restart_postgres()
-    result = cluster.wait_finished(execution_id, timeout=120)
-    assert result["status"] == "ok", result
-    events = store.load_events(execution_id)
+    with private_postgres() as pg:
+        cluster = Cluster(db=pg.dsn, workdir=tmp_path)
+        st = open_store(pg.dsn)
+        try:
+            cluster.start_server()
+            cluster.start_worker("w1", lease_s=10.0)
+            cluster.start_worker("w2", lease_s=10.0)
+            execution_id = cluster.start_execution(chain(names, 0.3), {"out": str(out)})
+            wait_until(lambda: runs(out)["s2"] == 1, 30, "step s2 to run")
+            pg.restart()
+            result = cluster.wait_finished(execution_id, timeout=120)
+            assert result["status"] == "ok", result
+            events = st.load_events(execution_id)
+        finally:
+            st.close()
+            cluster.stop_all()
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert collections.Counter(e.step for e in events if e.type == "step.started") == dict.fromkeys(
-        names, 1
-    )
+    started = collections.Counter(e.step for e in events if e.type == "step.started")
+    assert started == dict.fromkeys(names, 1)
     assert set(runs(out)) == set(names)
 
 
