@@ -21,6 +21,7 @@ from typing import Any
 from noetl.core import Command, Event, NotFoundError, Task
 from noetl.decision.appends import build_append
 from noetl.decision.records import merge_workload, new_execution_id, new_record
+from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import build_graph
 from noetl.dsl.limits import check_data
 from noetl.dsl.model import Playbook
@@ -84,7 +85,7 @@ class Decider:
         # The engine's defaults (retries, timeouts, policies): the same for every engine
         # here, so a decision is the same whether a server or a worker makes it (given the
         # same configuration).
-        self.options = options or EngineOptions()
+        self.options = with_reader(options or EngineOptions(), store.results)
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
         self._engines: dict[str, Engine] = {}

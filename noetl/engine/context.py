@@ -17,6 +17,7 @@ from noetl.core import StepStatus
 from noetl.core.secrets import SECRETS
 from noetl.dsl.envelope import LoopResult, StepResult
 from noetl.dsl.model import Collect, Step
+from noetl.dsl.spilled import Resolve, is_spilled, lazy
 from noetl.engine.state import ExecutionState, StepNamespace, StepRun
 
 
@@ -67,7 +68,7 @@ def helpers(state: ExecutionState) -> dict[str, Callable[..., bool]]:
 class TemplateContext:
     """Builds the mapping a template is rendered against, for one step (and loop item)."""
 
-    __slots__ = ("bind", "index", "item", "key", "state", "step", "upstream")
+    __slots__ = ("bind", "index", "item", "key", "resolve", "state", "step", "upstream")
 
     def __init__(
         self,
@@ -79,7 +80,9 @@ class TemplateContext:
         *,
         key: Any = None,
         upstream: bool = False,
+        resolve: Resolve | None = None,
     ) -> None:
+        self.resolve = resolve  # reads a spilled result's fields (noetl.dsl.spilled)
         self.state = state
         self.step = step
         self.bind = bind
@@ -88,25 +91,34 @@ class TemplateContext:
         self.key = key
         self.upstream = upstream
 
-    def _upstream_names(self, *, workload: bool = True) -> dict[str, Any]:
+    def _upstream_names(self, *, workload: bool = True, tool: bool = False) -> dict[str, Any]:
         """Upstream NoETL's names: each workload key bare (`{{ message }}` is
         `workload.message`), `result` (the result of the step that finished last: the
         step that called this one, in a chain), then each finished step's result under
         the step's name (`{{ fetch.rows }}`), then the saved values; later ones win."""
         state = self.state
+        resolve = None if tool else self.resolve  # a task carries plain data
         names: dict[str, Any] = dict(state.workload) if workload else {}
         if state.completed:
-            names["result"] = state.steps[state.completed[-1]].result
+            names["result"] = lazy(state.steps[state.completed[-1]].result, resolve)
         for name, run in state.steps.items():
             # a step running again (a cycle) shows its last finished run's result
             if run.status is StepStatus.OK or (run.run > 1 and run.result is not None):
-                names[name] = (
-                    LoopResult.of(run.result, loop_stats(run))
-                    if run.is_loop
-                    else StepResult.of(run.result)
-                )
-        names.update(state.context)
+                if run.is_loop:
+                    names[name] = LoopResult.of(run.result, loop_stats(run))
+                elif resolve is not None and is_spilled(run.result):
+                    names[name] = lazy(run.result, resolve)
+                else:
+                    names[name] = StepResult.of(run.result)
+        names.update(self._saved(resolve))
         return names
+
+    def _saved(self, resolve: Resolve | None) -> dict[str, Any]:
+        """The saved values (`result.as`, `collect`), a spilled one readable field by field."""
+        saved = self.state.context
+        if resolve is None:
+            return dict(saved)
+        return {name: lazy(value, resolve) for name, value in saved.items()}
 
     def _loop_names(self) -> dict[str, Any]:
         if self.index is None or self.step.loop is None:
@@ -134,7 +146,7 @@ class TemplateContext:
 
     def build(self, **extra: Any) -> dict[str, Any]:
         state = self.state
-        ctx: dict[str, Any] = self._upstream_names() if self.upstream else dict(state.context)
+        ctx: dict[str, Any] = self._upstream_names() if self.upstream else self._saved(self.resolve)
         ctx.update(helpers(state))
         ctx["workload"] = state.workload
         ctx["execution_id"] = state.execution_id
@@ -145,6 +157,8 @@ class TemplateContext:
         ctx.update(self.bind)
         ctx.update(self._loop_names())
         ctx.update(extra)
+        if self.resolve is not None and "this" in extra:
+            ctx["this"] = lazy(extra["this"], self.resolve)
         return ctx
 
     def tool_view(self, *, full: bool = False, variables: bool = False) -> dict[str, Any]:
@@ -162,7 +176,7 @@ class TemplateContext:
         and `iter` for a loop item: copied into a task only where it is read, for the
         same reason.
         """
-        view: dict[str, Any] = self._upstream_names(workload=False) if full else {}
+        view: dict[str, Any] = self._upstream_names(workload=False, tool=True) if full else {}
         view |= {
             "execution_id": self.state.execution_id,
             "step": self.step.step,

@@ -476,7 +476,9 @@ class Flow:
         if key is None and index is not None:
             key = state.steps[step.step].keys.get(index)
         upstream = self.engine.playbook.upstream
-        return TemplateContext(state, step, bind or {}, index, item, key=key, upstream=upstream)
+        ctx = TemplateContext(state, step, bind or {}, index, item, key=key, upstream=upstream)
+        ctx.resolve = self.engine.options.resolve  # spilled results, field by field
+        return ctx
 
     def emit(self, event_type: EventType, step: str | None, payload: dict[str, Any]) -> Event:
         """Append an event to the decision and advance the state by it."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN, Playbook, Policy
+from noetl.dsl.spilled import Resolve
 from noetl.engine.retry import RetryDefaults
 
 __all__ = ["EffectivePolicy", "EngineOptions", "effective_policy"]
@@ -46,6 +47,10 @@ class EngineOptions:
       `policy` block (a playbook that sets one wins).
     * `dead_letters`: record tasks that fail for good in the dead-letter queue
       (`task.dead_lettered`); off, they only fail their step.
+    * `resolve`: reads a spilled result back by its reference (the result store's read,
+      from the runtime), so templates read its fields (`noetl.dsl.spilled`); results
+      are written once and never change, so decisions stay a function of the log. None:
+      a spilled result is its envelope.
     """
 
     retry: RetryDefaults = field(default_factory=RetryDefaults)
@@ -58,6 +63,7 @@ class EngineOptions:
     on_sink_fail: str | None = None
     on_when_error: str | None = None
     dead_letters: bool = True
+    resolve: Resolve | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         timeouts = (

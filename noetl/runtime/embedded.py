@@ -37,6 +37,7 @@ from noetl.core import (
 )
 from noetl.decision.appends import build_append
 from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
+from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
 from noetl.engine import Engine, ExecutionState
@@ -81,7 +82,7 @@ class EmbeddedRuntime:
     ) -> None:
         self.store = store
         # The engine's defaults (retries, timeouts, policies), for every execution here.
-        self.options = options or EngineOptions()
+        self.options = with_reader(options or EngineOptions(), store.results)
         self.tools = tools
         self.clock = clock
         self.observer = observer

@@ -46,9 +46,11 @@ from pydantic import ValidationError
 
 from noetl.core import Outcome, Task
 from noetl.core.secrets import SECRETS, referenced
+from noetl.decision.spilled import ResultReader
 from noetl.dsl.model import Tool, pipeline_task_tool
 from noetl.dsl.render import Renderer, render_spec
 from noetl.dsl.rewrite import ShapeError
+from noetl.dsl.spilled import Resolve, lazy
 from noetl.errors import TemplateError
 from noetl.tools.deadline import Deadline
 from noetl.worker.pipeline_state import LocalCheckpoints, Progress, trace_entry
@@ -98,6 +100,9 @@ class PipelineTool:
         self.renderer = renderer or Renderer()
         # Each pipeline's progress between its attempts (noetl.worker.pipeline_state).
         self.checkpoints: CheckpointStore = checkpoints or LocalCheckpoints()
+        # A spilled result of an earlier step, read field by field (noetl.dsl.spilled).
+        results = registry.results
+        self.resolve: Resolve | None = None if results is None else ResultReader(results)
         self._lock = threading.Lock()
         self._cancels: dict[str, threading.Event] = {}
 
@@ -364,7 +369,8 @@ class _Run:
         values: dict[str, Any] = {}
         if self.render_code and isinstance(workload, Mapping):
             values.update(workload)  # upstream's bare workload names
-        values.update(context)
+        resolve = self.tool.resolve
+        values.update({k: lazy(v, resolve) for k, v in context.items()})  # spilled results
         values["secrets"] = SECRETS
         values.update(self.p.names)
         values.update(self.p.results)

@@ -1,7 +1,8 @@
 """A playbook whose steps return results over the inline limit without `result.select`:
 the worker spills them to the result store and reports envelopes; a later step reads a
-small field directly and the whole result through the `artifact` tool. Shared by the
-embedded and distributed tests."""
+small field directly, a field the envelope left out (loaded from the result store field by
+field), and the whole result through the `artifact` tool. Shared by the embedded and
+distributed tests."""
 
 from __future__ import annotations
 
@@ -54,7 +55,9 @@ workflow:
       args:
         status: "{{{{ big.status }}}}"
         count: "{{{{ big.count }}}}"
-        kept_rows: "{{{{ 'rows' in big }}}}"
+        in_envelope: "{{{{ 'rows' in (big | list) }}}}"
+        rows_read: "{{{{ big.rows | length }}}}"
+        last_row: "{{{{ big.rows[-1].id }}}}"
         spilled: "{{{{ big._spilled }}}}"
         bytes_over: "{{{{ big._bytes > {ROWS * ROW_BYTES} }}}}"
         page_counts: "{{{{ pages | map(attribute='_count') | list }}}}"
@@ -64,7 +67,9 @@ workflow:
 EXPECTED_VERDICT: dict[str, Any] = {
     "status": "ok",
     "count": ROWS,
-    "kept_rows": False,
+    "in_envelope": False,  # the event log and the state keep the envelope alone
+    "rows_read": ROWS,  # a field left out of it reads from the result store
+    "last_row": ROWS - 1,
     "spilled": True,
     "bytes_over": True,
     "page_counts": [PAGE_ITEMS, PAGE_ITEMS],
