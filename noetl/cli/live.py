@@ -10,6 +10,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from noetl.cli import summary
 from noetl.core import StepStatus
 from noetl.decision.records import RunResult
 from noetl.engine import ExecutionState
@@ -72,23 +73,5 @@ class LiveView:
 
 
 def print_summary(console: Console, result: RunResult) -> None:
-    """The final summary: status, duration, step counts, failures and saved values."""
-    style = "green" if result.status.value == "ok" else "red"
-    counts: dict[str, int] = {}
-    for step in result.steps.values():
-        counts[step["status"]] = counts.get(step["status"], 0) + 1
-    parts = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
-    console.print(
-        Text(
-            f"execution {result.execution_id} finished: {result.status.value}",
-            style=f"bold {style}",
-        ),
-        Text(f" in {result.duration_s:.2f}s ({parts})"),
-    )
-    for name, step in result.steps.items():
-        if step.get("error"):
-            console.print(Text(f"  {name}: {step['error']}", style="red"))
-    if result.error:
-        console.print(Text(f"  {result.error}", style="red"))
-    if result.context:
-        console.print(Text("saved: " + ", ".join(sorted(result.context)), style="dim"))
+    """The final summary (noetl.cli.summary), without the facts of the event log."""
+    summary.print_summary(console, result)

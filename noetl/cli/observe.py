@@ -10,7 +10,7 @@ of its own: the `tracing` section (NOETL_TRACING_*) configures it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -75,12 +75,14 @@ def metrics_options(*, port: bool, path: bool = False) -> Callable[[F], F]:
     return decorate
 
 
-def setup_logging(settings: Settings, default_level: str) -> None:
-    """Configure logging from the settings (`default_level` when they leave it unset)."""
+def setup_logging(settings: Settings, default_level: str, *, stream: IO[str] | None = None) -> None:
+    """Configure logging from the settings (`default_level` when they leave it unset),
+    to `stream` (stderr by default)."""
     configure_logging(
         settings.logging.level or default_level,
         settings.logging.format,
         redact_keys=settings.logging.redact_keys,
+        stream=stream,
     )
 
 

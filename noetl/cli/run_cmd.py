@@ -5,15 +5,16 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, cast
 
 import click
 from rich.console import Console
 
+from noetl.cli.held_log import HeldLog
 from noetl.cli.inputs import apply_sets, check_workload, read_workload
-from noetl.cli.live import LiveView, print_summary
+from noetl.cli.live import LiveView
 from noetl.cli.observe import (
     exporter_metrics,
     log_options,
@@ -23,6 +24,7 @@ from noetl.cli.observe import (
     setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.cli.summary import gather, print_summary, step_lines
 from noetl.config import Settings
 from noetl.core import ConcurrencyError, ExecutionStatus
 from noetl.decision.records import RunResult
@@ -112,7 +114,9 @@ def run_cmd(
 ) -> None:
     """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise. With
     --metrics-port, its metrics are served at http://HOST:PORT/metrics while it runs."""
-    setup_logging(settings, "WARNING")
+    # Without a level set, the log is held until the run ends: printed if it fails.
+    held = HeldLog() if settings.logging.level is None else None
+    setup_logging(settings, "WARNING", stream=cast("IO[str] | None", held))
     loaded = load_playbook(file, allow_legacy=settings.dsl.allow_legacy)
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
@@ -145,7 +149,16 @@ def run_cmd(
             try:
                 if metrics is not None and settings.metrics.port is not None:
                     exporter = serve_metrics(metrics, settings.metrics.port, settings.metrics.host)
-                result = _run(runtime, playbook, workload, text, str(file), as_json=as_json)
+                result = _run(
+                    runtime,
+                    playbook,
+                    workload,
+                    text,
+                    str(file),
+                    as_json=as_json,
+                    lines=step_lines(loaded.source, playbook),
+                    held=held,
+                )
             finally:
                 if exporter is not None:
                     exporter.close()
@@ -161,9 +174,25 @@ def run_cmd(
     finally:
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
+        if held is not None and not held.released:
+            _release(held, None, as_json=as_json)  # the run did not end: print the log
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)
+
+
+def _release(held: HeldLog, result: RunResult | None, *, as_json: bool) -> None:
+    """Print the held log when the run did not end ok; else say how many lines it had."""
+    if result is None or result.status is not ExecutionStatus.OK:
+        held.release(sys.stderr)
+        return
+    hidden = held.discard()
+    if hidden and not as_json:
+        click.echo(
+            f"({hidden} log lines of failures the playbook handled are hidden: "
+            "--log-level WARNING prints them)",
+            err=True,
+        )
 
 
 def _warn_route_edge(playbook: Playbook, settings: Settings, path: str) -> None:
@@ -189,6 +218,8 @@ def _run(
     path: str,
     *,
     as_json: bool,
+    lines: Mapping[str, int] | None = None,
+    held: HeldLog | None = None,
 ) -> RunResult:
     execution_id = runtime.start(playbook, workload=workload, source_text=text, path=path)
     console = Console(stderr=True)
@@ -204,6 +235,9 @@ def _run(
         except KeyboardInterrupt:
             console.print("canceling (press Ctrl-C again to abort)...")
             runtime.cancel(execution_id)
+    if held is not None:
+        _release(held, result, as_json=as_json)  # the log before the summary
     if not as_json:
-        print_summary(Console(soft_wrap=True), result)
+        facts = gather(runtime.store.load_events(execution_id), lines)
+        print_summary(Console(soft_wrap=True), result, facts)
     return result
