@@ -12,13 +12,12 @@ from urllib.parse import quote
 import click
 from rich.console import Console, Group
 from rich.live import Live
-from rich.table import Table
-from rich.text import Text
 
 from noetl.cli.client import ApiError, Client, Server, server_option
+from noetl.cli.frame import Rates, of_api, render
 from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
-from noetl.cli.live import STEP_STYLE, bar_text, print_summary
-from noetl.core import ExecutionStatus, StepStatus
+from noetl.cli.live import print_summary
+from noetl.core import ExecutionStatus
 from noetl.decision.records import RunResult
 
 id_option = click.option("--id", "execution_id", required=True, help="Execution id.")
@@ -98,39 +97,9 @@ def start_cmd(
         click.echo(created["execution_id"])
 
 
-def _progress(step: dict[str, Any]) -> Any:
-    total = step.get("total")
-    if not total:
-        return ""
-    completed = int(step.get("completed") or 0)
-    failed = f" ({step['failed']} failed)" if step.get("failed") else ""
-    return Text.assemble(*bar_text(completed, total), Text(f" {completed}/{total}{failed}"))
-
-
-def _style(status: str) -> str:
-    try:
-        return STEP_STYLE[StepStatus(status)]
-    except ValueError:  # a status this client does not know (a newer server)
-        return ""
-
-
-def _render(data: dict[str, Any]) -> Group:
-    """The status of an execution as a header and one row per step."""
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("step")
-    table.add_column("state")
-    table.add_column("progress", width=34)
-    table.add_column("error", overflow="fold")
-    for name, step in data.get("steps", {}).items():
-        value = str(step.get("status", ""))
-        table.add_row(
-            name, Text(value, style=_style(value)), _progress(step), step.get("error") or ""
-        )
-    header = Text(
-        f"execution {data['execution_id']}  {data['status']}  {data.get('duration_s', 0):.1f}s",
-        style="bold",
-    )
-    return Group(header, table)
+def _render(data: dict[str, Any], width: int = 80, rates: Rates | None = None) -> Group:
+    """The status of an execution: the live view's frame (noetl.cli.frame)."""
+    return render(of_api(data), width, rates)
 
 
 def _result(data: dict[str, Any]) -> RunResult:
@@ -161,12 +130,22 @@ def _watch(client: Client, execution_id: str, interval: float, console: Console 
             time.sleep(interval)
             data = client.get(url)
         return data
-    with Live(_render(data), console=console, refresh_per_second=4, transient=True) as live:
+    rates = Rates()
+    frame = _render(data, console.width, rates)
+    # not transient: the last frame stays on the screen
+    with Live(frame, console=console, refresh_per_second=4, transient=False) as live:
         while not _terminal(data):
             time.sleep(interval)
             data = client.get(url)
-            live.update(_render(data))
+            live.update(_render(data, console.width, rates))
     return data
+
+
+def status_code(status: str) -> int:
+    """The exit code of `exec status`: 1 when the execution failed or was canceled, else
+    0 (ok, or still running without --watch)."""
+    ended_badly = (ExecutionStatus.FAIL.value, ExecutionStatus.CANCELED.value)
+    return 1 if status in ended_badly else 0
 
 
 @exec_group.command("status")
@@ -186,7 +165,8 @@ def status_cmd(
 ) -> None:
     """Show an execution (--json: the object `noetl run --json` prints).
 
-    With --watch, follow it until it finishes; then exit 0 if it ended ok, 1 otherwise.
+    With --watch, follow it until it finishes. Exit 1 when it failed or was canceled,
+    else 0 (it ended ok, or, without --watch, it is still running).
     """
     with Client(server) as client:
         if not watch:
@@ -200,9 +180,9 @@ def status_cmd(
     elif watch or _terminal(data):
         print_summary(Console(soft_wrap=True), _result(data))
     else:
-        Console(soft_wrap=True).print(_render(data))
-    if watch:
-        sys.exit(0 if data["status"] == ExecutionStatus.OK.value else 1)
+        console = Console()
+        console.print(_render(data, console.width))
+    sys.exit(status_code(str(data["status"])))
 
 
 @exec_group.command("cancel")

@@ -389,3 +389,29 @@ def test_dlq_commands_send_the_token(server: str) -> None:
     listed = noetl("dlq", "list", "--json", server=server)
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["items"] == []
+
+
+FAILS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: fails}
+workflow:
+  - step: start
+    result: {pick: "{{ 1 // 0 }}", as: nothing}
+"""
+
+
+def test_status_exits_1_for_a_failed_execution_with_or_without_watch(
+    server: str, tmp_path: Path
+) -> None:
+    playbook = write(tmp_path, "fails.yaml", FAILS)
+    started = noetl("exec", "start", "--workflow", str(playbook), "--json", server=server)
+    assert started.returncode == 0, started.stderr
+    execution_id = json.loads(started.stdout)["execution_id"]
+    watched = noetl("exec", "status", "--id", execution_id, "--watch", "--interval", "0.1",
+                    server=server)  # fmt: skip
+    assert watched.returncode == 1, watched.stdout + watched.stderr
+    status = noetl("exec", "status", "--id", execution_id, server=server)
+    assert status.returncode == 1
+    assert f"execution {execution_id} finished: fail" in status.stdout
+    assert "ZeroDivisionError" in status.stdout
