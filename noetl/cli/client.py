@@ -153,6 +153,9 @@ class Client:
         self._http = httpx.Client(
             base_url=self.base_url, timeout=timeout, transport=transport, headers=headers
         )
+        # Called with an execution id once its cancel is recorded (a local database
+        # decides it at once: noetl.cli.local_api); None on a server, which decides it.
+        self.after_cancel: Callable[[str], None] | None = None
 
     def __enter__(self) -> Client:
         return self

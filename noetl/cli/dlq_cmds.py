@@ -23,8 +23,9 @@ from urllib.parse import quote
 
 import click
 
-from noetl.cli.client import DEFAULT_SERVER, Client, Server, token_option
+from noetl.cli.client import Client, Server, token_option
 from noetl.cli.inputs import parse_value
+from noetl.config import DEFAULT_DB
 from noetl.decision.dlq import check_patch_key
 from noetl.errors import ConflictError
 
@@ -249,24 +250,30 @@ def backend_options(func: Any) -> Any:
         default=None,
         envvar="NOETL_DB",
         show_envvar=True,
-        help="Work on this database directly instead of a server (SQLite file or postgresql://).",
+        help="The database to work on when no server is named (SQLite file or "
+        "postgresql://; default: the file `noetl run` writes).",
     )(func)
     return click.option(
         "--server",
-        default=DEFAULT_SERVER,
+        default=None,
         envvar="NOETL_SERVER_URL",
         show_envvar=True,
-        show_default=True,
-        help="Base URL of the NoETL server (unless --db is given).",
+        help="Base URL of a NoETL server (without one: the database of --db).",
     )(func)
 
 
 def _backend(
-    stack: ExitStack, server: str, db: str | None, secrets_file: str | None, token: str | None
+    stack: ExitStack,
+    server: str | None,
+    db: str | None,
+    secrets_file: str | None,
+    token: str | None,
 ) -> Backend:
-    if db:
-        return LocalBackend(db, stack, secrets_file=secrets_file)
-    return ApiBackend(stack.enter_context(Client(Server(server, token or None))))
+    """A server when one is named, else the database (docs/operations.md, "Inspecting
+    executions: a server, or the database")."""
+    if server:
+        return ApiBackend(stack.enter_context(Client(Server(server, token or None))))
+    return LocalBackend(db or DEFAULT_DB, stack, secrets_file=secrets_file)
 
 
 @click.group("dlq")

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import re
 import sys
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -13,14 +19,67 @@ import click
 from rich.console import Console, Group
 from rich.live import Live
 
-from noetl.cli.client import ApiError, Client, Server, server_option
+from noetl.cli.client import ApiError, Client, Server, server_option, token_option
 from noetl.cli.frame import Rates, of_api, render
 from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
 from noetl.cli.live import print_summary
+from noetl.cli.local_api import local_client
+from noetl.config import DEFAULT_DB
 from noetl.core import ExecutionStatus
 from noetl.decision.records import RunResult
 
 id_option = click.option("--id", "execution_id", required=True, help="Execution id.")
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """Where a command looks: a server when one is named, else a database."""
+
+    server: Server | None
+    db: str
+
+
+def target_option(func: Callable[..., Any]) -> Callable[..., Any]:
+    """`--server` (NOETL_SERVER_URL) with `--token`, or `--db` (NOETL_DB; default: the
+    file `noetl run` writes): a server only when one is named (noetl.cli.local_api)."""
+
+    @functools.wraps(func)
+    def wrapper(
+        *args: Any, server: str | None, token: str | None, db: str | None, **kw: Any
+    ) -> Any:
+        named = Server(server, token or None) if server else None
+        return func(*args, target=Target(named, db or DEFAULT_DB), **kw)
+
+    wrapped = token_option(wrapper)
+    wrapped = click.option(
+        "--db",
+        "db",
+        default=None,
+        envvar="NOETL_DB",
+        help="The database to look in when no server is named (default: the file "
+        "`noetl run` writes).",
+    )(wrapped)
+    return click.option(
+        "--server",
+        "server",
+        default=None,
+        envvar="NOETL_SERVER_URL",
+        show_envvar=True,
+        help="Base URL of a NoETL server (without one: the database of --db).",
+    )(wrapped)
+
+
+@contextmanager
+def connect(target: Target) -> Iterator[Client]:
+    """A client of the server, or of the API app over the database."""
+    if target.server is not None:
+        with Client(target.server) as client:
+            yield client
+        return
+    with local_client(target.db) as client:
+        yield client
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 
 
@@ -159,16 +218,16 @@ def status_code(status: str) -> int:
     help="Seconds between refreshes with --watch.",
 )
 @json_option
-@server_option
+@target_option
 def status_cmd(
-    *, execution_id: str, watch: bool, interval: float, as_json: bool, server: Server
+    *, execution_id: str, watch: bool, interval: float, as_json: bool, target: Target
 ) -> None:
     """Show an execution (--json: the object `noetl run --json` prints).
 
     With --watch, follow it until it finishes. Exit 1 when it failed or was canceled,
     else 0 (it ended ok, or, without --watch, it is still running).
     """
-    with Client(server) as client:
+    with connect(target) as client:
         if not watch:
             data = client.get(_url(execution_id))
         else:
@@ -188,11 +247,14 @@ def status_cmd(
 @exec_group.command("cancel")
 @id_option
 @json_option
-@server_option
-def cancel_cmd(*, execution_id: str, as_json: bool, server: Server) -> None:
-    """Ask the server to cancel an execution (harmless if it already finished)."""
-    with Client(server) as client:
+@target_option
+def cancel_cmd(*, execution_id: str, as_json: bool, target: Target) -> None:
+    """Cancel an execution (harmless if it already finished): on a server, asked of it;
+    on a database, decided here for that execution alone."""
+    with connect(target) as client:
         data = client.post(_url(execution_id, "cancel"))
+        if data.get("canceled") and client.after_cancel is not None:
+            client.after_cancel(execution_id)
     if as_json:
         _echo_json(data)
     elif data.get("canceled"):
@@ -259,7 +321,7 @@ def _clock(ts: float) -> str:
     "--limit", type=click.IntRange(1, 10_000), default=1000, show_default=True, help="At most."
 )
 @json_option
-@server_option
+@target_option
 def events_cmd(
     *,
     execution_id: str,
@@ -267,11 +329,11 @@ def events_cmd(
     step: str | None,
     limit: int,
     as_json: bool,
-    server: Server,
+    target: Target,
 ) -> None:
     """Print an execution's events in order (values under sensitive keys are masked)."""
     url = _url(execution_id, "steps", step, "events") if step else _url(execution_id, "events")
-    with Client(server) as client:
+    with connect(target) as client:
         data = client.get(url, event_type=event_type, limit=limit)
     if as_json:
         _echo_json(data)
@@ -284,3 +346,76 @@ def events_cmd(
             f"{event['seq']:>5}  {_clock(float(event['ts']))}  {event['type']:<24}  "
             f"{event.get('step') or '-':<16}  {payload}"
         )
+
+
+_SINCE = re.compile(r"^(\d+)([smhd])$")
+_SCAN_PAGES = 20  # pages of 1,000 executions read to find `--limit` matches
+
+
+def parse_since(text: str, now: float) -> float:
+    """`--since`: a duration back from now (`90s`, `30m`, `2h`, `7d`) or an ISO time
+    (`2026-11-26T10:00`, local time unless it says its zone)."""
+    match = _SINCE.match(text.strip())
+    if match:
+        unit = {"s": 1, "m": 60, "h": 3600, "d": 86400}[match.group(2)]
+        return now - int(match.group(1)) * unit
+    try:
+        return datetime.fromisoformat(text.strip()).timestamp()
+    except ValueError:
+        raise click.BadParameter(
+            f"{text!r} is neither a duration (90s, 30m, 2h, 7d) nor a time (2026-11-26T10:00)",
+            param_hint="--since",
+        ) from None
+
+
+@exec_group.command("list")
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in ExecutionStatus]),
+    help="Only executions in this status.",
+)
+@click.option("--playbook", help="Only executions of this playbook (its name or path).")
+@click.option("--since", help="Only executions started since: 30m, 2h, 7d, or a time.")
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=20, show_default=True, help="At most."
+)
+@json_option
+@target_option
+def list_cmd(
+    *,
+    status: str | None,
+    playbook: str | None,
+    since: str | None,
+    limit: int,
+    as_json: bool,
+    target: Target,
+) -> None:
+    """List executions, newest first."""
+    after = None if since is None else parse_since(since, time.time())
+    found: list[dict[str, Any]] = []
+    with connect(target) as client:
+        offset: int | None = 0
+        for _ in range(_SCAN_PAGES):
+            if offset is None or len(found) >= limit:
+                break
+            params = {"status": status, "limit": 1000, "offset": offset}
+            page = client.get("/api/executions", **params)
+            for item in page.get("items", []):
+                if after is not None and float(item.get("created_at") or 0) < after:
+                    offset = None  # newest first: the rest is older still
+                    break
+                names = (item.get("playbook_name"), item.get("playbook_path"))
+                if playbook is None or playbook in names:
+                    found.append(item)
+            else:
+                offset = page.get("next_offset")
+    found = found[:limit]
+    if as_json:
+        _echo_json({"items": found})
+        return
+    for item in found:
+        created = _clock(float(item.get("created_at") or 0))[:19]
+        name = item.get("playbook_path") or item.get("playbook_name") or "-"
+        click.echo(f"{item['execution_id']}  {item['status']:<9} {created}  {name}")
+    if not found:
+        click.echo("no executions", err=True)
