@@ -29,9 +29,16 @@ def _labels(migrations: list[Migration]) -> str:
 @db_option
 @with_settings
 def db_init(*, settings: Settings) -> None:
-    """Create the schema; a database that already has it is left as it is."""
+    """Create the schema; a database that already has it is left as it is. A PostgreSQL
+    database that does not exist yet is created first (it needs the CREATEDB right)."""
     db = settings.db.url
     where = display_url(db)
+    if db.startswith(("postgresql://", "postgres://")):
+        from noetl.store.pg_create import create_database_if_missing
+
+        created = create_database_if_missing(db)
+        if created:
+            click.echo(f"created database {created}")
     applied = migrate_schema(db)
     if applied:
         click.echo(f"initialized {where}: applied {_labels(applied)}")
