@@ -37,6 +37,11 @@ class RunResult:
     def duration_s(self) -> float:
         return self.finished_at - self.started_at
 
+    @property
+    def ok(self) -> bool:
+        """Whether the execution ended ok."""
+        return self.status is ExecutionStatus.OK
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "execution_id": self.execution_id,

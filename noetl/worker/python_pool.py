@@ -27,13 +27,16 @@ stdout or stderr comes back in `Outcome.stdout` (the first 64 KiB).
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import multiprocessing
 import select
 import signal
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
@@ -94,7 +97,8 @@ class _Child:
             target=serve, args=(child_reader, child_writer), name="noetl-python", daemon=False
         )
         try:
-            self.process.start()
+            with _main_hidden():
+                self.process.start()
         finally:
             # Our copies of the child's ends must go, or a dead child never reads as EOF.
             child_reader.close()
@@ -374,13 +378,36 @@ def _context() -> ForkServerContext:
     """The "forkserver" context: children start from a fresh interpreter, never by forking
     this (threaded) process, and in milliseconds rather than an interpreter start each.
 
-    The fork server imports the main module (which "spawn" would import again in every
-    child) and the child loop once. The preload list is process-wide; NoETL is the only
-    user of the fork server in its processes.
+    The fork server imports the child loop once. It never imports the main module, nor
+    does a child (`_main_hidden`): steps run code and modules, never the main script's
+    functions, and a script that runs playbooks (`noetl.run`) without an
+    `if __name__ == "__main__":` guard would otherwise run itself again in the server.
+    The preload list is process-wide; NoETL is the only user of the fork server in its
+    processes.
     """
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["__main__", "noetl.worker._pychild"])
+    ctx.set_forkserver_preload(["noetl.worker._pychild"])
     return ctx
+
+
+_MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """While a child starts, the main module shows neither a file nor a spec, so
+    multiprocessing asks no process to import it (as for an interactive session)."""
+    main = sys.modules.get("__main__")
+    names: dict[str, Any] = vars(main) if main is not None else {}
+    with _MAIN_LOCK:
+        saved: dict[str, Any] = {k: names[k] for k in ("__file__", "__spec__") if k in names}
+        names.pop("__file__", None)
+        if "__spec__" in names:
+            names["__spec__"] = None
+        try:
+            yield
+        finally:
+            names.update(saved)
 
 
 def _request(task: Task) -> Reply | str:
