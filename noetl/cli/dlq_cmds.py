@@ -25,6 +25,7 @@ import click
 
 from noetl.cli.client import Client, Server, token_option
 from noetl.cli.inputs import parse_value
+from noetl.cli.settings import check_db_directory
 from noetl.config import DEFAULT_DB
 from noetl.decision.dlq import check_patch_key
 from noetl.errors import ConflictError
@@ -273,6 +274,7 @@ def _backend(
     executions: a server, or the database")."""
     if server:
         return ApiBackend(stack.enter_context(Client(Server(server, token or None))))
+    check_db_directory(db or DEFAULT_DB)
     return LocalBackend(db or DEFAULT_DB, stack, secrets_file=secrets_file)
 
 

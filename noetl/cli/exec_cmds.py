@@ -24,6 +24,7 @@ from noetl.cli.frame import Rates, of_api, render
 from noetl.cli.inputs import apply_sets, check_workload, parse_value, read_workload
 from noetl.cli.live import print_summary
 from noetl.cli.local_api import local_client
+from noetl.cli.settings import check_db_directory
 from noetl.config import DEFAULT_DB
 from noetl.core import ExecutionStatus
 from noetl.decision.records import RunResult
@@ -76,6 +77,7 @@ def connect(target: Target) -> Iterator[Client]:
         with Client(target.server) as client:
             yield client
         return
+    check_db_directory(target.db)
     with local_client(target.db) as client:
         yield client
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,12 +13,23 @@ from ruamel.yaml.error import YAMLError
 
 from noetl.dsl.limits import MAX_DEPTH, check_data
 
+_STRUCTURED = ("{", "[", '"')  # a value that starts so means JSON (or YAML flow), not text
 
-def parse_value(text: str) -> Any:
-    """A `--set` value: YAML scalars and flow collections (`3`, `true`, `[1, 2]`), else text."""
+
+def parse_value(text: str, key: str | None = None) -> Any:
+    """A `--set` value: YAML scalars and flow collections (`3`, `true`, `[1, 2]`), else
+    text. One that starts like JSON (`{`, `[`, `"`) but does not parse is an error
+    naming `key`, not text."""
     try:
         value = YAML(typ="safe", pure=True).load(text)
-    except YAMLError:
+    except YAMLError as exc:
+        if text.lstrip().startswith(_STRUCTURED):
+            where = f"{key}=" if key else ""
+            reason = str(getattr(exc, "problem", None) or exc).strip().splitlines()[0]
+            raise click.BadParameter(
+                f"{where}{text[:60]}: looks like JSON but does not parse ({reason})",
+                param_hint="--set",
+            ) from None
         return text
     except RecursionError:
         raise click.BadParameter(
@@ -41,8 +53,26 @@ def apply_sets(workload: dict[str, Any], sets: tuple[str, ...]) -> dict[str, Any
             child = dict(child) if isinstance(child, dict) else {}
             node[part] = child
             node = child
-        node[parts[-1]] = parse_value(raw)
+        node[parts[-1]] = parse_value(raw, key.strip())
     return out
+
+
+def unknown_sets(workload: dict[str, Any], sets: tuple[str, ...]) -> list[str]:
+    """A warning for each `--set` whose top-level key the playbook's workload does not
+    have (with the closest key it has), as the playbook may mean another name."""
+    known = [str(k) for k in workload]
+    warnings = []
+    for item in sets:
+        top = item.partition("=")[0].strip().split(".")[0]
+        if top and top not in workload:
+            close = difflib.get_close_matches(top, known, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            keys = ", ".join(known) if known else "none"
+            warnings.append(
+                f"warning: --set {top}: not a key of the playbook's workload (its keys: "
+                f"{keys}){hint}"
+            )
+    return warnings
 
 
 def read_workload(path: Path) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import click
 from rich.console import Console
 
 from noetl.cli.held_log import HeldLog
-from noetl.cli.inputs import apply_sets, check_workload, read_workload
+from noetl.cli.inputs import apply_sets, check_workload, read_workload, unknown_sets
 from noetl.cli.live import LiveView
 from noetl.cli.observe import (
     exporter_metrics,
@@ -126,6 +126,8 @@ def run_cmd(
     playbook = read_scripts(loaded.require(), roots.playbooks, file=str(file))
     _warn_route_edge(playbook, settings, str(file))
     workload = read_workload(workload_file) if workload_file else {}
+    for unknown in unknown_sets({**playbook.workload, **workload}, sets):
+        click.echo(unknown, err=True)
     workload = check_workload(apply_sets(workload, sets))
     text = loaded.source.text if loaded.source else ""
     metrics = exporter_metrics(settings)

@@ -22,6 +22,9 @@ from click.core import ParameterSource
 from noetl.config import Settings, env_name, load_settings
 from noetl.config.loader import ALIASES
 
+# The directory of the default database (noetl.config.DEFAULT_DB): made when missing.
+DATA_DIR_NAME = ".noetl"
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 config_option = click.option(
@@ -79,9 +82,29 @@ def with_settings(func: F) -> F:
                 if given and value is not None:
                     flags[param.setting] = (value, _flag(param, value))
         settings = load_settings(config_file, os.environ, flags)
+        if "db.url" in {p.setting for p in ctx.command.params if isinstance(p, SettingOption)}:
+            check_db_directory(settings.db.url)
         return func(*args, settings=settings, **kwargs)
 
     return config_option(wrapper)  # type: ignore[return-value]
+
+
+def check_db_directory(url: str) -> None:
+    """A SQLite database must go in a directory that exists: NoETL makes its own data
+    directory (`.noetl`) and no other, so a mistyped `--db` path creates nothing."""
+    from noetl.store import sqlite_file
+
+    path = sqlite_file(url)
+    if path is None:
+        return
+    parent = Path(path).parent
+    if parent.name == DATA_DIR_NAME or parent.is_dir() or str(parent) in ("", "."):
+        return
+    raise click.BadParameter(
+        f"{path}: the directory {parent} does not exist (create it first; only NoETL's own "
+        f"{DATA_DIR_NAME} directory is made for you)",
+        param_hint="--db / NOETL_DB",
+    )
 
 
 def _flag(param: click.Option, value: Any) -> str:

@@ -9,6 +9,7 @@ diagnostic.
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path as FsPath
@@ -125,7 +126,7 @@ def read_source(path: str | FsPath) -> Source:
     try:
         size = fs_path.stat().st_size
     except FileNotFoundError:
-        raise _fail(name, "E001", "file not found") from None
+        raise _fail(name, "E001", "file not found" + _did_you_mean(fs_path)) from None
     except OSError as exc:
         raise _fail(name, "E001", f"cannot read file: {exc.strerror}") from None
     if fs_path.is_dir():
@@ -134,6 +135,21 @@ def read_source(path: str | FsPath) -> Source:
         raise _too_big(name, size)
     raw = fs_path.read_bytes()
     return parse_source(raw, name)
+
+
+def _did_you_mean(path: FsPath) -> str:
+    """A file the missing `path` may mean: the same name with a YAML extension, or a
+    close name in its directory ("" when there is none)."""
+    folder = path.parent
+    try:
+        names = [p.name for p in folder.iterdir() if p.suffix in (".yaml", ".yml")]
+    except OSError:
+        return ""
+    for suffix in (".yaml", ".yml"):
+        if path.with_suffix(suffix).name in names:
+            return f"; did you mean {path.with_suffix(suffix)}?"
+    close = difflib.get_close_matches(path.name, names, n=1, cutoff=0.75)
+    return f"; did you mean {folder / close[0]}?" if close else ""
 
 
 def parse_source(raw: bytes | str, name: str = "<playbook>") -> Source:
