@@ -91,15 +91,16 @@ def with_settings(func: F) -> F:
 
 def check_db_directory(url: str) -> None:
     """A SQLite database must go in a directory that exists: NoETL makes its own data
-    directory (`.noetl`) and no other, so a mistyped `--db` path creates nothing."""
+    directory (`.noetl`) and no other, so a mistyped `--db` path creates nothing. (A path
+    under a file is left to the store, which says it cannot open it: exit 3.)"""
     from noetl.store import sqlite_file
 
     path = sqlite_file(url)
     if path is None:
         return
     parent = Path(path).parent
-    if parent.name == DATA_DIR_NAME or parent.is_dir() or str(parent) in ("", "."):
-        return
+    if parent.name == DATA_DIR_NAME or parent.exists() or str(parent) in ("", "."):
+        return  # what exists but is no directory is the store's to say (it cannot open)
     raise click.BadParameter(
         f"{path}: the directory {parent} does not exist (create it first; only NoETL's own "
         f"{DATA_DIR_NAME} directory is made for you)",
