@@ -3,21 +3,30 @@
 ```python
 import noetl
 
-result = noetl.run("flow.yaml", workload={"n": 3})
-if result.ok:
-    print(result.context["total"])
-report = noetl.validate("flow.yaml")
+report = noetl.run("flow.yaml", workload={"n": 3})
+if report.ok:
+    print(report.context["total"])
+else:
+    for step in report.failed_steps:
+        print(step.name, step.error, step.attempts)
+print(noetl.validate("flow.yaml").ok)
 ```
 
 A playbook is given as a path (`str` or `pathlib.Path`), as YAML text, or as a dict. An
-invalid one raises `noetl.PlaybookError` (its `diagnostics`: code, message, line, field)
-from `run`; `validate` returns them. `run` runs the playbook embedded, as `noetl run`
-does (python steps in a pool of child processes, which is started and stopped inside the
-call: no `if __name__ == "__main__":` guard is needed), and returns its `RunResult`.
+invalid one raises `noetl.PlaybookError` (its `diagnostics`: code, message, line, step,
+severity) from `run`; `validate` returns them. `run` runs the playbook embedded, as
+`noetl run` does (python steps in a pool of child processes, which is started and stopped
+inside the call: no `if __name__ == "__main__":` guard is needed, see
+noetl.worker.python_pool), and returns a `RunReport` (noetl.api_results).
 
 The database: by default a SQLite file in a temporary directory, deleted when `run`
-returns (the result holds what the run did); `db=` keeps the run in that database (a
+returns (the report holds what the run did); `db=` keeps the run in that database (a
 file path, or a `postgresql://` URL) for `noetl exec`, `noetl dlq` or `noetl ui`.
+
+The settings: those `noetl run` reads (the `NOETL_CONFIG` file, the `NOETL_*` variables),
+with `settings={"dotted.key": value}` over them, or a `noetl.config.Settings` as it is.
+The database and the log are not taken from them: `db=` names the one, and `run` writes
+no log (the report and the database hold what happened).
 """
 
 from __future__ import annotations
@@ -28,14 +37,18 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from noetl.decision.records import RunResult
-from noetl.dsl.diagnostics import Diagnostic
+from noetl.dsl.diagnostics import Diagnostic, Severity
 from noetl.dsl.validate import LoadResult, load_playbook, load_playbook_text
-from noetl.errors import PlaybookError
+from noetl.errors import ConfigError, PlaybookError
 
-__all__ = ["Validation", "run", "validate"]
+if TYPE_CHECKING:
+    from noetl.api_results import RunReport
+    from noetl.config import Settings
+    from noetl.runtime.embedded import EmbeddedRuntime
+
+__all__ = ["Playbook", "Validation", "resolve_settings", "run", "validate"]
 
 Playbook = str | Path | Mapping[str, Any]
 
@@ -49,16 +62,19 @@ class Validation:
 
     @property
     def errors(self) -> tuple[Diagnostic, ...]:
-        return tuple(d for d in self.diagnostics if d.severity.value == "error")
+        return tuple(d for d in self.diagnostics if d.severity is Severity.ERROR)
 
     @property
     def warnings(self) -> tuple[Diagnostic, ...]:
-        return tuple(d for d in self.diagnostics if d.severity.value != "error")
+        return tuple(d for d in self.diagnostics if d.severity is not Severity.ERROR)
 
 
-def validate(playbook: Playbook) -> Validation:
-    """Validate a playbook (a path, YAML text or a dict); never raises for its content."""
-    loaded, _ = _load(playbook)
+def validate(
+    playbook: Playbook, *, settings: Settings | Mapping[str, Any] | None = None
+) -> Validation:
+    """Validate a playbook (a path, YAML text or a dict); never raises for its content
+    (FileNotFoundError for a path that names no file)."""
+    loaded, _ = _load(playbook, allow_legacy=resolve_settings(settings).dsl.allow_legacy)
     return Validation(loaded.ok, tuple(loaded.diagnostics))
 
 
@@ -69,60 +85,101 @@ def run(
     db: str | Path | None = None,
     workers: int | None = None,
     timeout: float | None = None,
-) -> RunResult:
-    """Run a playbook to its end and return its result (`result.ok`, `status`, `steps`,
-    `context`, `error`, `duration_s`). PlaybookError when it is not valid; TimeoutError
-    when `timeout` seconds pass first (the execution is canceled)."""
-    from noetl.runtime.local import embedded_runtime  # noqa: PLC0415 - the runtime is heavy
+    settings: Settings | Mapping[str, Any] | None = None,
+) -> RunReport:
+    """Run a playbook to its end and return its report (`ok`, `status`, `steps`,
+    `context`, `error`, `duration_s`). A failed run is a report, not an exception.
+    PlaybookError when the playbook is not valid; ConfigError for a bad setting;
+    TimeoutError when `timeout` seconds pass first (the execution is canceled)."""
+    # The runtime is heavy: it loads on the first run, so `import noetl` stays cheap.
+    from noetl.runtime.local import embedded_runtime  # noqa: PLC0415
     from noetl.scripts import read_scripts  # noqa: PLC0415
 
-    loaded, base = _load(playbook)
+    config = resolve_settings(settings)
+    loaded, base = _load(playbook, allow_legacy=config.dsl.allow_legacy)
     if not loaded.ok:
         raise PlaybookError(loaded.errors)
     model = read_scripts(loaded.require(), base, file=loaded.file)
     text = loaded.source.text if loaded.source else ""
     with tempfile.TemporaryDirectory(prefix="noetl-run-") as scratch:
         where = str(db) if db is not None else str(Path(scratch) / "noetl.db")
-        with embedded_runtime(where, workers=workers) as runtime:
+        with embedded_runtime(
+            where,
+            workers=workers or config.run.workers,
+            secrets_file=config.secrets.file,
+            credentials=config.credentials.config(),
+            options=config.engine_options(),
+            roots=config.roots(Path.cwd()),
+            max_result_bytes=config.worker.max_result_bytes,
+            result_inline_bytes=config.worker.result_inline_bytes,
+        ) as runtime:
             execution_id = runtime.start(
                 model, workload=dict(workload or {}), source_text=text, path=loaded.file
             )
-            return _wait(runtime, execution_id, timeout)
+            _wait(runtime, execution_id, timeout)
+            return _report(runtime, execution_id, loaded, kept=where if db is not None else None)
 
 
-def _wait(runtime: Any, execution_id: str, timeout: float | None) -> RunResult:
+def resolve_settings(settings: Settings | Mapping[str, Any] | None) -> Settings:
+    """A Settings as it is; else what `noetl run` reads, with the dotted keys of
+    `settings` over it. ConfigError for a key that is no setting or a bad value."""
+    from noetl.config import Settings, load_settings  # noqa: PLC0415
+
+    if isinstance(settings, Settings):
+        return settings
+    flags = {key: (value, f"settings[{key!r}]") for key, value in (settings or {}).items()}
+    try:
+        return load_settings(None, None, flags)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # a key that names no setting
+        raise ConfigError(str(exc)) from exc
+
+
+def _wait(runtime: EmbeddedRuntime, execution_id: str, timeout: float | None) -> None:
     if timeout is None:
-        result: RunResult = runtime.wait([execution_id])[0]
-        return result
+        runtime.wait([execution_id])
+        return
     deadline = time.monotonic() + timeout
     expired = threading.Event()
 
-    def progress(_: Any) -> None:
+    def progress(_: object) -> None:
         if not expired.is_set() and time.monotonic() >= deadline:
             expired.set()
             runtime.cancel(execution_id)
 
-    result = runtime.wait([execution_id], on_progress=progress)[0]
+    runtime.wait([execution_id], on_progress=progress)
     if expired.is_set():
         raise TimeoutError(
             f"execution {execution_id} did not end within {timeout} s; it was canceled"
         )
-    return result
 
 
-def _load(playbook: Playbook) -> tuple[LoadResult, Path]:
+def _report(
+    runtime: EmbeddedRuntime, execution_id: str, loaded: LoadResult, *, kept: str | None
+) -> RunReport:
+    from noetl.api_results import report  # noqa: PLC0415
+    from noetl.cli.summary import gather, step_lines  # noqa: PLC0415
+
+    lines = step_lines(loaded.source, loaded.require())
+    facts = gather(runtime.store.load_events(execution_id), lines)
+    state = runtime.state(execution_id)
+    return report(runtime.result(execution_id), state.steps, facts, db=kept)
+
+
+def _load(playbook: Playbook, *, allow_legacy: bool) -> tuple[LoadResult, Path]:
     """The playbook validated, and the directory its script files are relative to."""
     if isinstance(playbook, Mapping):
         import yaml  # noqa: PLC0415
 
         text = yaml.safe_dump(dict(playbook), sort_keys=False)
-        return load_playbook_text(text, "<dict>"), Path.cwd()
+        return load_playbook_text(text, "<dict>", allow_legacy=allow_legacy), Path.cwd()
     if isinstance(playbook, Path) or (isinstance(playbook, str) and _looks_like_path(playbook)):
         path = Path(playbook)
         if not path.exists():
             raise FileNotFoundError(f"no playbook file {path}")
-        return load_playbook(path), path.resolve().parent
-    return load_playbook_text(str(playbook), "<text>"), Path.cwd()
+        return load_playbook(path, allow_legacy=allow_legacy), path.resolve().parent
+    return load_playbook_text(str(playbook), "<text>", allow_legacy=allow_legacy), Path.cwd()
 
 
 def _looks_like_path(text: str) -> bool:

@@ -19,7 +19,7 @@ def new_execution_id(now: float) -> str:
     return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunResult:
     """The outcome of an execution, as `noetl run --json` prints it."""
 

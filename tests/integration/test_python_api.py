@@ -4,15 +4,19 @@ a `__main__` guard, run as a real program."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+import threading
+import time
+from dataclasses import FrozenInstanceError
 from pathlib import Path
 
 import pytest
 
 import noetl
-from noetl.core import ExecutionStatus
+from noetl.core import ExecutionStatus, StepStatus
 from tests.conftest import ROOT
 
 TEXT = """\
@@ -48,7 +52,15 @@ def test_run_a_file_text_and_dict(tmp_path: Path) -> None:
     }
     result = noetl.run(as_dict)
     assert result.ok and result.context == {"answer": 42}
-    assert result.steps["only"]["status"] == "ok"
+    only = result.steps["only"]
+    assert only.status is StepStatus.OK and only.result == 42 and only.error is None
+    assert result.db is None and result.duration_s >= 0
+    assert from_file.steps["total"].attempts == 1 and from_file.steps["total"].line == 6
+    assert from_file.to_dict()["steps"] == {"total": {"status": "ok"}}
+    with pytest.raises(FrozenInstanceError):
+        result.status = ExecutionStatus.FAIL  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        result.steps["other"] = only  # type: ignore[index]
 
 
 def test_a_failing_step_and_a_kept_database(tmp_path: Path) -> None:
@@ -56,8 +68,39 @@ def test_a_failing_step_and_a_kept_database(tmp_path: Path) -> None:
     db = tmp_path / "kept.db"
     result = noetl.run(text, db=db)
     assert not result.ok and result.status is ExecutionStatus.FAIL
-    assert "ZeroDivisionError" in result.steps["total"]["error"]
-    assert db.exists()  # kept for `noetl exec` / `noetl dlq`
+    [failed] = result.failed_steps
+    assert failed.name == "total" and failed.status is StepStatus.FAILED
+    assert failed.error is not None and "ZeroDivisionError" in failed.error
+    assert result.error is not None
+    assert db.exists() and result.db == str(db)  # kept for `noetl exec` / `noetl dlq`
+
+
+def test_retries_are_counted_and_settings_apply() -> None:
+    flaky = TEXT.replace('return sum(range(args["n"] + 1))', "1 / 0").replace(
+        "result: {as: total}",
+        "result: {as: total}\n    retry: {max_attempts: 3, initial_delay: 0.01}",
+    )
+    assert noetl.validate(flaky).ok, noetl.validate(flaky).diagnostics
+    result = noetl.run(flaky, workers=1)
+    step = result.steps["total"]
+    assert step.status is StepStatus.FAILED and step.attempts == 3 and step.retries == 2
+    legacy = TEXT.replace("result: {as: total}", "save: {as: total}")
+    assert not noetl.validate(legacy, settings={"dsl.allow_legacy": False}).ok
+    with pytest.raises(noetl.ConfigError, match=r"no setting 'run\.wrkers'"):
+        noetl.run(TEXT, settings={"run.wrkers": 2})
+
+
+def test_runs_from_two_threads_at_once() -> None:
+    box: dict[int, noetl.RunReport] = {}
+    threads = [
+        threading.Thread(target=lambda n=n: box.update({n: noetl.run(TEXT, {"n": n})}))
+        for n in (2, 3)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert {n: r.context["total"] for n, r in box.items()} == {2: 3, 3: 6}
 
 
 def test_an_invalid_playbook_raises_with_its_diagnostics() -> None:
@@ -65,7 +108,8 @@ def test_an_invalid_playbook_raises_with_its_diagnostics() -> None:
     report = noetl.validate(bad)
     assert not report.ok
     [error] = report.errors
-    assert error.code == "E304" and error.line == 8
+    assert error.code == "E304" and error.line == 8 and error.step == "total"
+    assert error.severity.value == "error" and "pythn" in error.message
     with pytest.raises(noetl.PlaybookError) as raised:
         noetl.run(bad)
     assert raised.value.diagnostics[0].code == "E304"
@@ -85,26 +129,57 @@ def test_a_script_without_a_main_guard_runs_and_exits(tmp_path: Path) -> None:
     script.write_text(
         textwrap.dedent(
             f"""
+            import threading
             import noetl
             print("start")  # printed once: the pool never imports this script again
             result = noetl.run({TEXT!r}, {{"n": 5}})
             again = noetl.run({TEXT!r}, {{"n": 6}})
-            print(result.status.value, result.context["total"], again.context["total"])
+            box = []
+            thread = threading.Thread(target=lambda: box.append(noetl.run({TEXT!r})))
+            thread.start()
+            thread.join()
+            print(result.status.value, result.context["total"], again.context["total"],
+                  box[0].context["total"])
             """
         ),
         encoding="utf-8",
     )
-    proc = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, str(script)],
         cwd=tmp_path,
         env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=120,
-        check=False,
+        start_new_session=True,  # its own process group: what it leaves behind is findable
     )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert proc.stdout.split("\n")[:2] == ["start", "ok 15 21"]
+    try:
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 0, err[-3000:]
+    assert out.split("\n")[:2] == ["start", "ok 15 21 6"]
+    assert list(tmp_path.iterdir()) == [script]  # nothing written where it ran
+    deadline = time.monotonic() + 10
+    while _group(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)  # the fork server and resource tracker exit after their parent
+    assert _group(proc.pid) == [], "processes left running"
+
+
+def _group(pgid: int) -> list[str]:
+    """The processes of process group `pgid` still running (Linux /proc)."""
+    left = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            left.append(entry.name)
+    return left
 
 
 def test_import_noetl_loads_no_engine() -> None:
