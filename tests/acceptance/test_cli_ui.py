@@ -50,7 +50,7 @@ def test_noetl_ui_serves_the_console_over_the_embedded_database(tmp_path: Path) 
 
 
 def test_noetl_ui_says_when_the_database_does_not_exist_yet(tmp_path: Path) -> None:
-    db = tmp_path / "fresh" / "noetl.db"
+    db = tmp_path / "fresh.db"  # its directory exists: --db into a missing one is refused
     cluster = Cluster(db=str(db), workdir=tmp_path, port=free_port())
     proc = cluster._spawn("ui", "ui", "--db", str(db), "--port", str(cluster.port), "--no-auth")
     try:
