@@ -49,6 +49,7 @@ def upstream_pg(url: str, password: str = PW) -> dict[str, Any]:
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
 def db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
+        (tmp_path / "data").mkdir()  # --db into a missing directory is refused
         return str(tmp_path / "data" / "noetl.db")
     url: str = request.getfixturevalue("pg_database")
     return url

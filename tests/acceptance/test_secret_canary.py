@@ -145,6 +145,7 @@ def test_a_secret_reaches_its_services_and_nothing_else(
     playbook = tmp_path / "canary.yaml"
     playbook.write_text(PLAYBOOK.format(url=url), encoding="utf-8")
     db = tmp_path / "data" / "noetl.db"
+    db.parent.mkdir()  # --db into a missing directory is refused
     env = {
         "NOETL_SECRET_CANARY": canary,
         "NOETL_CREDENTIAL_warehouse": json.dumps({"dsn": pg_dsn}),
@@ -274,6 +275,7 @@ def test_a_credential_reaches_its_services_and_nothing_else(
     playbook = tmp_path / "credential_canary.yaml"
     playbook.write_text(CREDENTIAL_PLAYBOOK.format(url=f"{http_url}/ok"), encoding="utf-8")
     db = tmp_path / "data" / "noetl.db"
+    db.parent.mkdir()  # --db into a missing directory is refused
     env = {"NOETL_LOG_LEVEL": "DEBUG", **CONSOLE_TRACING}
     extra = ("--set", "pg_auth=guarded") if outcome == "wrong_password" else ()
     with RefusingPostgres() as refusing:
