@@ -18,7 +18,7 @@ from noetl.dsl.source import Source
 from noetl.dsl.templates import check_syntax, is_template, step_references
 from noetl.dsl.yaml_tree import YMap, line_at
 
-__all__ = ["strings", "template_checks"]
+__all__ = ["literal_field", "strings", "template_checks"]
 
 
 def strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
@@ -40,7 +40,7 @@ def _step_names(tree: YMap) -> list[str]:
     return [s["step"] for s in steps if isinstance(s, dict) and isinstance(s.get("step"), str)]
 
 
-def _literal(tree: YMap, path: Path) -> bool:
+def literal_field(tree: YMap, path: Path) -> bool:
     """Whether the string at `path` is a tool spec field taken literally (code, SQL; an
     upstream NoETL playbook renders them)."""
     if tree.get("dialect") == UPSTREAM or len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
@@ -59,7 +59,7 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
     names = set(_step_names(tree))
     for section in ("workflow", "workbook"):
         for path, text in strings(tree.get(section), (section,)):
-            if not is_template(text) or _literal(tree, path):
+            if not is_template(text) or literal_field(tree, path):
                 continue
             key_line = line_at(tree, path) or 1
             problem = check_syntax(text)

@@ -106,18 +106,56 @@ def step_references(text: str) -> list[StepReference]:
     return [] if isinstance(tree, TemplateProblem) else list(_walk(tree))
 
 
+def _undeclared(tree: nodes.Template) -> set[str]:
+    """`meta.find_undeclared_variables` without its optimizer, which folds constants into
+    the tree it is given (`['a', 'b']` becomes one constant) and would change the cached
+    tree the other checks read."""
+    codegen = meta.TrackingCodeGenerator(_ENV)
+    codegen.optimizer = None
+    codegen.visit(tree)
+    return codegen.undeclared_identifiers
+
+
 def free_names(text: str) -> list[tuple[str, int]]:
     """The names a (syntactically valid) template reads from its context, each once with
     the line (inside the template) of its first read; names it sets itself are left out."""
     tree = _parse(text)
     if isinstance(tree, TemplateProblem):
         return []
-    undeclared = meta.find_undeclared_variables(tree)
+    undeclared = _undeclared(tree)
     seen: dict[str, int] = {}
     for name in tree.find_all(nodes.Name):
         if name.ctx == "load" and name.name in undeclared:
             seen.setdefault(name.name, name.lineno)
     return list(seen.items())
+
+
+@dataclass(frozen=True, slots=True)
+class NameRead:
+    """A name a template reads from its context: the line (inside the template) of its
+    first read, and whether the template allows it to be undefined (`x | default(...)`,
+    `x is defined` anywhere in the template)."""
+
+    name: str
+    lineno: int
+    guarded: bool
+
+
+_GUARD_FILTERS = frozenset({"default", "d"})
+_GUARD_TESTS = frozenset({"defined", "undefined"})
+
+
+def name_reads(text: str) -> list[NameRead]:
+    """`free_names` of a (syntactically valid) template, each with whether it is guarded."""
+    tree = _parse(text)
+    if isinstance(tree, TemplateProblem):
+        return []
+    guarded: set[str] = set()
+    for node in tree.find_all((nodes.Filter, nodes.Test)):
+        names = _GUARD_FILTERS if isinstance(node, nodes.Filter) else _GUARD_TESTS
+        if node.name in names and isinstance(node.node, nodes.Name):
+            guarded.add(node.node.name)
+    return [NameRead(name, line, name in guarded) for name, line in free_names(text)]
 
 
 def helper_call(text: str) -> tuple[str, str] | None:

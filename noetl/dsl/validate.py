@@ -22,6 +22,7 @@ from noetl.dsl.checks import partial_checks, semantic_checks
 from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
 from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
+from noetl.dsl.name_checks import name_checks
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, parse_source, read_source
@@ -63,26 +64,34 @@ class LoadResult:
         return self.playbook
 
 
-def load_playbook(path: str | FsPath, *, allow_legacy: bool = True) -> LoadResult:
-    """Read and validate a playbook file."""
+def load_playbook(
+    path: str | FsPath, *, allow_legacy: bool = True, check_names: bool = True
+) -> LoadResult:
+    """Read and validate a playbook file. `check_names=False` leaves out the checks of the
+    names templates read (E313, W413): for a test of what a run does with such a name."""
     with _gc_paused():
         try:
             source = read_source(path)
         except SourceError as exc:
             return LoadResult(file=str(path), playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy)
+        return _validate(source, allow_legacy=allow_legacy, check_names=check_names)
 
 
 def load_playbook_text(
-    text: str | bytes, name: str = "<playbook>", *, allow_legacy: bool = True
+    text: str | bytes,
+    name: str = "<playbook>",
+    *,
+    allow_legacy: bool = True,
+    check_names: bool = True,
 ) -> LoadResult:
-    """Validate playbook text (from the API, a test or stdin)."""
+    """Validate playbook text (from the API, a test or stdin); `check_names` as for
+    `load_playbook`."""
     with _gc_paused():
         try:
             source = parse_source(text, name)
         except SourceError as exc:
             return LoadResult(file=name, playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy)
+        return _validate(source, allow_legacy=allow_legacy, check_names=check_names)
 
 
 @contextmanager
@@ -101,7 +110,7 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
+def _validate(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadResult:
     file = source.name
     if not isinstance(source.tree, YMap):
         got = "nothing" if source.tree is None else type_name(source.tree)
@@ -128,6 +137,8 @@ def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
         diags.extend(partial_checks(tree, source))
     else:
         diags.extend(semantic_checks(playbook, tree, source, graph=not has_errors(diags)))
+        if check_names:
+            diags.extend(name_checks(playbook, tree, source))
     diags = _dedupe(diags)
     diags.sort(key=lambda d: (d.line or 0, d.severity is not Severity.ERROR, d.code))
     return LoadResult(
