@@ -58,6 +58,8 @@ _OUTCOME = frozenset(
         "attempt",
         "max_attempts",
         "node_id",
+        "sink_id",  # a sink's own retry_when / stop_when (noetl.sinks)
+        "sink_kind",
     }
 )
 # The fields of a step that see the outcome, its bind values and its loop item.
@@ -156,6 +158,8 @@ class _Names:
         saved = set(self.savers) | self.anywhere
         for item in self._reads(base):
             local = _local_names(step, item.path[2:])
+            if item.path[-2:] == ("spec", "script"):
+                local |= self.workload  # rendered with the workload's keys bare (noetl.scripts)
             name = item.read.name
             if name in builtin_names() or name in local or name in self.anywhere:
                 continue

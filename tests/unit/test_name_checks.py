@@ -266,3 +266,18 @@ def test_reading_the_names_leaves_the_step_references_of_a_template_intact() -> 
     assert [read.name for read in name_reads(text)] == ["all_done", "wat"]
     assert step_references(text) == before
     assert [ref.name for ref in before] == ["a", "x"]
+
+
+def test_a_script_path_sees_workload_keys_and_a_sink_retry_its_own_names() -> None:
+    steps = """
+        - step: run
+          tool: {kind: python, spec: {script: "{{ limit }}/x.py"}}
+          result:
+            sink:
+              - file:
+                  path: /tmp/out.json
+                  retry: {max_attempts: 2, retry_when: "{{ sink_id == 'file_0' }}"}
+        - step: other
+          tool: {kind: noop, args: {path: "{{ limit }}/x.py"}}
+        """
+    assert [(code, step) for _, code, step, _ in found(steps)] == [("E313", "other")]
