@@ -17,27 +17,19 @@ and `ctx` variables are written along arcs and by tasks at run time.
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path
 from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest
 from noetl.dsl.model import UPSTREAM, Playbook, Result, Step, Tool
+from noetl.dsl.run_order import RunOrder
 from noetl.dsl.sandbox import LimitedEnvironment
 from noetl.dsl.source import Source
-from noetl.dsl.template_checks import literal_field, strings
-from noetl.dsl.templates import (
-    HELPERS,
-    NameRead,
-    check_syntax,
-    is_template,
-    name_reads,
-    step_references,
-)
+from noetl.dsl.template_checks import Reads, literal_field
+from noetl.dsl.templates import HELPERS, NameRead
 from noetl.dsl.yaml_tree import YMap, line_at
 
 __all__ = ["OUTCOME_FIELDS", "builtin_names", "name_checks"]
@@ -86,16 +78,18 @@ class _Read:
 class _Names:
     """The names of one playbook: who saves what, the graph's callers, the workload."""
 
-    def __init__(self, playbook: Playbook, tree: YMap, source: Source) -> None:
+    def __init__(self, playbook: Playbook, tree: YMap, source: Source, reads: Reads) -> None:
         self.playbook = playbook
         self.tree = tree
         self.source = source
         self.workload = set(playbook.workload)
         self.savers: dict[str, set[str]] = {}  # name -> the steps that save it
         self.anywhere: set[str] = set()  # saved by a workbook task no step calls
-        self.callers: dict[str, set[str]] = {}  # step -> the steps that can call it
         self._saves()
-        self._edges()
+        self.saved = set(self.savers) | self.anywhere
+        self.order = RunOrder(playbook)
+        self._saver_bits: dict[str, int] = {}
+        self.grouped = self._group(reads)
         self.diags: list[Diagnostic] = []
 
     def _saves(self) -> None:
@@ -108,54 +102,17 @@ class _Names:
             if name not in called:
                 self.anywhere.update(_result_saves(result))
 
-    def _edges(self) -> None:
-        """Who can run before whom: the callers of each step along `next`, `case`,
-        `compensate` and `policy.on_step_fail` edges, and the steps a gate or an edge's
-        condition waits for (`when: "{{ done('a') }}"`: `a` has run by then)."""
-        steps = self.playbook.workflow
-        for step in steps:
-            self._waits(step.step, step.when)
-            edges = list(step.next.to) if step.next else []
-            for branch in step.case or ():
-                if branch.then.next is not None:
-                    edges.extend(branch.then.next.to)
-                    for edge in branch.then.next.to:
-                        self._waits(edge.step, branch.when)
-            targets = [edge.step for edge in edges]
-            for edge in edges:
-                self._waits(edge.step, edge.when)
-            if step.compensate:
-                targets.append(step.compensate)
-            for target in targets:
-                self.callers.setdefault(target, set()).add(step.step)
-        route = self.playbook.policy.route_edge_target
-        if route is not None:  # any step's failure may call it
-            self.callers.setdefault(route, set()).update(s.step for s in steps)
-
-    def _waits(self, step: str, condition: object) -> None:
-        if isinstance(condition, str) and is_template(condition):
-            waited = {ref.name for ref in step_references(condition)}
-            self.callers.setdefault(step, set()).update(waited)
-
-    def runs_before(self, savers: set[str], step: str) -> bool:
-        """Whether one of `savers` is `step` or can run before it (a path of calls leads
-        from it to `step`). A walk back from `step`, stopping at the first saver found."""
+    def runs_before(self, name: str, step: str) -> bool:
+        """Whether a step that saves `name` is `step` or can run before it."""
+        savers = self.savers[name]
         if step in savers:
             return True
-        seen = {step}
-        queue = deque([step])
-        while queue:
-            for caller in self.callers.get(queue.popleft(), ()):
-                if caller in savers:
-                    return True
-                if caller not in seen:
-                    seen.add(caller)
-                    queue.append(caller)
-        return False
+        if name not in self._saver_bits:
+            self._saver_bits[name] = self.order.bits(savers)
+        return bool(self.order.before(step) & self._saver_bits[name])
 
     def check_step(self, index: int, step: Step) -> None:
         base: Path = ("workflow", index)
-        saved = set(self.savers) | self.anywhere
         for item in self._reads(base):
             local = _local_names(step, item.path[2:])
             if item.path[-2:] == ("spec", "script"):
@@ -165,11 +122,11 @@ class _Names:
                 continue
             savers = self.savers.get(name)
             if savers is not None:
-                if not item.read.guarded and not self.runs_before(savers, step.step):
+                if not item.read.guarded and not self.runs_before(name, step.step):
                     self._later(item, savers)
                 continue
             if not item.read.guarded:
-                scope = builtin_names() | local | saved
+                scope = builtin_names() | local | self.saved
                 self._undefined(item, _hint(name, step, self.workload, scope))
 
     def check_task(self, index: int, everything: frozenset[str]) -> None:
@@ -182,17 +139,19 @@ class _Names:
             hint = _hint(name, None, self.workload, everything)
             self._undefined(item, hint)
 
-    def _reads(self, base: Path) -> Iterator[_Read]:
-        node: Any = self.tree
-        for part in base:
-            node = node[part]
-        for path, text in strings(node, base):
-            if not is_template(text) or self._skipped(path):
+    def _group(self, reads: Reads) -> dict[Path, list[_Read]]:
+        """The reads of each step and workbook task, by its path, but for the text that
+        is not rendered where the template checks found it."""
+        grouped: dict[Path, list[_Read]] = {}
+        for path, (text, found) in reads.items():
+            if len(path) < 3 or self._skipped(path):
                 continue
-            if check_syntax(text) is not None:
-                continue  # E310 already
-            for read in name_reads(text):
-                yield _Read(path, text, read)
+            items = grouped.setdefault(path[:2], [])
+            items.extend(_Read(path, text, read) for read in found)
+        return grouped
+
+    def _reads(self, base: Path) -> list[_Read]:
+        return self.grouped.get(base, [])
 
     def _skipped(self, path: Path) -> bool:
         """Text that is not rendered here: a description, code and SQL (taken literally),
@@ -315,12 +274,12 @@ def _hint(name: str, step: Step | None, workload: set[str], scope: Iterable[str]
     return suggest(name, scope)
 
 
-def name_checks(playbook: Playbook, tree: YMap, source: Source) -> list[Diagnostic]:
+def name_checks(playbook: Playbook, tree: YMap, source: Source, reads: Reads) -> list[Diagnostic]:
     """E313 and W413 for every template of a valid playbook (none for upstream NoETL's
-    dialect)."""
+    dialect), from the names its templates read (`reads`, by `template_checks`)."""
     if tree.get("dialect") == UPSTREAM:
         return []
-    names = _Names(playbook, tree, source)
+    names = _Names(playbook, tree, source, reads)
     everything = set(builtin_names()) | set(names.savers) | names.anywhere | _OUTCOME
     for index, step in enumerate(playbook.workflow):
         names.check_step(index, step)

@@ -26,7 +26,7 @@ from noetl.dsl.name_checks import name_checks
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, parse_source, read_source
-from noetl.dsl.template_checks import template_checks
+from noetl.dsl.template_checks import Reads, template_checks
 from noetl.dsl.yaml_tree import YMap
 from noetl.errors import PlaybookError
 
@@ -126,7 +126,8 @@ def _validate(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadR
         return LoadResult(file=file, playbook=None, diagnostics=diags, source=source)
     tree, normalized = normalize_document(tree, file, allow_legacy=allow_legacy)
     diags.extend(normalized)
-    diags.extend(template_checks(tree, source))
+    reads: Reads | None = {} if check_names else None
+    diags.extend(template_checks(tree, source, reads))
     playbook: Playbook | None = None
     try:
         playbook = Playbook.model_validate(tree, context={"dialect": tree.get("dialect", NATIVE)})
@@ -137,8 +138,8 @@ def _validate(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadR
         diags.extend(partial_checks(tree, source))
     else:
         diags.extend(semantic_checks(playbook, tree, source, graph=not has_errors(diags)))
-        if check_names:
-            diags.extend(name_checks(playbook, tree, source))
+        if reads is not None:
+            diags.extend(name_checks(playbook, tree, source, reads))
     diags = _dedupe(diags)
     diags.sort(key=lambda d: (d.line or 0, d.severity is not Severity.ERROR, d.code))
     return LoadResult(
