@@ -32,7 +32,7 @@ from noetl.dsl.template_checks import Reads, literal_field
 from noetl.dsl.templates import HELPERS, NameRead
 from noetl.dsl.yaml_tree import YMap, line_at
 
-__all__ = ["OUTCOME_FIELDS", "builtin_names", "name_checks"]
+__all__ = ["builtin_names", "name_checks"]
 
 # What the tool's outcome adds where it is known (noetl.engine.retry.retry_names; `out`
 # is the picked value of result.pick, collect.key, sink args and loop.until).
@@ -54,8 +54,8 @@ _OUTCOME = frozenset(
         "sink_kind",
     }
 )
-# The fields of a step that see the outcome, its bind values and its loop item.
-OUTCOME_FIELDS = ("result", "sink", "retry", "case", "until")
+# The fields of a step that see its bind values, and its loop item (noetl.engine.flow:
+# `when`, `bind` and `next` are rendered without them).
 _BIND_FIELDS = frozenset({"tool", "loop", "result", "retry", "case"})
 _ITEM_FIELDS = frozenset({"tool", "result", "retry"})
 _NOT_RENDERED = frozenset({"desc"})

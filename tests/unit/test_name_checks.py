@@ -281,3 +281,39 @@ def test_a_script_path_sees_workload_keys_and_a_sink_retry_its_own_names() -> No
           tool: {kind: noop, args: {path: "{{ limit }}/x.py"}}
         """
     assert [(code, step) for _, code, step, _ in found(steps)] == [("E313", "other")]
+
+
+def test_on_a_cycle_a_name_saved_later_in_the_cycle_is_not_a_warning() -> None:
+    steps = """
+        - step: start
+          next: fetch
+        - step: fetch
+          tool: {kind: noop, args: {page: "{{ cursor }}"}}
+          next: check
+        - step: check
+          tool: {kind: noop}
+          result: {as: cursor}
+          next: [{step: fetch, when: "{{ cursor.more }}"}, {step: done}]
+        - step: done
+        """
+    codes = [code for _, code, _, _ in found(steps)]
+    assert codes == []
+    acyclic = steps.replace('[{step: fetch, when: "{{ cursor.more }}"}, {step: done}]', "done")
+    assert [code for _, code, _, _ in found(acyclic)] == ["W413"]
+
+
+def test_the_step_a_failure_policy_routes_to_runs_after_every_step() -> None:
+    head_policy = "policy: {on_step_fail: 'route_edge:cleanup'}\n"
+    steps = """
+        - step: start
+          tool: {kind: noop}
+          result: {as: started}
+        - step: cleanup
+          tool: {kind: noop, args: {started: "{{ started }}"}}
+        """
+    text = HEAD.replace("workflow:\n", head_policy + "workflow:\n")
+    text += textwrap.indent(textwrap.dedent(steps).strip("\n"), "  ") + "\n"
+    result = load_playbook_text(text, "n.yaml")
+    assert [d.code for d in result.diagnostics if d.code in ("E313", "W413")] == []
+    without = load_playbook_text(text.replace(head_policy, ""), "n.yaml")
+    assert [d.code for d in without.diagnostics if d.code in ("E313", "W413")] == ["W413"]
