@@ -59,6 +59,7 @@ _OUTCOME = frozenset(
 _BIND_FIELDS = frozenset({"tool", "loop", "result", "retry", "case"})
 _ITEM_FIELDS = frozenset({"tool", "result", "retry"})
 _NOT_RENDERED = frozenset({"desc"})
+_UPSTREAM_NAMES = frozenset({"ctx", "iter", "job", "output", "event", "loop_index"})
 
 
 @cache
@@ -271,6 +272,11 @@ def _hint(name: str, step: Step | None, workload: set[str], scope: Iterable[str]
         )
     if name in workload:
         return f"; did you mean 'workload.{name}'?"
+    if name in _UPSTREAM_NAMES:
+        return (
+            f": '{name}' is upstream NoETL's; here a value a step saves (result.as, a case "
+            f"branch's set) is read by its own name"
+        )
     return suggest(name, scope)
 
 

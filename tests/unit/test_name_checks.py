@@ -317,3 +317,13 @@ def test_the_step_a_failure_policy_routes_to_runs_after_every_step() -> None:
     assert [d.code for d in result.diagnostics if d.code in ("E313", "W413")] == []
     without = load_playbook_text(text.replace(head_policy, ""), "n.yaml")
     assert [d.code for d in without.diagnostics if d.code in ("E313", "W413")] == ["W413"]
+
+
+def test_upstream_names_in_a_native_playbook_say_how_this_language_keeps_values() -> None:
+    [message] = messages(
+        """
+        - step: show
+          tool: {kind: noop, args: {page: "{{ ctx.page }}"}}
+        """
+    )
+    assert "reads 'ctx', which is not defined: 'ctx' is upstream NoETL's" in message
