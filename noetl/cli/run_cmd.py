@@ -12,7 +12,7 @@ from typing import IO, Any, cast
 import click
 from rich.console import Console
 
-from noetl.cli.held_log import HeldLog
+from noetl.cli.held_log import CurrentStderr, HeldLog
 from noetl.cli.inputs import apply_sets, check_workload, read_workload, unknown_sets
 from noetl.cli.live import LiveView
 from noetl.cli.observe import (
@@ -125,7 +125,9 @@ def run_cmd(
     --metrics-port, its metrics are served at http://HOST:PORT/metrics while it runs."""
     # Without a level set, the log is held until the run ends: printed if it fails.
     held = HeldLog() if settings.logging.level is None else None
-    setup_logging(settings, "WARNING", stream=cast("IO[str] | None", held))
+    # Printed as they come: above the live view, through the stream it puts on stderr.
+    stream = held if held is not None else CurrentStderr()
+    setup_logging(settings, "WARNING", stream=cast("IO[str]", stream))
     loaded = load_playbook(file, allow_legacy=settings.dsl.allow_legacy)
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
