@@ -128,7 +128,7 @@ def run_cmd(
     # Printed as they come: above the live view, through the stream it puts on stderr.
     stream = held if held is not None else CurrentStderr()
     setup_logging(settings, "WARNING", stream=cast("IO[str]", stream))
-    loaded = load_playbook(file, allow_legacy=settings.dsl.allow_legacy)
+    loaded = load_playbook(file, policy=settings.dsl.policy())
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
     if not loaded.ok:

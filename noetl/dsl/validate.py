@@ -23,6 +23,7 @@ from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
 from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
 from noetl.dsl.normalize import normalize_document
+from noetl.dsl.policy import DslPolicy, dialect_refused, strict
 from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, parse_source, read_source
 from noetl.dsl.template_checks import template_checks
@@ -63,26 +64,33 @@ class LoadResult:
         return self.playbook
 
 
-def load_playbook(path: str | FsPath, *, allow_legacy: bool = True) -> LoadResult:
-    """Read and validate a playbook file."""
+def load_playbook(
+    path: str | FsPath, *, allow_legacy: bool = True, policy: DslPolicy | None = None
+) -> LoadResult:
+    """Read and validate a playbook file (under `policy`: the forms a deployment accepts,
+    and whether warnings fail; noetl.dsl.policy)."""
     with _gc_paused():
         try:
             source = read_source(path)
         except SourceError as exc:
             return LoadResult(file=str(path), playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy)
 
 
 def load_playbook_text(
-    text: str | bytes, name: str = "<playbook>", *, allow_legacy: bool = True
+    text: str | bytes,
+    name: str = "<playbook>",
+    *,
+    allow_legacy: bool = True,
+    policy: DslPolicy | None = None,
 ) -> LoadResult:
-    """Validate playbook text (from the API, a test or stdin)."""
+    """Validate playbook text (from the API, a test or stdin), under `policy`."""
     with _gc_paused():
         try:
             source = parse_source(text, name)
         except SourceError as exc:
             return LoadResult(file=name, playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy)
 
 
 @contextmanager
@@ -101,7 +109,34 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(source: Source, *, allow_legacy: bool) -> LoadResult:
+def _validate(source: Source, *, allow_legacy: bool, policy: DslPolicy | None) -> LoadResult:
+    result = _checked(source, allow_legacy=allow_legacy and (policy is None or policy.legacy))
+    if policy is None or result.source is None:
+        return result
+    diags = result.diagnostics
+    if isinstance(result.source.tree, YMap):
+        upstream_form = upstream.detect(result.source.tree) is not None
+        refused = dialect_refused(
+            policy,
+            "upstream" if upstream_form else "native",
+            result.file,
+            _first_content_line(source.text),
+        )
+        if refused is not None:
+            diags = [refused, *diags]
+    if policy.strict:
+        diags = strict(diags)
+    if diags is result.diagnostics:
+        return result
+    return LoadResult(
+        file=result.file,
+        playbook=result.playbook if not has_errors(diags) else None,
+        diagnostics=diags,
+        source=result.source,
+    )
+
+
+def _checked(source: Source, *, allow_legacy: bool) -> LoadResult:
     file = source.name
     if not isinstance(source.tree, YMap):
         got = "nothing" if source.tree is None else type_name(source.tree)
