@@ -30,7 +30,11 @@ workload:
 workflow:
   - step: start
     result:
-      pick: "{{ {'count': workload.count, 'ratio': workload.ratio, 'verbose': workload.verbose, 'who': workload.who, 'tags': workload.tags, 'options': workload.options, 'extra': workload.extra | default(none), 'same': workload.db_password == 'hunter2'} }}"
+      pick: >-
+        {{ {'count': workload.count, 'ratio': workload.ratio, 'verbose': workload.verbose,
+            'who': workload.who, 'tags': workload.tags, 'options': workload.options,
+            'extra': workload.extra | default(none),
+            'same': workload.db_password == 'hunter2'} }}
       as: got
 """
 
@@ -90,7 +94,13 @@ def test_a_field_per_workload_key_typed_from_its_default(
     shot(page, artifacts, "start-fields")
     run = started_with(page)
     # Typed as the defaults are; only what changed is sent, the secret default is kept.
-    assert run["sent"] == {"count": 42, "ratio": 2.5, "verbose": True, "who": "Ada", "tags": ["x", 7]}
+    assert run["sent"] == {
+        "count": 42,
+        "ratio": 2.5,
+        "verbose": True,
+        "who": "Ada",
+        "tags": ["x", 7],
+    }
     assert run["got"] == {
         "count": 42,
         "ratio": 2.5,
@@ -103,9 +113,7 @@ def test_a_field_per_workload_key_typed_from_its_default(
     }
 
 
-def test_edit_as_json_and_back_and_what_is_not_valid(
-    page: Any, local_server: LocalServer
-) -> None:
+def test_edit_as_json_and_back_and_what_is_not_valid(page: Any, local_server: LocalServer) -> None:
     register(local_server, TYPED)
     visit(page, local_server, "/ui/#/playbooks/view?path=demo%2Ftyped")
     page.wait_for_selector("#workload-fields")

@@ -47,8 +47,10 @@ def play(store: Store, count: int, failing: set[int]) -> list[int]:
     """Run `count` queued tasks, failing those of the items in `failing`; their indexes."""
     leases: list[Any] = []
     wait_until(
-        lambda: bool(leases.extend(store.claim("browser-test", limit=count - len(leases))))
-        or len(leases) >= count,
+        lambda: (
+            bool(leases.extend(store.claim("browser-test", limit=count - len(leases))))
+            or len(leases) >= count
+        ),
         10,
         f"{count} tasks",
     )
@@ -135,10 +137,13 @@ def test_a_loop_with_some_failed_items_shows_their_share(
     all_failed = start(local_server, LOOP.replace("max_attempts: 2", "max_attempts: 1"))
     play(store, ITEMS, failing=set(range(ITEMS)))
     wait_until(
-        lambda: httpx.get(
-            f"{local_server.url}/api/executions/{all_failed}", headers=bearer(local_server.token)
-        ).json()["status"]
-        == "fail",
+        lambda: (
+            httpx.get(
+                f"{local_server.url}/api/executions/{all_failed}",
+                headers=bearer(local_server.token),
+            ).json()["status"]
+            == "fail"
+        ),
         10,
         "the execution to fail",
     )

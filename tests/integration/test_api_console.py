@@ -188,7 +188,7 @@ def test_the_timeline_has_every_step_and_a_span_per_attempt(
     client: TestClient, store: SqliteStore, orchestrator: Orchestrator
 ) -> None:
     execution_id = start(client, LOOP)
-    url = f"/api/executions/{execution_id}/spans"
+    url = f"/api/executions/{execution_id}/timeline"
     running = client.get(url).json()
     assert (running["status"], running["finished_at"], running["limit"]) == ("running", None, 20)
     assert [s["step"] for s in running["steps"]] == ["start", "items"]
@@ -213,7 +213,7 @@ def test_the_timeline_has_every_step_and_a_span_per_attempt(
         "started_at": items["started_at"],
         "finished_at": items["hidden"]["finished_at"],
     }
-    assert client.get("/api/executions/123/spans").status_code == 404
+    assert client.get("/api/executions/123/timeline").status_code == 404
     assert client.get(url, params={"limit": 0}).status_code == 422
 
 
@@ -384,7 +384,7 @@ def test_console_routes_are_not_in_the_api_document(client: TestClient) -> None:
     assert not [p for p in paths if p == "/" or p.startswith("/ui")]
     for path, method in (
         ("/api/executions/{execution_id}/steps/{step}", "get"),
-        ("/api/executions/{execution_id}/spans", "get"),
+        ("/api/executions/{execution_id}/timeline", "get"),
         ("/api/playbooks/validate", "post"),
         ("/api/workers", "get"),
     ):

@@ -11,16 +11,16 @@ from fastapi import APIRouter, Depends, Path, Query
 from noetl.auth import Role
 from noetl.core import NotFoundError
 from noetl.engine import StepRun
-from noetl.runtime.spans import execution_spans
 from noetl.runtime.step_runs import runs_of, settle, step_history
 from noetl.runtime.step_view import AttemptStatus
+from noetl.runtime.timeline import execution_timeline
 from noetl.runtime.views import ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas.common import ErrorBody
-from noetl.server.schemas.executions import ExecutionSpans, StepDetail
+from noetl.server.schemas.executions import ExecutionTimeline, StepDetail
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
@@ -116,13 +116,13 @@ def _timeline_state(view: ExecutionView) -> dict[str, Any]:
 
 
 @router.get(
-    "/{execution_id}/spans",
+    "/{execution_id}/timeline",
     summary="The timeline: when each step, loop item and attempt ran",
     dependencies=[requires(Role.VIEWER)],
-    response_model=ExecutionSpans,
+    response_model=ExecutionTimeline,
     responses={404: {"model": ErrorBody, "description": "No such execution"}},
 )
-def get_spans(
+def get_timeline(
     *,
     execution_id: ExecutionId,
     deps: Deps,
@@ -137,7 +137,7 @@ def get_spans(
     Read from the whole event log: poll it when `last_seq` changes."""
     now = deps.clock()
     head = read_view(deps, execution_id, _timeline_state)
-    rows = execution_spans(iter_events(deps.store, execution_id), head.pop("steps"), limit=limit)
+    rows = execution_timeline(iter_events(deps.store, execution_id), head.pop("steps"), limit=limit)
     return {
         "execution_id": execution_id,
         **head,

@@ -243,7 +243,7 @@ class StepSpans(Response):
     hidden: HiddenSpans | None = Field(description="The tasks not listed; null when none")
 
 
-class ExecutionSpans(Response):
+class ExecutionTimeline(Response):
     """The execution's timeline, folded from its event log."""
 
     execution_id: str

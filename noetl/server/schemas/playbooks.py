@@ -34,7 +34,7 @@ class PlaybookDetail(PlaybookSummary):
     content: str
     workload: dict[str, Any] | None = Field(
         None,
-        description="The workload defaults (sensitive values masked as \"***\"): what an "
+        description='The workload defaults (sensitive values masked as "***"): what an '
         "execution's workload is merged over; null when the stored text no longer loads",
     )
 

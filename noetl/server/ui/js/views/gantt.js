@@ -1,7 +1,7 @@
 // The timeline of an execution as a Gantt chart: a row per step from its first start to
 // its end, and under a step a row per task (a loop: per item) with a segment per attempt,
 // so a retry shows as a segment of its own and a failed attempt in red. The server lists
-// a bounded number of tasks per step (GET .../spans) and sums up the rest in one row.
+// a bounded number of tasks per step (GET .../timeline) and sums up the rest in one row.
 import { api } from "../api.js";
 import { h, fill } from "../dom.js";
 import { fmtDuration, firstLine } from "../format.js";
@@ -156,7 +156,7 @@ export function createGantt(ctx, executionId, { onStep } = {}) {
       draw();
       return;
     }
-    const data = await api(`/api/executions/${encodeURIComponent(executionId)}/spans`, { query: { limit: GANTT_LIMIT }, signal: ctx.signal });
+    const data = await api(`/api/executions/${encodeURIComponent(executionId)}/timeline`, { query: { limit: GANTT_LIMIT }, signal: ctx.signal });
     if (ctx.signal.aborted) return;
     state.data = data;
     state.fetchedSeq = lastSeq;

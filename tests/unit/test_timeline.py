@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from engine_harness import Harness
 
-from noetl.runtime.spans import execution_spans
+from noetl.runtime.timeline import execution_timeline
 
 FLOW = """
 - step: first
@@ -25,7 +25,7 @@ FLOW = """
 
 
 def rows(h: Harness, limit: int = 20) -> dict[str, dict]:
-    found = execution_spans(h.events, h.state.steps, limit=limit)
+    found = execution_timeline(h.events, h.state.steps, limit=limit)
     return {row.step: row.to_dict() for row in found}
 
 

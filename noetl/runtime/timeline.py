@@ -22,7 +22,7 @@ from noetl.engine import StepRun
 from noetl.runtime.step_runs import RunEntry, RunFold, runs_of, settle
 from noetl.runtime.step_view import Attempt, AttemptFold, AttemptStatus
 
-__all__ = ["Hidden", "StepSpans", "execution_spans"]
+__all__ = ["Hidden", "StepSpans", "execution_timeline"]
 
 # An error in a span's tooltip: its beginning is enough.
 ERROR_PREVIEW = 200
@@ -157,7 +157,7 @@ def _step_spans(
     )
 
 
-def execution_spans(
+def execution_timeline(
     events: Iterable[Event], steps: Mapping[str, StepRun], *, limit: int
 ) -> list[StepSpans]:
     """The timeline rows of the steps in `steps` (their order; each with its state), from
