@@ -72,9 +72,17 @@ def test_the_timeline_shows_steps_items_and_each_attempt(
     store = local_server.store
     execution_id = start(local_server, LOOP)
     assert sorted(play(store, ITEMS, failing={3, 7})) == list(range(ITEMS))
-    # The two retries: item 3 succeeds on its second attempt, item 7 fails again.
-    assert sorted(play(store, 2, failing={7})) == [3, 7]
     visit(page, local_server, f"/ui/#/executions/{execution_id}")
+    # Items 3 and 7 failed once: their retries run (scheduled) after the failed attempt.
+    statuses = """(index) => [...document.querySelectorAll(
+        `#gantt .gantt-item-row[data-index="${index}"] .gantt-seg`)].map((s) => s.dataset.status)
+        .join(' ')"""
+    page.wait_for_function(f"() => ({statuses})(7) === 'failed running'")
+    assert page.evaluate(f"() => ({statuses})(3)") == "failed running"
+    # The two retries: item 3 succeeds on its second attempt, item 7 fails again; the
+    # chart follows without a reload.
+    assert sorted(play(store, 2, failing={7})) == [3, 7]
+    page.wait_for_function(f"() => ({statuses})(7) === 'failed failed'")
     page.wait_for_selector('#execution-status [data-status="fail"]')
     step = page.locator('#gantt .gantt-step-row[data-step="items"]')
     step.wait_for()
@@ -154,3 +162,29 @@ def test_a_loop_with_some_failed_items_shows_their_share(
     classes = (node.get_attribute("class") or "").split()
     assert "status-failed" in classes and "partial" not in classes
     shot(page, artifacts, "loop-all-failed")
+
+
+def test_the_chart_window_and_the_tasks_of_a_step(page: Any, local_server: LocalServer) -> None:
+    visit(page, local_server, "/ui/")
+    found = page.evaluate(
+        """async () => {
+          const m = await import('/ui/js/views/gantt.js');
+          const span = (task_id, index, attempt, started_at, finished_at) =>
+            ({task_id, index, attempt, started_at, finished_at, status: 'ok'});
+          const spans = [
+            span('t.1', 1, 1, 12, 13), span('t.0', 0, 1, 11, 14), span('t.1', 1, 2, 15, 19),
+          ];
+          const data = {started_at: 10, finished_at: null, steps: [{started_at: 9, spans}]};
+          return {
+            window: m.ganttWindow(data, 17),
+            ended: m.ganttWindow({...data, finished_at: 30}, 17),
+            tasks: m.groupTasks(spans).map((t) => [t.taskId, t.attempts.map((a) => a.attempt)]),
+            counts: m.statusCounts({ok: 3, failed: 1}),
+          };
+        }"""
+    )
+    # From the earliest start to the latest end, or to now while it runs.
+    assert found["window"] == {"start": 9, "end": 19}
+    assert found["ended"] == {"start": 9, "end": 30}
+    assert found["tasks"] == [["t.1", [1, 2]], ["t.0", [1]]]
+    assert found["counts"] == "3 ok, 1 failed"

@@ -150,7 +150,7 @@ export async function renderExecution(ctx, executionId, query) {
       graph = g;
       drawHeader();
       drawGraph();
-      const work = [timeline.refresh(d.last_seq, g.nodes.map((n) => n.id)), gantt.refresh(d.last_seq)];
+      const work = [timeline.refresh(d.last_seq, g.nodes.map((n) => n.id)), gantt.refresh(d.last_seq, d.status === "running")];
       if (selected && (panel.step !== selected || d.status === "running" || wasRunning)) {
         work.push(panel.select(selected));
       }

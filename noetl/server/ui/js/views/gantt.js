@@ -7,6 +7,9 @@ import { h, fill } from "../dom.js";
 import { fmtDuration, firstLine } from "../format.js";
 
 export const GANTT_LIMIT = 20; // tasks listed per step
+// The chart folds the whole log on the server: while the execution runs, read it again
+// at most this often (the bars still grow in between).
+const REFETCH_MS = 4000;
 const STATUSES = new Set(["pending", "parked", "running", "ok", "failed", "skipped", "canceled", "lease_expired"]);
 const TICKS = 5;
 
@@ -93,13 +96,13 @@ export function createGantt(ctx, executionId, { onStep } = {}) {
     const note = h(
       "span",
       { class: "gantt-note" },
-      isLoop ? `${step.tasks} task${step.tasks === 1 ? "" : "s"}` : "",
+      isLoop ? `${step.tasks} ${step.spans.some((s) => s.index !== null) ? "task" : "run"}${step.tasks === 1 ? "" : "s"}` : "",
       retries > 0 ? `${isLoop ? ", " : ""}${retries} retr${retries === 1 ? "y" : "ies"}` : "",
     );
     rows.push(row([name, note], [band, segments], { class: "gantt-step-row", dataset: { step: step.step, status: step.status } }));
     if (!isLoop) return rows;
     for (const task of tasks) {
-      const label = task.index === null ? task.taskId : `item ${task.index}${step.runs > 1 ? ` (run ${task.run})` : ""}`;
+      const label = task.index === null ? `run ${task.run}` : `item ${task.index}${step.runs > 1 ? ` (run ${task.run})` : ""}`;
       const failed = task.attempts.some((a) => a.status === "failed");
       rows.push(
         row(h("span", { class: "mono small" }, label), task.attempts.map((s) => attemptSegment(s, place, now)), {
@@ -151,8 +154,9 @@ export function createGantt(ctx, executionId, { onStep } = {}) {
   }
 
   /** Called with every refresh of the execution: fetched again when the log grew. */
-  async function refresh(lastSeq) {
-    if (lastSeq === state.fetchedSeq) {
+  async function refresh(lastSeq, running = false) {
+    const recent = Date.now() - state.fetchedAt < REFETCH_MS;
+    if (lastSeq === state.fetchedSeq || (running && recent && state.data)) {
       draw();
       return;
     }
