@@ -24,6 +24,7 @@ workload:
   ratio: 0.5
   verbose: false
   who: World
+  note: "two\\nlines"
   tags: [a, b]
   options: {depth: 1}
   db_password: hunter2
@@ -79,11 +80,13 @@ def test_a_field_per_workload_key_typed_from_its_default(
         ["ratio", "number", "number"],
         ["verbose", "boolean", "checkbox"],
         ["who", "text", "text"],
+        ["note", "text", "textarea"],
         ["tags", "json", "textarea"],
         ["options", "json", "textarea"],
         ["db_password", "secret", "password"],
     ]
     assert field(page, "count").input_value() == "3"
+    assert field(page, "note").input_value() == "two\nlines"  # not sent: unchanged
     assert field(page, "db_password").input_value() == ""  # never the masked value
     assert page.locator("#workload-input").is_hidden()
     field(page, "count").fill("42")

@@ -101,6 +101,8 @@ function workloadField(key, value, i) {
   let input;
   if (kind === "number") input = h("input", { ...attrs, type: "number", step: "any", value: String(value) });
   else if (kind === "boolean") input = h("input", { ...attrs, type: "checkbox", checked: value });
+  // A text input would drop the newlines of a multi-line default.
+  else if (kind === "text" && value.includes("\n")) input = h("textarea", { ...attrs, rows: 3 }, value);
   else if (kind === "text") input = h("input", { ...attrs, type: "text", value, size: 30 });
   else if (kind === "secret") input = h("input", { ...attrs, type: "password", autocomplete: "off", placeholder: "secret default kept", size: 30 });
   else input = h("textarea", { ...attrs, rows: 3, spellcheck: "false" }, jsonText(value));
