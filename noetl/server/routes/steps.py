@@ -1,16 +1,18 @@
-"""The steps of an execution: one step's state, result preview, runs and attempts; the
-timeline of them all."""
+"""One step of an execution: its state, result preview, runs and attempts; the timeline
+of all steps; and what the execution's task attempts printed (its logs)."""
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
 
 from noetl.auth import Role
-from noetl.core import NotFoundError
+from noetl.core import Event, NotFoundError
 from noetl.engine import StepRun
+from noetl.runtime.step_logs import log_entries
 from noetl.runtime.step_runs import runs_of, settle, step_history
 from noetl.runtime.step_view import AttemptStatus
 from noetl.runtime.timeline import execution_timeline
@@ -20,7 +22,8 @@ from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas.common import ErrorBody
-from noetl.server.schemas.executions import ExecutionTimeline, StepDetail
+from noetl.server.schemas.executions import ExecutionTimeline, LogList, StepDetail
+from noetl.store.base import ExecutionRecord, Store
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
@@ -145,3 +148,58 @@ def get_timeline(
         "limit": limit,
         "steps": [row.to_dict() for row in rows],
     }
+
+
+@router.get(
+    "/{execution_id}/logs",
+    summary="What the execution's task attempts printed and logged",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=LogList,
+    responses={404: {"model": ErrorBody, "description": "No such execution"}},
+)
+def list_logs(
+    *,
+    execution_id: ExecutionId,
+    deps: Deps,
+    step: Annotated[str | None, Query(max_length=128, description="Only this step's")] = None,
+    after_seq: Annotated[
+        int, Query(ge=0, description="Only output recorded after this event (to follow)")
+    ] = 0,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+) -> dict[str, Any]:
+    """Each task attempt's output (stdout, stderr and log records of python steps, a
+    tool's log lines; bounded and masked by the worker), in the order the attempts
+    ended, with its step, loop item, attempt and run. To follow a running execution,
+    ask again with `after_seq` set to the answer's `last_seq` until `status` is final."""
+    record = _record_of(deps.store, execution_id)  # first: its status covers what is read
+    read = _Seen(iter_events(deps.store, execution_id))
+    items = log_entries(read, step=step, after_seq=after_seq, limit=limit)
+    # Following: the next answer starts after the last entry given, or after the last
+    # event read when it gave all there were.
+    last = items[-1].seq if len(items) >= limit else max(read.last_seq, after_seq)
+    return {
+        "execution_id": execution_id,
+        "status": record.status.value,
+        "last_seq": last,
+        "items": [entry.to_dict() for entry in items],
+    }
+
+
+class _Seen:
+    """The events, remembering the sequence number of the last one read."""
+
+    def __init__(self, events: Iterator[Event]) -> None:
+        self.events = events
+        self.last_seq = 0
+
+    def __iter__(self) -> Iterator[Event]:
+        for event in self.events:
+            self.last_seq = event.seq
+            yield event
+
+
+def _record_of(store: Store, execution_id: str) -> ExecutionRecord:
+    record = store.get_execution(execution_id)
+    if record is None:
+        raise NotFoundError(f"execution {execution_id} not found")
+    return record

@@ -156,6 +156,10 @@ class StepAttempt(Response):
     output: str | None = Field(
         description="The tool's output as JSON, masked and cut to a few hundred characters"
     )
+    stdout: str | None = Field(
+        default=None,
+        description="What it printed and logged (stdout, stderr, log records; bounded, masked)",
+    )
     delay_ms: int | None = Field(description="A retry: its delay")
     worker_id: str | None = Field(description="A lost lease: the worker that held it")
     dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
@@ -200,6 +204,27 @@ class StepDetail(Response):
     attempts_total: int = Field(description="Attempts matching the filter, on every page")
     limit: int
     offset: int
+
+
+class LogLine(Response):
+    """The output of one attempt of one task."""
+
+    seq: int = Field(description="The sequence number of the event that recorded it")
+    ts: float
+    step: str
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    run: int = Field(description="The run of the step the attempt belongs to")
+    ok: bool = Field(description="Whether the attempt succeeded")
+    text: str = Field(description="What it printed and logged (bounded, masked)")
+
+
+class LogList(Response):
+    execution_id: str
+    status: str = Field(description="The execution's status when the log was read")
+    last_seq: int = Field(description="The last event read: pass it as after_seq to follow")
+    items: list[LogLine]
 
 
 class Span(Response):

@@ -93,6 +93,17 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     ];
   }
 
+  /** What the attempt printed and logged, folded under its line count. */
+  function printed(a) {
+    const lines = a.stdout.replace(/\n$/, "").split("\n").length;
+    return h(
+      "details",
+      { class: "step-output", open: a.status === "failed" },
+      h("summary", { class: "small" }, `output (${lines} line${lines === 1 ? "" : "s"})`),
+      h("pre", { class: "output-text" }, a.stdout),
+    );
+  }
+
   function attemptsTable(data) {
     const cycled = data.runs > 1;
     const rows = data.attempts.map((a) =>
@@ -110,6 +121,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
           "td",
           { class: "wrap" },
           a.error ? h("pre", { class: "error-text" }, a.error) : a.output !== null ? h("code", {}, cut(a.output, 300)) : "",
+          a.stdout ? printed(a) : null,
           a.delay_ms ? h("div", { class: "muted small" }, `retried after ${a.delay_ms} ms`) : null,
           a.worker_id ? h("div", { class: "muted small" }, `lost by worker ${a.worker_id}`) : null,
           a.replay ? h("div", { class: "muted small" }, "replayed from the dead-letter queue") : null,
