@@ -121,8 +121,12 @@ def get_playbook(
     deps: Deps,
     version: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
 ) -> PlaybookDetail:
+    """The playbook's text and its workload defaults (what the console's start form
+    offers a field for), sensitive values masked."""
     record = deps.store.get_playbook(path, version)
     if record is None:
         which = f"version {version} of " if version is not None else ""
         raise NotFoundError(f"{which}playbook {path!r} is not registered")
-    return PlaybookDetail(**_summary(record).model_dump(), content=record.text)
+    loaded = load_playbook_text(record.text, record.path)
+    workload = redact(loaded.playbook.workload) if loaded.ok and loaded.playbook else None
+    return PlaybookDetail(**_summary(record).model_dump(), content=record.text, workload=workload)

@@ -1,5 +1,5 @@
-"""One step of an execution: its state, result preview, runs and attempts; and what the
-execution's task attempts printed (its logs)."""
+"""One step of an execution: its state, result preview, runs and attempts; the timeline
+of all steps; and what the execution's task attempts printed (its logs)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,14 @@ from noetl.engine import StepRun
 from noetl.runtime.step_logs import log_entries
 from noetl.runtime.step_runs import runs_of, settle, step_history
 from noetl.runtime.step_view import AttemptStatus
+from noetl.runtime.timeline import execution_timeline
 from noetl.runtime.views import ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas.common import ErrorBody
-from noetl.server.schemas.executions import LogList, StepDetail
+from noetl.server.schemas.executions import ExecutionTimeline, LogList, StepDetail
 from noetl.store.base import ExecutionRecord, Store
 
 router = APIRouter(
@@ -103,6 +104,50 @@ def get_step(
         offset=offset,
     )
     return out
+
+
+def _timeline_state(view: ExecutionView) -> dict[str, Any]:
+    """What the timeline needs of the view: copies, the view changes after."""
+    state = view.state
+    started = state.started_at if state.started_at is not None else view.record.created_at
+    return {
+        "status": state.status,
+        "started_at": started,
+        "finished_at": state.finished_at,
+        "steps": {name: copy.copy(run) for name, run in state.steps.items()},
+    }
+
+
+@router.get(
+    "/{execution_id}/timeline",
+    summary="The timeline: when each step, loop item and attempt ran",
+    dependencies=[requires(Role.VIEWER)],
+    response_model=ExecutionTimeline,
+    responses={404: {"model": ErrorBody, "description": "No such execution"}},
+)
+def get_timeline(
+    *,
+    execution_id: ExecutionId,
+    deps: Deps,
+    limit: Annotated[
+        int, Query(ge=1, le=500, description="Tasks listed per step; the rest aggregated")
+    ] = 20,
+) -> dict[str, Any]:
+    """Every step from its first start to its last end (`finished_at` null while it is
+    not done), with a span per attempt of each of its tasks (a loop: one task per item):
+    a retry or a lost lease is a span of its own. At most `limit` tasks are listed per
+    step, those that failed, were retried or still run first; `hidden` sums up the rest.
+    Read from the whole event log: poll it when `last_seq` changes."""
+    now = deps.clock()
+    head = read_view(deps, execution_id, _timeline_state)
+    rows = execution_timeline(iter_events(deps.store, execution_id), head.pop("steps"), limit=limit)
+    return {
+        "execution_id": execution_id,
+        **head,
+        "now": now,
+        "limit": limit,
+        "steps": [row.to_dict() for row in rows],
+    }
 
 
 @router.get(

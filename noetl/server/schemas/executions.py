@@ -225,3 +225,56 @@ class LogList(Response):
     status: str = Field(description="The execution's status when the log was read")
     last_seq: int = Field(description="The last event read: pass it as after_seq to follow")
     items: list[LogLine]
+
+
+class Span(Response):
+    """One attempt of one task on the timeline."""
+
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    run: int = Field(description="The run of the step the attempt belongs to")
+    status: str = Field(description="running, ok, failed, lease_expired or canceled")
+    started_at: float = Field(description="When it was dispatched (a retry: scheduled)")
+    finished_at: float | None = Field(description="Null while it runs")
+    delay_ms: int | None = Field(description="A retry: how long it waited before running")
+    error: str | None = Field(description="The beginning of its error")
+
+
+class HiddenSpans(Response):
+    """The tasks of a step beyond `limit`, in aggregate."""
+
+    tasks: int
+    attempts: int
+    statuses: dict[str, int] = Field(description="Attempt status -> how many")
+    started_at: float | None
+    finished_at: float | None
+
+
+class StepSpans(Response):
+    """One step's row: from its first start to its last end, and its tasks' attempts."""
+
+    step: str
+    status: str
+    runs: int = Field(description="How many runs the step had (0 before its first call)")
+    started_at: float | None = Field(description="Null when the step never started")
+    finished_at: float | None = Field(description="Null while the step is not done")
+    tasks: int = Field(description="Tasks of the step (a loop: one per item and run)")
+    attempts: int = Field(description="Attempts of all its tasks")
+    spans: list[Span] = Field(
+        description="The attempts of the listed tasks (at most `limit` tasks: failed, "
+        "retried and running ones first), in the order they began"
+    )
+    hidden: HiddenSpans | None = Field(description="The tasks not listed; null when none")
+
+
+class ExecutionTimeline(Response):
+    """The execution's timeline, folded from its event log."""
+
+    execution_id: str
+    status: ExecutionStatus
+    started_at: float
+    finished_at: float | None
+    now: float = Field(description="The server's clock: where running bars end")
+    limit: int
+    steps: list[StepSpans] = Field(description="Every step, in workflow order")

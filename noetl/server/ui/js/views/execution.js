@@ -5,6 +5,7 @@ import { h, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, jsonText } from "../format.js";
 import { createGraphView, nodeCaption, runsLabel } from "../graph.js";
 import { poll } from "../poll.js";
+import { createGantt } from "./gantt.js";
 import { createStepPanel } from "./step.js";
 import { createTimeline } from "./timeline.js";
 
@@ -48,6 +49,7 @@ export async function renderExecution(ctx, executionId, query) {
     onChanged: () => refresher.now(),
   });
   const timeline = createTimeline(ctx, executionId, { onStep: (step) => select(step) });
+  const gantt = createGantt(ctx, executionId, { onStep: (step) => select(step) });
   const legend = h(
     "div",
     { class: "legend" },
@@ -67,6 +69,7 @@ export async function renderExecution(ctx, executionId, query) {
       h("section", { class: "panel grow" }, h("h2", {}, "Steps"), stepsBox),
     ),
     panel.element,
+    gantt.element,
     timeline.element,
     dataBox,
   );
@@ -147,7 +150,7 @@ export async function renderExecution(ctx, executionId, query) {
       graph = g;
       drawHeader();
       drawGraph();
-      const work = [timeline.refresh(d.last_seq, g.nodes.map((n) => n.id))];
+      const work = [timeline.refresh(d.last_seq, g.nodes.map((n) => n.id)), gantt.refresh(d.last_seq, d.status === "running")];
       if (selected && (panel.step !== selected || d.status === "running" || wasRunning)) {
         work.push(panel.select(selected));
       }
