@@ -25,6 +25,7 @@ from noetl.server.routes import (
     admin,
     credentials,
     dlq,
+    execution_playbook,
     executions,
     health,
     playbooks,
@@ -106,6 +107,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
+    app.include_router(execution_playbook.router)
     app.include_router(steps.router)
     app.include_router(workers.router)
     app.include_router(dlq.router)

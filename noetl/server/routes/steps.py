@@ -23,6 +23,7 @@ from noetl.server.redact import masked_json
 from noetl.server.routes.executions import ExecutionId, read_view
 from noetl.server.schemas.common import ErrorBody
 from noetl.server.schemas.executions import ExecutionTimeline, LogList, StepDetail
+from noetl.server.waiting import queue_state
 from noetl.store.base import ExecutionRecord, Store
 
 router = APIRouter(
@@ -80,7 +81,9 @@ def get_step(
     has one task per item; a retry or a lost lease adds an attempt), in the order they
     began. A step on a cycle of the graph runs more than once: `runs` counts its runs,
     `run` is the latest, `run_history` lists the latest `run_limit` of them (oldest first)
-    and each attempt names its run. Sensitive values in the result and outputs are masked."""
+    and each attempt names its run. `queued` counts its tasks waiting in the queue, and
+    `waiting_without_workers` says no live worker takes them. Sensitive values in the
+    result and outputs are masked."""
     out, current = read_view(deps, execution_id, lambda view: _step_state(view, step, result_limit))
     attempts, runs = step_history(iter_events(deps.store, execution_id), step)
     settle(runs, attempts, current)
@@ -102,6 +105,12 @@ def get_step(
         attempts_total=len(attempts),
         limit=limit,
         offset=offset,
+    )
+    waiting = queue_state(deps.store, execution_id, deps.clock())
+    out.update(
+        queued=waiting.queued.get(step, 0),
+        waiting_without_workers=step in waiting.waiting,
+        dead_letters=deps.store.pending_dead_letters(execution_id).get(step, 0),
     )
     return out
 

@@ -91,6 +91,42 @@ class ExecutionDetail(Response):
     finished_at: float | None
     parent_execution_id: str | None
     last_seq: int = Field(description="Sequence number of the last event folded")
+    workers_alive: int = Field(
+        0, description="Workers alive (any pool): heard from within the last 60 s, not stopped"
+    )
+    queued_tasks: int = Field(
+        0, description="The execution's tasks waiting in the queue (no worker claimed them)"
+    )
+    queued_steps: dict[str, int] = Field(
+        default_factory=dict, description="Step name -> its tasks waiting in the queue"
+    )
+    waiting_without_workers: bool = Field(
+        False,
+        description="Tasks wait in the queue and no live worker of their pool takes new "
+        "tasks: they wait until one starts (`noetl worker start`)",
+    )
+    waiting_steps: list[str] = Field(
+        default_factory=list, description="The steps whose queued tasks no live worker takes"
+    )
+    dead_letters: dict[str, int] = Field(
+        default_factory=dict, description="Step name -> its PENDING dead-letter entries"
+    )
+
+
+class ExecutionPlaybook(Response):
+    """The playbook text an execution was started with (it keeps it, registered or not)."""
+
+    execution_id: str
+    playbook_name: str
+    playbook_path: str | None = Field(description="Its path; null for an inline playbook")
+    content: str = Field(description="The YAML text the execution runs")
+    catalog_version: int | None = Field(
+        description="The catalog version of playbook_path with this very text; null when "
+        "none has it (`noetl run` never registers the file it runs)"
+    )
+    catalog_latest: int | None = Field(
+        description="The latest catalog version of playbook_path; null when not registered"
+    )
 
 
 class CancelResult(Response):
@@ -202,6 +238,11 @@ class StepDetail(Response):
     result_truncated: bool
     attempts: list[StepAttempt]
     attempts_total: int = Field(description="Attempts matching the filter, on every page")
+    queued: int = Field(0, description="The step's tasks waiting in the queue")
+    waiting_without_workers: bool = Field(
+        False, description="Its queued tasks have no live worker of their pool to take them"
+    )
+    dead_letters: int = Field(0, description="The step's PENDING dead-letter entries")
     limit: int
     offset: int
 

@@ -2,7 +2,8 @@
 // on a cycle of the graph runs more than once), attempts.
 import { api } from "../api.js";
 import { h, fill, href, confirmDialog } from "../dom.js";
-import { badge, fmtTime, fmtDuration, cut } from "../format.js";
+import { badge, fmtTime, fmtDuration, cut, waitingBadge } from "../format.js";
+import { replayStep } from "./replay_all.js";
 
 const ATTEMPT_PAGE = 50;
 
@@ -52,6 +53,14 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     } catch (err) {
       fill(message, h("p", { class: "notice error", role: "alert" }, `Not marked: ${err.message}`));
     }
+  }
+
+  // Every pending dead letter of the step (a loop's failed items) at once.
+  async function replayAll(step, count) {
+    const shown = await replayStep(executionId, step, count);
+    if (!shown) return;
+    fill(message, h("p", { class: `notice ${shown.kind}`, id: "step-replay-result", role: shown.kind === "error" ? "alert" : "status" }, shown.text));
+    if (onChanged) onChanged();
   }
 
   const element = h("section", { class: "panel", id: "step-panel", hidden: true }, body);
@@ -181,7 +190,11 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
         h("span", { class: "mono", id: "step-name" }, d.step),
         " ",
         badge(d.status),
+        d.waiting_without_workers ? [" ", waitingBadge("step-waiting")] : null,
         h("span", { class: "spacer" }),
+        d.dead_letters
+          ? h("button", { type: "button", class: "secondary small", id: "step-replay-all", onclick: () => replayAll(d.step, d.dead_letters) }, `Replay ${d.dead_letters} dead letter${d.dead_letters === 1 ? "" : "s"}…`)
+          : null,
         ["running", "parked", "pending"].includes(d.status)
           ? h("button", { type: "button", class: "secondary small", id: "force-complete", onclick: () => forceComplete(d.step) }, "Mark done…")
           : null,
