@@ -1,7 +1,8 @@
 """Checks of `retry` blocks that would otherwise do nothing, or fail, at run time.
 
-E340: `scope: chain` where there is no chain of tasks to run again (only a step whose tool
-is a `pipeline`, or calls a workbook task whose tool is one, has one). Warnings: W420
+E340: `scope: chain` where there is no chain of tasks to run again: a step has one when
+its tool is a `pipeline` (or calls a workbook task whose tool is one), or when its `case`,
+evaluated on entry, has a branch that runs a tool before the step's own (not a loop). Warnings: W420
 (`status_codes` without `status_code` in `on`), W421 (`exceptions` without `exception` in
 `on`): the list is never read. An unknown trigger in `on` is a schema error. See
 docs/dsl.md, section 9.
@@ -21,7 +22,7 @@ PIPELINE = "pipeline"
 def check_retries(report: Reporter, step: Step, base: Path, playbook: Playbook | None) -> None:
     """Every `retry` block of the step: on it, on its tool, on its case branches' tools and
     on its sinks."""
-    chained = _is_chain(step.tool, playbook)
+    chained = _is_chain(step.tool, playbook) or _case_chain(step)
     if step.retry is not None:
         _block(report, step.retry, (*base, "retry"), chain_ok=chained)
     if step.tool is not None and step.tool.retry is not None:
@@ -47,13 +48,22 @@ def _is_chain(tool: Tool | None, playbook: Playbook | None) -> bool:
     return False
 
 
+def _case_chain(step: Step) -> bool:
+    return (
+        step.tool is not None
+        and step.loop is None
+        and step.case_eval_mode == "on_entry"
+        and any(branch.then.tool is not None for branch in step.case or ())
+    )
+
+
 def _block(report: Reporter, block: RetryPolicy, path: Path, *, chain_ok: bool) -> None:
     if block.scope == "chain" and not chain_ok:
         report.add(
             "E340",
             "retry scope 'chain' runs a chain of tasks again from its first one, and this "
-            "tool is not a chain: use it with a pipeline tool (tool.kind: pipeline), or "
-            "write scope: tool",
+            "tool is not a chain: use it with a pipeline tool (tool.kind: pipeline) or on a "
+            "step whose case, evaluated on entry, runs a tool first; or write scope: tool",
             (*path, "scope"),
         )
     triggers = block.on or ()

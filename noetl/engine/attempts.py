@@ -140,8 +140,10 @@ def _rule_fields(done: Attempt) -> dict[str, Any]:
     return fields
 
 
-def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
-    """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
+def retry(turn: Turn, done: Attempt, verdict: Verdict, *, restart: str | None = None) -> None:
+    """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed. With
+    `restart` (`case`), the step's chain runs again from its first task instead: the
+    event says so and the caller starts it (noetl.engine.cases.restart_chain)."""
     payload: dict[str, Any] = {"task_id": done.task_id}
     if done.index is not None:
         payload["index"] = done.index
@@ -154,8 +156,11 @@ def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
     payload.update(_trigger_fields(turn, done, verdict))
     payload.update(_rule_fields(done))
     payload.update(failure(done.outcome))
+    if restart is not None:
+        payload["restart"] = restart
     turn.emit(EventType.RETRY_STARTED, done.step.step, payload)
-    turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
+    if restart is None:
+        turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
 
 
 def exhausted(turn: Turn, done: Attempt, verdict: Verdict) -> None:

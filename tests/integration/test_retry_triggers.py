@@ -210,3 +210,60 @@ def test_chain_scope_runs_the_whole_chain_again(
     assert log.read_text().split() == runs
     (retry,) = retries(events)
     assert retry.get("scope") == ("chain" if scope else None)
+
+
+CASE_CHAIN = """\
+workload: {{log: ""}}
+workflow:
+  - step: start
+    spec: {{eval_mode: on_entry}}
+    case:
+      - when: "{{{{ true }}}}"
+        then:
+          tool:
+            kind: python
+            args: {{log: "{{{{ workload.log }}}}"}}
+            code: |
+              def main(context, args):
+                  with open(args["log"], "a") as f:
+                      f.write("token\\n")
+                  return "t"
+          result: {{as: token}}
+    tool:
+      kind: python
+      args: {{log: "{{{{ workload.log }}}}", token: "{{{{ token }}}}"}}
+      code: |
+        def main(context, args):
+            with open(args["log"]) as f:
+                runs = f.read().count("fetch")
+            with open(args["log"], "a") as f:
+                f.write("fetch\\n")
+            if runs < 2:
+                raise ConnectionError("token expired")
+            return args["token"]
+    retry: {{max_attempts: {attempts}, initial_delay: 0.01{scope}}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("scope", "attempts", "ok", "runs"),
+    [
+        ("", 3, True, ["token", "fetch", "fetch", "fetch"]),
+        (", scope: chain", 3, True, ["token", "fetch", "token", "fetch", "token", "fetch"]),
+        (", scope: chain", 2, False, ["token", "fetch", "token", "fetch"]),
+    ],
+)
+def test_chain_scope_runs_the_case_branch_tools_again(
+    tmp_path: Path, scope: str, attempts: int, ok: bool, runs: list[str]
+) -> None:
+    log = tmp_path / "runs.log"
+    body = CASE_CHAIN.format(scope=scope, attempts=attempts)
+    report, events = run(tmp_path, body, log=str(log))
+    assert report.ok is ok, report.error
+    assert log.read_text().split() == runs
+    started = [e.payload for e in events if e.type == EventType.TOOL_STARTED]
+    assert [t["task"]["attempt"] for t in started] == (
+        list(range(1, attempts + 1)) if scope else [1]
+    )
+    if scope:
+        assert all(r.get("restart") == "case" for r in retries(events))
