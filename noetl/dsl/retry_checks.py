@@ -1,6 +1,6 @@
 """Checks of `retry` blocks that would otherwise do nothing, or fail, at run time.
 
-E340: `scope: chain` where there is no chain of tasks to run again: a step has one when
+E342: `scope: chain` where there is no chain of tasks to run again: a step has one when
 its tool is a `pipeline` (or calls a workbook task whose tool is one), or when its `case`,
 evaluated on entry, has a branch that runs a tool before the step's own (not a loop). Warnings: W420
 (`status_codes` without `status_code` in `on`), W421 (`exceptions` without `exception` in
@@ -60,7 +60,7 @@ def _case_chain(step: Step) -> bool:
 def _block(report: Reporter, block: RetryPolicy, path: Path, *, chain_ok: bool) -> None:
     if block.scope == "chain" and not chain_ok:
         report.add(
-            "E340",
+            "E342",
             "retry scope 'chain' runs a chain of tasks again from its first one, and this "
             "tool is not a chain: use it with a pipeline tool (tool.kind: pipeline) or on a "
             "step whose case, evaluated on entry, runs a tool first; or write scope: tool",

@@ -36,7 +36,7 @@ def test_chain_scope_needs_a_chain() -> None:
           {PYTHON}
           retry: {{max_attempts: 2, scope: chain}}
     """)
-    assert [(line, code, step) for line, code, step, _ in problems] == [(2, "E340", "start")]
+    assert [(line, code, step) for line, code, step, _ in problems] == [(2, "E342", "start")]
 
 
 def test_chain_scope_on_a_pipeline_is_valid() -> None:
