@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from noetl.dsl.diagnostics import Diagnostic, Severity
+from noetl.dsl.policy import DslPolicy
 from noetl.dsl.validate import LoadResult, load_playbook, load_playbook_text
 from noetl.errors import ConfigError, PlaybookError
 
@@ -74,7 +75,7 @@ def validate(
 ) -> Validation:
     """Validate a playbook (a path, YAML text or a dict); never raises for its content
     (FileNotFoundError for a path that names no file)."""
-    loaded, _ = _load(playbook, allow_legacy=resolve_settings(settings).dsl.allow_legacy)
+    loaded, _ = _load(playbook, policy=resolve_settings(settings).dsl.policy())
     return Validation(loaded.ok, tuple(loaded.diagnostics))
 
 
@@ -96,7 +97,7 @@ def run(
     from noetl.scripts import read_scripts  # noqa: PLC0415
 
     config = resolve_settings(settings)
-    loaded, base = _load(playbook, allow_legacy=config.dsl.allow_legacy)
+    loaded, base = _load(playbook, policy=config.dsl.policy())
     if not loaded.ok:
         raise PlaybookError(loaded.errors)
     model = read_scripts(loaded.require(), base, file=loaded.file)
@@ -167,19 +168,19 @@ def _report(
     return report(runtime.result(execution_id), state.steps, facts, db=kept)
 
 
-def _load(playbook: Playbook, *, allow_legacy: bool) -> tuple[LoadResult, Path]:
+def _load(playbook: Playbook, *, policy: DslPolicy) -> tuple[LoadResult, Path]:
     """The playbook validated, and the directory its script files are relative to."""
     if isinstance(playbook, Mapping):
         import yaml  # noqa: PLC0415
 
         text = yaml.safe_dump(dict(playbook), sort_keys=False)
-        return load_playbook_text(text, "<dict>", allow_legacy=allow_legacy), Path.cwd()
+        return load_playbook_text(text, "<dict>", policy=policy), Path.cwd()
     if isinstance(playbook, Path) or (isinstance(playbook, str) and _looks_like_path(playbook)):
         path = Path(playbook)
         if not path.exists():
             raise FileNotFoundError(f"no playbook file {path}")
-        return load_playbook(path, allow_legacy=allow_legacy), path.resolve().parent
-    return load_playbook_text(str(playbook), "<text>", allow_legacy=allow_legacy), Path.cwd()
+        return load_playbook(path, policy=policy), path.resolve().parent
+    return load_playbook_text(str(playbook), "<text>", policy=policy), Path.cwd()
 
 
 def _looks_like_path(text: str) -> bool:

@@ -21,6 +21,11 @@ legacy_option = setting_option(
     "--legacy/--no-legacy",
     help="Accept legacy forms (iter/iterator/over/coll, save) with a deprecation warning.",
 )
+strict_option = setting_option(
+    "dsl.strict",
+    "--strict/--no-strict",
+    help="Warnings fail validation too (dsl.strict, NOETL_STRICT_DSL_VALIDATION).",
+)
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 
 
@@ -47,10 +52,9 @@ def _check(files: tuple[Path, ...], settings: Settings) -> list[LoadResult]:
     from noetl.tools.child_steps import StepNames
 
     lookup, names = file_lookup(settings.roots(Path.cwd()).playbooks), StepNames()
-    allow_legacy = settings.dsl.allow_legacy
+    policy = settings.dsl.policy()
     return [
-        with_child_checks(load_playbook(f, allow_legacy=allow_legacy), lookup, names)
-        for f in _expand(files)
+        with_child_checks(load_playbook(f, policy=policy), lookup, names) for f in _expand(files)
     ]
 
 
@@ -97,6 +101,7 @@ files_argument = click.argument(
 @click.command("validate")
 @files_argument
 @legacy_option
+@strict_option
 @json_option
 @with_settings
 def validate_cmd(files: tuple[Path, ...], as_json: bool, settings: Settings) -> None:

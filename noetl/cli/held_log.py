@@ -9,7 +9,7 @@ import sys
 import threading
 from typing import IO
 
-__all__ = ["MAX_HELD_CHARS", "HeldLog"]
+__all__ = ["MAX_HELD_CHARS", "CurrentStderr", "HeldLog"]
 
 MAX_HELD_CHARS = 1_000_000  # past it, the oldest lines are dropped (and counted)
 
@@ -62,3 +62,18 @@ class HeldLog(io.TextIOBase):
             stream.write(f"({self.dropped} earlier log lines were dropped)\n")
         stream.write("".join(lines))
         stream.flush()
+
+
+class CurrentStderr(io.TextIOBase):
+    """Writes to whatever `sys.stderr` is at the time of each write: while the live view
+    runs, rich puts its own stream there, which prints each log line above the live
+    region instead of through it."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()

@@ -18,6 +18,7 @@ from noetl.cli.db_cmds import db_group
 from noetl.cli.dlq_cmds import dlq_group
 from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
 from noetl.cli.exec_cmds import exec_group
+from noetl.cli.logs_cmd import logs_cmd
 from noetl.cli.playbook_cmds import playbook_group
 from noetl.cli.run_cmd import run_cmd
 from noetl.cli.serve import server_start
@@ -44,6 +45,7 @@ cli.add_command(codemod_cmd)
 cli.add_command(run_cmd)
 cli.add_command(db_group)
 cli.add_command(exec_group)
+exec_group.add_command(logs_cmd)
 cli.add_command(dlq_group)
 cli.add_command(playbook_group)
 cli.add_command(server_group)

@@ -12,7 +12,7 @@ from typing import IO, Any, cast
 import click
 from rich.console import Console
 
-from noetl.cli.held_log import HeldLog
+from noetl.cli.held_log import CurrentStderr, HeldLog
 from noetl.cli.inputs import apply_sets, check_workload, read_workload, unknown_sets
 from noetl.cli.live import LiveView
 from noetl.cli.observe import (
@@ -24,6 +24,7 @@ from noetl.cli.observe import (
     setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.cli.step_output import JsonOutputPrinter, OutputPrinter
 from noetl.cli.summary import gather, print_summary, step_lines
 from noetl.config import Settings
 from noetl.core import ConcurrencyError, ExecutionStatus
@@ -35,6 +36,7 @@ from noetl.observability.trace_context import sampler_of
 from noetl.runtime.embedded import EmbeddedRuntime
 from noetl.runtime.local import embedded_runtime
 from noetl.scripts import read_scripts
+from noetl.worker.output import OutputListener
 
 __all__ = ["db_option", "run_cmd"]
 
@@ -75,6 +77,12 @@ def json_errors(func: Callable[..., None]) -> Callable[..., None]:
     help="A JSON file with the workload.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object with the result.")
+@click.option(
+    "--quiet",
+    "-q",
+    is_flag=True,
+    help="Do not print what steps print (it stays in the events: noetl exec logs).",
+)
 @setting_option(
     "run.workers",
     "--workers",
@@ -110,14 +118,17 @@ def run_cmd(
     sets: tuple[str, ...],
     workload_file: Path | None,
     as_json: bool,
+    quiet: bool,
     settings: Settings,
 ) -> None:
     """Run a playbook to completion; exit 0 when it ends ok, 1 otherwise. With
     --metrics-port, its metrics are served at http://HOST:PORT/metrics while it runs."""
     # Without a level set, the log is held until the run ends: printed if it fails.
     held = HeldLog() if settings.logging.level is None else None
-    setup_logging(settings, "WARNING", stream=cast("IO[str] | None", held))
-    loaded = load_playbook(file, allow_legacy=settings.dsl.allow_legacy)
+    # Printed as they come: above the live view, through the stream it puts on stderr.
+    stream = held if held is not None else CurrentStderr()
+    setup_logging(settings, "WARNING", stream=cast("IO[str]", stream))
+    loaded = load_playbook(file, policy=settings.dsl.policy())
     for warning in loaded.warnings:
         click.echo(warning.format(), err=True)
     if not loaded.ok:
@@ -133,6 +144,7 @@ def run_cmd(
     metrics = exporter_metrics(settings)
     exporter = None
     tracing = setup_tracing(settings, "noetl")
+    console = Console(stderr=True)
     try:
         with embedded_runtime(
             settings.db.url,
@@ -147,6 +159,7 @@ def run_cmd(
             tracing=tracing,
             sampler=sampler_of(settings.tracing),
             roots=roots,
+            on_output=_printer(settings, console, quiet=quiet),
         ) as runtime:
             try:
                 if metrics is not None and settings.metrics.port is not None:
@@ -160,6 +173,7 @@ def run_cmd(
                     as_json=as_json,
                     lines=step_lines(loaded.source, playbook),
                     held=held,
+                    console=console,
                 )
             finally:
                 if exporter is not None:
@@ -181,6 +195,15 @@ def run_cmd(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, default=str))
     sys.exit(0 if result.status is ExecutionStatus.OK else 1)
+
+
+def _printer(settings: Settings, console: Console, *, quiet: bool) -> OutputListener | None:
+    """What prints the steps' output as it comes (None: nothing, `--quiet`)."""
+    if quiet:
+        return None
+    if settings.logging.format == "json":
+        return JsonOutputPrinter()
+    return OutputPrinter(console)
 
 
 def _release(held: HeldLog, result: RunResult | None, *, as_json: bool) -> None:
@@ -222,9 +245,10 @@ def _run(
     as_json: bool,
     lines: Mapping[str, int] | None = None,
     held: HeldLog | None = None,
+    console: Console | None = None,
 ) -> RunResult:
     execution_id = runtime.start(playbook, workload=workload, source_text=text, path=path)
-    console = Console(stderr=True)
+    console = console or Console(stderr=True)
     live = not as_json and console.is_terminal
     while True:
         try:

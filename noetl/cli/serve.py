@@ -139,6 +139,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         sampler=sampler_of(settings.tracing),
         # Script files a started playbook names are read here, from playbooks.root.
         scripts=script_reader(settings.roots(data_dir(os.environ)).playbooks),
+        dsl=settings.dsl.policy(),
     )
     app = create_app(
         store,
@@ -149,6 +150,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         gate=gate,
         max_body_bytes=settings.server.max_body_bytes,
         credential_keys=Keyring(settings.credentials.key),
+        dsl=settings.dsl.policy(),
     )
     stop = threading.Event()
     loop = threading.Thread(

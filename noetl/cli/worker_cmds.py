@@ -135,6 +135,7 @@ def worker_start(*, settings: Settings) -> None:
                 options=settings.engine_options(),
                 sampler=sampler_of(settings.tracing),
                 scripts=script_reader(roots.playbooks),
+                dsl=settings.dsl.policy(),
             )
             # Child executions (the playbook tool) are created in the store, their tasks
             # in this worker's pool; a hard stop ends the waits (the lease then expires and

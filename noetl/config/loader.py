@@ -42,7 +42,10 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "db.url": ("NOETL_DB",),
     "logging.level": ("NOETL_LOG_LEVEL",),
     "run.workers": ("NOETL_WORKERS",),
-    "dsl.allow_legacy": ("NOETL_ALLOW_LEGACY",),
+    "dsl.allow_legacy": ("NOETL_ALLOW_LEGACY", "NOETL_ALLOW_LEGACY_ITER"),
+    # seed 003's rollout flags
+    "dsl.strict": ("NOETL_STRICT_DSL_VALIDATION", "NOETL_STRICT_VALIDATION"),
+    "dsl.v2_enabled": ("NOETL_DSL_V2_ENABLED",),
 }
 # Variables that look like a section's but belong to something else.
 FOREIGN = frozenset({"NOETL_SERVER_URL"})  # the server the `exec` commands talk to

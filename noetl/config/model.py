@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import check_key
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN
+from noetl.dsl.policy import DslPolicy
 from noetl.engine.options import EngineOptions
 from noetl.engine.retry import RetryDefaults
 from noetl.paths import Roots
@@ -292,7 +293,33 @@ class RunSettings(Section):
 
 
 class DslSettings(Section):
+    """What a deployment accepts of the DSL (seed 003's rollout flags, noetl.dsl.policy):
+    `dialects`, the forms of playbook (native DSL v2, its legacy aliases, upstream NoETL's
+    dialect); `allow_legacy`, the legacy aliases too (NOETL_ALLOW_LEGACY_ITER); `strict`,
+    warnings fail validation (NOETL_STRICT_DSL_VALIDATION); `v2_enabled`, seed 003's
+    NOETL_DSL_V2_ENABLED: this engine runs DSL v2 only, so false is refused."""
+
     allow_legacy: bool = True
+    strict: bool = False
+    dialects: tuple[Literal["native", "legacy", "upstream"], ...] = ("native", "legacy", "upstream")
+    v2_enabled: bool = True
+
+    @field_validator("v2_enabled")
+    @classmethod
+    def _v2_only(cls, value: bool) -> bool:
+        if not value:
+            raise ValueError(
+                "this engine runs DSL v2 only, so it cannot be turned off; to keep playbooks "
+                "of some forms out, set dsl.dialects (native, legacy, upstream)"
+            )
+        return value
+
+    def policy(self) -> DslPolicy:
+        """The policy the validator applies (legacy aliases need both settings)."""
+        accept = set(self.dialects)
+        if not self.allow_legacy:
+            accept.discard("legacy")
+        return DslPolicy(accept=frozenset(accept), strict=self.strict)
 
 
 class SecretsSettings(Section):

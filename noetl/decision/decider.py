@@ -25,6 +25,7 @@ from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import build_graph
 from noetl.dsl.limits import check_data
 from noetl.dsl.model import Playbook
+from noetl.dsl.policy import DslPolicy
 from noetl.dsl.validate import load_playbook_text
 from noetl.engine import Engine, ExecutionState, fold
 from noetl.engine.options import EngineOptions
@@ -73,8 +74,12 @@ class Decider:
         options: EngineOptions | None = None,
         sampler: TraceSampler | None = None,
         scripts: ScriptReader | None = None,
+        dsl: DslPolicy | None = None,
     ) -> None:
         self.store = store
+        # What a new execution's playbook must satisfy besides being valid (the forms a
+        # deployment accepts, strict validation); running executions are not checked again.
+        self.dsl = dsl if dsl != DslPolicy() else None
         # Reads the script files a playbook's tools name (noetl.scripts) when it is loaded
         # from its text; a compiled model holds them already.
         self.scripts = scripts
@@ -129,6 +134,8 @@ class Decider:
         dispatch its first tasks, in one transaction; returns the id. Raises PlaybookError
         (with every diagnostic) for an invalid playbook, ConcurrencyError when an execution
         with that id exists already (nothing is written then)."""
+        if self.dsl is not None:
+            load_playbook_text(text, path or "<inline>", policy=self.dsl).require()
         engine = self.engine(text, path)
         playbook = engine.playbook
         execution_id = execution_id or new_execution_id(now)

@@ -123,6 +123,18 @@ class ReplayResult:
     status: DeadLetterStatus
 
 
+@dataclass(frozen=True, slots=True)
+class BatchReplay:
+    """What `DeadLetterQueue.replay_all` did: the entries it replayed, those it could not
+    (message id, why), and how many matching entries it left pending past its limit."""
+
+    execution_id: str
+    step: str | None
+    replayed: list[ReplayResult]
+    refused: list[tuple[str, str]]
+    remaining: int
+
+
 class DeadLetterQueue:
     """Reads and acts on the DLQ of a store; `engine_of` builds the engine of an
     execution (the orchestrator's decider) to check a replay against its log."""
@@ -158,6 +170,64 @@ class DeadLetterQueue:
         posted = self.store.post_replay(message_id, payload)
         status = DeadLetterStatus.REPLAYED
         return ReplayResult(message_id, entry.execution_id, posted, status)
+
+    def replay_all(
+        self,
+        execution_id: str,
+        *,
+        step: str | None = None,
+        patch: Mapping[str, Any] | None = None,
+        by: str = "operator",
+        limit: int = 1000,
+    ) -> BatchReplay:
+        """Replay every PENDING entry of `execution_id` (of `step` when given), oldest
+        failure first, at most `limit`: each as `replay` does, with the same `patch`.
+        The log is read once: the replays posted here are decided after, in order. An
+        entry that cannot run again is refused on its own; the others still replay.
+        NotFoundError when there is no such execution."""
+        engine, state = self.state(execution_id)
+        entries = self._pending(execution_id, step)
+        replayed: list[ReplayResult] = []
+        refused: list[tuple[str, str]] = []
+        for entry in entries[:limit]:
+            try:
+                if not entry.task:
+                    raise ConflictError("it keeps no task to replay")
+                task, patched = apply_patch(entry.task, patch or {})
+                parsed = Task.from_dict(task)
+                refusal = replay_refusal(engine, state, parsed.step, parsed.task_id, parsed.index)
+                if refusal is not None:
+                    raise ConflictError(refusal)
+            except (ConflictError, ValueError) as exc:
+                refused.append((entry.message_id, str(exc)))
+                continue
+            payload: dict[str, Any] = {"message_id": entry.message_id, "task": task, "by": by}
+            if patched:
+                payload["patched"] = patched
+            posted = self.store.post_replay(entry.message_id, payload)
+            replayed.append(
+                ReplayResult(entry.message_id, execution_id, posted, DeadLetterStatus.REPLAYED)
+            )
+        remaining = max(0, len(entries) - limit)
+        return BatchReplay(execution_id, step, replayed, refused, remaining)
+
+    def _pending(self, execution_id: str, step: str | None) -> list[DeadLetter]:
+        """The execution's pending entries (of `step`), oldest failure first."""
+        found: list[DeadLetter] = []
+        page = 1000
+        while True:
+            batch = self.store.list_dead_letters(
+                status=DeadLetterStatus.PENDING,
+                execution_id=execution_id,
+                limit=page,
+                offset=len(found),
+            )
+            found.extend(batch)
+            if len(batch) < page:
+                break
+        chosen = [entry for entry in found if step is None or entry.step == step]
+        chosen.sort(key=lambda entry: (entry.last_seen, entry.message_id))
+        return chosen
 
     def discard(self, message_id: str, reason: str) -> DeadLetter:
         """Give an entry up, with a reason. ConflictError when it is not pending."""

@@ -34,6 +34,7 @@ from noetl.dsl.model import (
     WorkbookTask,
     pipeline_task_tool,
 )
+from noetl.dsl.retry_checks import check_retries
 from noetl.dsl.rewrite import ShapeError
 from noetl.dsl.source import Source
 from noetl.dsl.template_checks import strings
@@ -155,6 +156,7 @@ class _Checker:
         if step.compensate is not None:
             self.target(step.compensate, (*base, "compensate"), "compensate")
         self.case(step, base)
+        check_retries(self, step, base, self.parts.playbook)
         if step.tool is not None:
             self.tool(step.tool, (*base, "tool"))
         if step.result is not None:

@@ -19,6 +19,7 @@ from pydantic import (
     StringConstraints,
     ValidatorFunctionWrapHandler,
     WrapValidator,
+    field_validator,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
@@ -50,8 +51,19 @@ class Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
+RetryTrigger = Literal["error", "status_code", "exception"]
+HttpStatus = Annotated[int, Field(ge=100, le=599)]
+
+
 class RetryPolicy(Model):
-    """Seed 001's retry block. Delays are in seconds."""
+    """Seed 001's retry block (delays in seconds), with seed 004's `scope` and `on`.
+
+    `on` lists which failures retry (None: written without `on`, any retryable failure):
+    `error` (a failure that is not fatal), `status_code` (an HTTP status in
+    `status_codes`, by default 408, 429, 500, 502, 503, 504), `exception` (a python
+    step's exception named in `exceptions`). `scope: chain` runs the step's whole chain
+    of tasks again from its first one (a pipeline's tasks), `tool` only the failed tool.
+    """
 
     max_attempts: PositiveInt = 3
     initial_delay: Annotated[float, Field(ge=0)] = 1.0
@@ -61,6 +73,16 @@ class RetryPolicy(Model):
     backoff: Literal["exponential", "linear", "fixed"] = "exponential"
     retry_when: Condition | None = None
     stop_when: Condition | None = None
+    scope: Literal["tool", "chain"] = "tool"
+    on: list[RetryTrigger] | None = None
+    status_codes: list[HttpStatus] | None = None
+    exceptions: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = None
+
+    @field_validator("on", "status_codes", "exceptions", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        """`on: status_code` is `on: [status_code]` (and so for the other lists)."""
+        return [value] if isinstance(value, str | int) and not isinstance(value, bool) else value
 
 
 Retry = Annotated[

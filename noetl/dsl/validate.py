@@ -24,6 +24,7 @@ from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
 from noetl.dsl.name_checks import name_checks
 from noetl.dsl.normalize import normalize_document
+from noetl.dsl.policy import DslPolicy, dialect_refused, strict
 from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, parse_source, read_source
 from noetl.dsl.template_checks import Reads, template_checks
@@ -65,16 +66,22 @@ class LoadResult:
 
 
 def load_playbook(
-    path: str | FsPath, *, allow_legacy: bool = True, check_names: bool = True
+    path: str | FsPath,
+    *,
+    allow_legacy: bool = True,
+    policy: DslPolicy | None = None,
+    check_names: bool = True,
 ) -> LoadResult:
-    """Read and validate a playbook file. `check_names=False` leaves out the checks of the
-    names templates read (E313, W413): for a test of what a run does with such a name."""
+    """Read and validate a playbook file (under `policy`: the forms a deployment accepts,
+    and whether warnings fail; noetl.dsl.policy). `check_names=False` leaves out the
+    checks of the names templates read (E313, W413): for a test of what a run does with
+    such a name."""
     with _gc_paused():
         try:
             source = read_source(path)
         except SourceError as exc:
             return LoadResult(file=str(path), playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy, check_names=check_names)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy, check_names=check_names)
 
 
 def load_playbook_text(
@@ -82,16 +89,17 @@ def load_playbook_text(
     name: str = "<playbook>",
     *,
     allow_legacy: bool = True,
+    policy: DslPolicy | None = None,
     check_names: bool = True,
 ) -> LoadResult:
-    """Validate playbook text (from the API, a test or stdin); `check_names` as for
-    `load_playbook`."""
+    """Validate playbook text (from the API, a test or stdin), under `policy`;
+    `check_names` as for `load_playbook`."""
     with _gc_paused():
         try:
             source = parse_source(text, name)
         except SourceError as exc:
             return LoadResult(file=name, playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy, check_names=check_names)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy, check_names=check_names)
 
 
 @contextmanager
@@ -110,7 +118,37 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadResult:
+def _validate(
+    source: Source, *, allow_legacy: bool, policy: DslPolicy | None, check_names: bool = True
+) -> LoadResult:
+    legacy = allow_legacy and (policy is None or policy.legacy)
+    result = _checked(source, allow_legacy=legacy, check_names=check_names)
+    if policy is None or result.source is None:
+        return result
+    diags = result.diagnostics
+    if isinstance(result.source.tree, YMap):
+        upstream_form = upstream.detect(result.source.tree) is not None
+        refused = dialect_refused(
+            policy,
+            "upstream" if upstream_form else "native",
+            result.file,
+            _first_content_line(source.text),
+        )
+        if refused is not None:
+            diags = [refused, *diags]
+    if policy.strict:
+        diags = strict(diags)
+    if diags is result.diagnostics:
+        return result
+    return LoadResult(
+        file=result.file,
+        playbook=result.playbook if not has_errors(diags) else None,
+        diagnostics=diags,
+        source=result.source,
+    )
+
+
+def _checked(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadResult:
     file = source.name
     if not isinstance(source.tree, YMap):
         got = "nothing" if source.tree is None else type_name(source.tree)

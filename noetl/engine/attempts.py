@@ -116,6 +116,19 @@ def _max_attempts(turn: Turn, done: Attempt) -> Any:
     return (done.rule or turn.engine.retry_rules[done.step.step]).max_attempts
 
 
+def _trigger_fields(turn: Turn, done: Attempt, verdict: Verdict) -> dict[str, Any]:
+    """The retry block's `on` trigger that matched, and its `scope` when it is `chain`
+    (the step's whole chain runs again)."""
+    fields: dict[str, Any] = {}
+    if verdict.trigger is not None:
+        fields["trigger"] = verdict.trigger
+    if rule_request(done.outcome) is None and verdict.reason not in ("case", "lease_expired"):
+        rule = done.rule or turn.engine.retry_rules[done.step.step]
+        if rule.scope == "chain":
+            fields["scope"] = "chain"
+    return fields
+
+
 def _rule_fields(done: Attempt) -> dict[str, Any]:
     """Which task of a pipeline, and which try of it, a rule's retry is about."""
     request = rule_request(done.outcome)
@@ -127,8 +140,10 @@ def _rule_fields(done: Attempt) -> dict[str, Any]:
     return fields
 
 
-def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
-    """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed."""
+def retry(turn: Turn, done: Attempt, verdict: Verdict, *, restart: str | None = None) -> None:
+    """Seed 001's `step_retry`: the same task runs again, once `delay_s` has passed. With
+    `restart` (`case`), the step's chain runs again from its first task instead: the
+    event says so and the caller starts it (noetl.engine.cases.restart_chain)."""
     payload: dict[str, Any] = {"task_id": done.task_id}
     if done.index is not None:
         payload["index"] = done.index
@@ -138,10 +153,14 @@ def retry(turn: Turn, done: Attempt, verdict: Verdict) -> None:
         delay_ms=round(verdict.delay_s * 1000),
         reason=verdict.reason,
     )
+    payload.update(_trigger_fields(turn, done, verdict))
     payload.update(_rule_fields(done))
     payload.update(failure(done.outcome))
+    if restart is not None:
+        payload["restart"] = restart
     turn.emit(EventType.RETRY_STARTED, done.step.step, payload)
-    turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
+    if restart is None:
+        turn.commands.append(RequeueTask(done.task_id, done.number + 1, verdict.delay_s))
 
 
 def exhausted(turn: Turn, done: Attempt, verdict: Verdict) -> None:
@@ -159,6 +178,7 @@ def exhausted(turn: Turn, done: Attempt, verdict: Verdict) -> None:
     payload.update(status="exhausted", reason=verdict.reason, attempts=done.number)
     if verdict.reason != "lease_expired":
         payload["max_attempts"] = _max_attempts(turn, done)
+    payload.update(_trigger_fields(turn, done, verdict))
     payload.update(_rule_fields(done))
     payload["kind"] = done.kind or kind(turn.engine, done.step)
     payload.update(failure(done.outcome))

@@ -41,10 +41,11 @@ in them.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from noetl.core import EnqueueTask, EventType, StepStatus
+from noetl.core import EnqueueTask, EventType, RequeueTask, StepStatus
 from noetl.dsl.model import Step
 from noetl.engine import attempts, loops, tasks
 from noetl.engine.case_actions import Act, Scope, act, outputs
@@ -93,6 +94,14 @@ def on_outcome(turn: Turn, step: Step, done: Attempt, *, lease_lost: bool) -> bo
         return False  # the step's tool after its case; a loop item
     _tool_outcome(scope, done, lease_lost)
     return True
+
+
+def rerun(turn: Turn, step: Step) -> None:
+    """The step's chain runs again (a retry with `scope: chain`, noetl.engine.case_chain):
+    its `on_entry` case acts again, then its tool runs with the next attempt."""
+    scope = _scope(turn, step)
+    _round(scope, scope.values(), {"trigger": EventType.RETRY_STARTED.value})
+    proceed(scope)
 
 
 def after_loop(turn: Turn, step: Step, outcome: dict[str, Any]) -> bool:
@@ -211,8 +220,15 @@ def _start_body(scope: Scope) -> None:
     except TemplateError as exc:
         turn.finish_step(step.step, ok=False, error=f"tool: {exc}")
         return
+    # After a retry that ran the chain again (noetl.engine.case_chain): its attempt.
+    attempt = turn.state.attempts.get(task.task_id, 1)
+    if attempt > 1:
+        task = dataclasses.replace(task, attempt=attempt)
     turn.emit(EventType.TOOL_STARTED, step.step, {"task": task.to_dict()})
-    turn.commands.append(EnqueueTask(task))
+    if attempt > 1:  # its row is there from the attempt before: it runs again
+        turn.commands.append(RequeueTask(task.task_id, attempt, 0.0, task=task))
+    else:
+        turn.commands.append(EnqueueTask(task))
 
 
 # --- outcomes ------------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from noetl.core import Event, EventType, RequeueTask
-from noetl.engine import attempts, cases, loops, variables
+from noetl.engine import attempts, case_chain, cases, loops, variables
 from noetl.engine.retry import Attempt, RetryAction
 from noetl.errors import TemplateError
 
@@ -78,6 +78,8 @@ def on_outcome(turn: Turn, event: Event, *, lease_lost: bool = False) -> None:
     done = Attempt(task_id, step, index, payload, attempt)
     if step.case and cases.on_outcome(turn, step, done, lease_lost=lease_lost):
         return  # a branch's task, or the tool an `on_event` case evaluates
+    if step.case and case_chain.restart(turn, step, done, lease_lost=lease_lost):
+        return  # the step's chain runs again, its case first
     verdict = attempts.judge(turn, done, lease_lost=lease_lost)
     if verdict is None:
         return  # the task runs again

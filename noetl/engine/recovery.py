@@ -38,7 +38,7 @@ from noetl.core import (
     StepStatus,
     Task,
 )
-from noetl.engine import loops
+from noetl.engine import case_chain, loops
 from noetl.engine.loops import LOOP_TIMEOUT
 from noetl.engine.state import ExecutionState, apply
 
@@ -189,9 +189,12 @@ def on_force_complete(turn: Turn, event: Event) -> None:
 
 
 def on_timer(turn: Turn, event: Event) -> None:
-    """A timer fired: a loop still running past its total budget stops and fails."""
+    """A timer fired: a loop still running past its total budget stops and fails; a
+    chain's retry delay passed (noetl.engine.case_chain)."""
     engine, state = turn.engine, turn.state
     payload = event.payload
+    if case_chain.on_timer(turn, payload):
+        return
     name = payload.get("step")
     if payload.get("kind") != LOOP_TIMEOUT or not isinstance(name, str):
         return

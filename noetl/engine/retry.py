@@ -28,6 +28,7 @@ from noetl.dsl.model import Condition, Playbook, RetryPolicy, Step, Tool
 from noetl.errors import ErrorClass, TemplateError, error_class, http_status
 
 __all__ = [
+    "DEFAULT_STATUS_CODES",
     "Attempt",
     "Backoff",
     "RetryAction",
@@ -38,6 +39,7 @@ __all__ = [
     "backoff_delay",
     "jitter_factor",
     "jitter_key",
+    "matched_trigger",
     "requested",
     "retry_names",
     "rule_for",
@@ -46,6 +48,9 @@ __all__ = [
 
 Backoff = Literal["exponential", "linear", "fixed"]
 Source = Literal["tool", "step", "workbook", "default"]
+Scope = Literal["tool", "chain"]
+# The statuses `on: [status_code]` retries when the block lists none.
+DEFAULT_STATUS_CODES = frozenset({408, 429, 500, 502, 503, 504})
 # Renders a condition against the step's template names plus `names`; may raise
 # TemplateError.
 Check = Callable[[Condition, Mapping[str, Any]], bool]
@@ -86,6 +91,10 @@ class RetryRule:
     retry_when: Condition | None = None
     stop_when: Condition | None = None
     source: Source = "default"
+    scope: Scope = "tool"
+    on: tuple[str, ...] | None = None  # the triggers written (None: any retryable failure)
+    status_codes: frozenset[int] = DEFAULT_STATUS_CODES
+    exceptions: frozenset[str] = frozenset()
 
     @property
     def configured(self) -> bool:
@@ -116,6 +125,14 @@ class RetryRule:
             retry_when=block.retry_when,
             stop_when=block.stop_when,
             source=source,
+            scope=block.scope,
+            on=None if block.on is None else tuple(dict.fromkeys(block.on)),
+            status_codes=(
+                DEFAULT_STATUS_CODES
+                if block.status_codes is None
+                else frozenset(block.status_codes)
+            ),
+            exceptions=frozenset(block.exceptions or ()),
         )
 
 
@@ -210,6 +227,7 @@ class Verdict:
     reason: str | None = None
     delay_s: float = 0.0
     error: str | None = None
+    trigger: str | None = None  # the trigger of `on` that matched (when `on` is written)
 
 
 FINISH = Verdict(RetryAction.FINISH)
@@ -294,6 +312,8 @@ def assess(
     retries evaluates nothing."""
     ok = bool(outcome.get("ok"))
     kind = error_class(outcome)
+    if rule.on is not None:
+        return _triggered(rule, outcome, attempt, check, step=step, key=key)
     if kind is ErrorClass.FATAL or (ok and rule.retry_when is None):
         return FINISH
     names: dict[str, Any] | None = None
@@ -320,3 +340,58 @@ def assess(
         error = None if not ok else f"retry_when was still true after {attempt} attempts"
         return Verdict(RetryAction.EXHAUSTED, reason=reason, error=error)
     return Verdict(RetryAction.RETRY, reason=reason, delay_s=backoff_delay(rule, attempt, key))
+
+
+def matched_trigger(rule: RetryRule, outcome: Mapping[str, Any]) -> str | None:
+    """The first trigger of `rule.on` the outcome matches: `error` (a failure that is not
+    fatal), `status_code` (an HTTP status, of an answer or of an HTTP error, in
+    `status_codes`: even a 4xx the block lists, which the default never retries),
+    `exception` (a failure whose error type is named in `exceptions`, by its class name
+    or its dotted path)."""
+    ok = bool(outcome.get("ok"))
+    for trigger in rule.on or ():
+        if trigger == "error" and not ok and error_class(outcome) is not ErrorClass.FATAL:
+            return trigger
+        if trigger == "status_code" and http_status(outcome.get("this")) in rule.status_codes:
+            return trigger
+        if trigger == "exception" and not ok:
+            name = str(outcome.get("error_type") or "")
+            if name and (name in rule.exceptions or name.rsplit(".", 1)[-1] in rule.exceptions):
+                return trigger
+    return None
+
+
+def _triggered(
+    rule: RetryRule,
+    outcome: Mapping[str, Any],
+    attempt: int,
+    check: Check,
+    *,
+    step: str,
+    key: str,
+) -> Verdict:
+    """`assess` for a rule with `on`: a retry is wanted when a trigger matches (and
+    `retry_when`, when written too, is true); then `stop_when` and the attempts left, as
+    for every rule."""
+    trigger = matched_trigger(rule, outcome)
+    if trigger is None:
+        return FINISH
+    names: dict[str, Any] | None = None
+    for condition, stops in ((rule.retry_when, False), (rule.stop_when, True)):
+        if condition is None:
+            continue
+        names = names or retry_names(outcome, attempt, rule, step)
+        try:
+            verdict = check(condition, names)
+        except TemplateError as exc:
+            field = "stop_when" if stops else "retry_when"
+            return Verdict(RetryAction.FINISH, error=f"retry.{field}: {exc}")
+        if verdict == stops:
+            return FINISH
+    if attempt >= rule.max_attempts:
+        error = None
+        if outcome.get("ok"):
+            error = f"the answer's status still matched after {attempt} attempts"
+        return Verdict(RetryAction.EXHAUSTED, reason=trigger, error=error, trigger=trigger)
+    delay = backoff_delay(rule, attempt, key)
+    return Verdict(RetryAction.RETRY, reason=trigger, delay_s=delay, trigger=trigger)

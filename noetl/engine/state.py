@@ -256,8 +256,20 @@ def _task_reclaimed(state: ExecutionState, event: Event) -> None:
 
 
 def _retry_started(state: ExecutionState, event: Event) -> None:
-    """A task whose outcome was just processed runs again: it is in flight once more."""
+    """A task whose outcome was just processed runs again: it is in flight once more. A
+    retry that runs the step's chain again (`restart: case`) starts with its `case`,
+    whose branches act again: the task is dispatched after them, with this attempt."""
     task_id = event.payload["task_id"]
+    if event.payload.get("restart") == "case":
+        state.attempts[task_id] = int(event.payload["attempt"])
+        case = _run(state, event).case
+        if case is not None:
+            case.fired.clear()
+            case.suppressed.clear()
+            case.routes.clear()
+            case.failed.clear()
+            case.verdict = None
+        return
     index = event.payload.get("index")
     state.tasks[task_id] = (event.step or "", None if index is None else int(index))
     state.attempts[task_id] = int(event.payload["attempt"])

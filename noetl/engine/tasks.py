@@ -50,6 +50,9 @@ def build(
     if kind == PIPELINE:
         # Its tasks are rendered where they run, one by one (noetl.worker.pipeline).
         rendered_spec = pipeline_spec(engine, spec)
+        if tool is step.tool and engine.retry_rules[step.step].scope == "chain":
+            # A retry of the step runs its whole chain again, from the first task.
+            rendered_spec["restart_on_retry"] = True
         rendered_args: dict[str, Any] = {}
         context = ctx.tool_view(full=True) | variables(values)
         if step.loop is not None and index is not None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from noetl.observability.metrics import Metrics
     from noetl.observability.trace_context import TraceSampler
     from noetl.observability.tracing import Tracing
+    from noetl.worker.output import OutputListener
 
 __all__ = ["DEFAULT_DB", "Family", "embedded_runtime", "local_cluster", "wait_finished"]
 # The `pool` label of the embedded runtime's worker metrics.
@@ -56,6 +57,7 @@ def embedded_runtime(
     roots: Roots | None = None,
     max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES,
     result_inline_bytes: int = DEFAULT_INLINE_BYTES,
+    on_output: OutputListener | None = None,
 ) -> Iterator[EmbeddedRuntime]:
     """An embedded runtime over the database `db`; everything is closed on exit. Secrets
     come from the environment and the secrets file (`secrets_file`, else
@@ -67,7 +69,9 @@ def embedded_runtime(
     `noetl.config.Settings.engine_options`; None: the engine's own).
     `roots`: where the file sink writes and the `playbook` tool reads (None: the working
     directory; see noetl.paths). A task whose result is over `max_result_bytes` fails;
-    one over `result_inline_bytes` is spilled to the result store (noetl.worker.selection)."""
+    one over `result_inline_bytes` is spilled to the result store (noetl.worker.selection).
+    `on_output`: told each line a task prints or its tool logs, as it comes
+    (noetl.worker.output)."""
     count = workers or os.cpu_count() or 2
     default_provider(secrets_file, credentials=credentials)  # bad files fail before the store
     store = open_store(db)
@@ -97,6 +101,7 @@ def embedded_runtime(
                 result_inline_bytes=result_inline_bytes,
                 results=store.results,
                 checkpoints=store.checkpoints,
+                on_output=on_output,
             )
             runtime = EmbeddedRuntime(
                 store,

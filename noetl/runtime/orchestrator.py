@@ -44,6 +44,7 @@ from noetl.core import (
 )
 from noetl.decision.decider import Cached, Decider
 from noetl.decision.dlq import DeadLetterQueue
+from noetl.dsl.policy import DslPolicy
 from noetl.engine import Engine
 from noetl.engine.options import EngineOptions
 from noetl.engine.recovery import abort
@@ -86,6 +87,7 @@ class Orchestrator:
         sampler: TraceSampler | None = None,
         scope: Callable[[], Collection[str]] | None = None,
         scripts: ScriptReader | None = None,
+        dsl: DslPolicy | None = None,
     ) -> None:
         self.store = store
         self.owner = owner
@@ -105,6 +107,7 @@ class Orchestrator:
             options=options,
             sampler=sampler,
             scripts=scripts,
+            dsl=dsl,
         )
         self.dlq = DeadLetterQueue(store, self.engine_of)
         self._holder: InputHolder | None = None

@@ -38,6 +38,7 @@ class Attempt:
     error_type: str | None = None
     duration_ms: float | None = None
     output: Any = None
+    stdout: str | None = None  # what it printed and logged (bounded, masked)
     delay_ms: int | None = None  # a retry: how long it waited before running
     worker_id: str | None = None  # a lost lease: the worker that held it
     dead_lettered: bool = False  # it failed for good: the DLQ holds the task
@@ -56,6 +57,7 @@ class Attempt:
             "error_type": self.error_type,
             "duration_ms": self.duration_ms,
             "output": self.output,
+            "stdout": self.stdout,
             "delay_ms": self.delay_ms,
             "worker_id": self.worker_id,
             "dead_lettered": self.dead_lettered,
@@ -125,6 +127,8 @@ class AttemptFold:
         attempt.error_type = payload.get("error_type")
         attempt.duration_ms = payload.get("duration_ms")
         attempt.output = payload.get("this")
+        stdout = payload.get("stdout")
+        attempt.stdout = stdout if isinstance(stdout, str) and stdout else None
 
     def again(self, event: Event) -> None:
         """A retry (`retry.started`) or a reclaim (`task.reclaimed`): the next attempt."""

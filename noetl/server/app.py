@@ -14,6 +14,7 @@ from fastapi import Depends, FastAPI, Response
 
 from noetl.auth import Role
 from noetl.credentials.keys import Keyring
+from noetl.dsl.policy import DslPolicy
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
@@ -24,6 +25,7 @@ from noetl.server.routes import (
     admin,
     credentials,
     dlq,
+    execution_playbook,
     executions,
     health,
     playbooks,
@@ -69,6 +71,7 @@ def create_app(
     gate: Gate | None = None,
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     credential_keys: Keyring | None = None,
+    dsl: DslPolicy | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
@@ -78,7 +81,8 @@ def create_app(
     public (noetl.server.auth). A request body over `max_body_bytes` is a 413, and a NUL
     character in the URL a 422, before any route sees the request (noetl.server.limits).
     `credential_keys` encrypt the credentials stored through the API (none: `POST
-    /api/credentials` answers 503)."""
+    /api/credentials` answers 503). `dsl`: what the catalog accepts of the DSL (forms,
+    strict validation; noetl.dsl.policy)."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -95,6 +99,7 @@ def create_app(
         views=ViewCache(store),
         gate=gate,
         keyring=credential_keys or Keyring(),
+        dsl=dsl or DslPolicy(),
     )
     install_error_handlers(app)
     # Added last, so outermost: an oversized body is refused before anything reads it.
@@ -102,6 +107,7 @@ def create_app(
     app.include_router(health.router)
     app.include_router(playbooks.router)
     app.include_router(executions.router)
+    app.include_router(execution_playbook.router)
     app.include_router(steps.router)
     app.include_router(workers.router)
     app.include_router(dlq.router)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Request
 
 from noetl.credentials.keys import Keyring
+from noetl.dsl.policy import DslPolicy
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate
@@ -24,6 +25,7 @@ class Services:
     views: ViewCache
     gate: Gate
     keyring: Keyring  # encrypts what POST /api/credentials stores
+    dsl: DslPolicy = field(default_factory=DslPolicy)  # what the catalog accepts
 
 
 def services(request: Request) -> Services:

@@ -106,6 +106,15 @@ class MemoryAdmin:
                 raise NotFoundError(f"execution {execution_id} not found")
             return {step: loads(status) for step, status in steps.items()}
 
+    def queued_tasks(self, execution_id: str) -> dict[tuple[str, str], int]:
+        found: dict[tuple[str, str], int] = {}
+        with self._lock:
+            for task in self._tasks.values():
+                if task["execution_id"] == execution_id and task["status"] == TaskStatus.QUEUED:
+                    key = (task["step"], task["pool"])
+                    found[key] = found.get(key, 0) + 1
+        return found
+
     # --- the dead-letter queue -----------------------------------------------------------
 
     def list_dead_letters(
@@ -139,6 +148,14 @@ class MemoryAdmin:
             for row in self._dlq.values():
                 counts[row["status"]] += 1
         return counts
+
+    def pending_dead_letters(self, execution_id: str) -> dict[str, int]:
+        found: dict[str, int] = {}
+        with self._lock:
+            for row in self._dlq.values():
+                if row["execution_id"] == execution_id and row["status"] == "pending":
+                    found[row["step_id"]] = found.get(row["step_id"], 0) + 1
+        return found
 
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         """Mark a pending entry replayed and post its REPLAY input, atomically."""

@@ -213,6 +213,11 @@ class ExecutionPort(Protocol):
         """The step_state projection: step name -> status dict; NotFoundError if the
         execution does not exist."""
 
+    def queued_tasks(self, execution_id: str) -> dict[tuple[str, str], int]:
+        """How many of the execution's tasks wait in the queue (status queued: not
+        claimed by a worker, due or not), by (step, pool); {} when none (or no such
+        execution)."""
+
 
 class InboxPort(WaitPort, Protocol):
     """The orchestrator's side of the queue: inputs to decide on, and housekeeping."""
@@ -279,6 +284,9 @@ class DeadLetterPort(Protocol):
     def get_dead_letter(self, message_id: str) -> DeadLetter | None: ...
     def dead_letter_counts(self) -> dict[str, int]:
         """How many entries there are of each status (every status listed, 0 included)."""
+
+    def pending_dead_letters(self, execution_id: str) -> dict[str, int]:
+        """How many PENDING entries the execution has, by step; {} when none."""
 
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         """Replay a PENDING entry: in ONE transaction mark it replayed (replays + 1) and

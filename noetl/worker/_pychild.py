@@ -11,6 +11,7 @@ Protocol over two one-way pipes, one call at a time, pickled by `Connection.send
 
     child  -> parent   READY                                  once, when the loop starts
     parent -> child    (code, module, callable, args, context, style, libs)
+    child  -> parent   (OUTPUT, text)                         any number, while it runs
     child  -> parent   (True, result_json, stdout)
                        (False, error, error_type, retryable, stdout)
 """
@@ -26,6 +27,7 @@ import json
 import logging
 import os
 import signal
+import threading
 import traceback
 import uuid
 from collections import OrderedDict
@@ -37,6 +39,7 @@ from typing import Any
 from noetl.pyscript import FUNCTION, NO_RESULT, compile_toplevel, usable_name
 
 READY = "ready"
+OUTPUT = "out"  # a piece of the call's output, sent while it runs
 INLINE_FILENAME = "<inline code>"
 STDOUT_LIMIT = 64 * 1024  # bytes of UTF-8 kept from what user code prints
 TRUNCATED_MARKER = "\n[output truncated at 64 KiB]\n"
@@ -76,13 +79,19 @@ class _SpecError(Exception):
 
 
 class _Capture(io.TextIOBase):
-    """A text stream keeping only the first `STDOUT_LIMIT` characters written to it."""
+    """A text stream keeping only the first `STDOUT_LIMIT` characters written to it, and
+    sending each whole line of them to the parent as it is written (`("out", text)`), so
+    what a task prints is seen while it runs, and kept when it never replies."""
 
-    def __init__(self) -> None:
+    def __init__(self, stream: Connection | None = None) -> None:
         super().__init__()
         self._parts: list[str] = []
         self._size = 0
         self._truncated = False
+        self._stream = stream
+        self._pending = ""
+        # User code may print from threads of its own: one message at a time on the pipe.
+        self._lock = threading.RLock()
 
     encoding = "utf-8"  # some libraries read sys.stdout.encoding
 
@@ -92,14 +101,49 @@ class _Capture(io.TextIOBase):
     def write(self, text: str) -> int:
         if not isinstance(text, str):
             raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        with self._lock:
+            return self._write(text)
+
+    def _write(self, text: str) -> int:
         room = STDOUT_LIMIT - self._size
         if room > 0:
             part = text[:room]
             self._parts.append(part)
             self._size += len(part)
-        if len(text) > room:
+            if self._stream is not None:
+                self._send_lines(part)
+        if len(text) > room and not self._truncated:
             self._truncated = True
+            self.flush_lines()
         return len(text)
+
+    def _send_lines(self, part: str) -> None:
+        pending = self._pending + part
+        cut = pending.rfind("\n") + 1
+        self._pending = pending[cut:]
+        if cut:
+            self._send(pending[:cut])
+
+    def _send(self, text: str) -> None:
+        stream = self._stream
+        if stream is None or not text:
+            return
+        try:
+            stream.send((OUTPUT, text))
+        except (OSError, ValueError):  # the parent is gone: the reply will not arrive either
+            self._stream = None
+
+    def flush_lines(self) -> None:
+        """Send what is left of the last line (the output was cut)."""
+        pending, self._pending = self._pending, ""
+        self._send(pending)
+
+    def end(self) -> None:
+        """The call ended: send the rest of the last line; later writes (a thread the
+        call left running) are kept from the pipe, whose next message is the reply."""
+        with self._lock:
+            self.flush_lines()
+            self._stream = None
 
     def getvalue(self) -> str:
         if not self._parts:
@@ -252,11 +296,18 @@ class Runner:
             return func(**_by_name(func, inputs, context))
         return namespace.get("result")
 
-    def run(self, request: Reply) -> Reply:
-        """Run one request; never raises (a user's `sys.exit` included)."""
+    def run(self, request: Reply, stream: Connection | None = None) -> Reply:
+        """Run one request; never raises (a user's `sys.exit` included). Each line the
+        call prints is sent to `stream` as it is written."""
+        capture = _Capture(stream)
+        try:
+            return self._run(request, capture)
+        finally:
+            capture.end()
+
+    def _run(self, request: Reply, capture: _Capture) -> Reply:
         code, module, name, args, context = request[:5]
         style, libs = request[5:7] if len(request) >= 7 else ("main", {})
-        capture = _Capture()
         try:
             with redirect_stdout(capture), redirect_stderr(capture), _logs_into(capture):
                 if style == "toplevel":
@@ -376,6 +427,6 @@ def serve(reader: Connection, writer: Connection) -> None:
         writer.send(READY)
         while True:
             request = reader.recv()
-            writer.send(runner.run(request))
+            writer.send(runner.run(request, writer))
     except (EOFError, OSError):  # the parent is gone or closed the pool: exit quietly
         return

@@ -12,6 +12,7 @@ the composed chains of each tool. From the outside in:
 | `SelectResult` | keeps a `select` task's (or a too large) result whole, reports a part |
 | `ScriptCheck` | fails a task whose `spec.script` was never read (script kinds only) |
 | `SecretScope` | makes the task's secret scope current; masks its values in the outcome |
+| `CaptureOutput` | the attempt's output: lines streamed, tool log lines kept (`run` only) |
 | `CrashCapture` | a tool (or a policy inside) that raises costs one task, not the worker |
 | `ResolveSecrets` | replaces the task's secret markers with their values |
 | `Sinks` | writes the bounded result to the task's sinks (their own retries) |
@@ -21,12 +22,12 @@ the composed chains of each tool. From the outside in:
 Why this order: the selection (or the spill) is made of the outcome as it is final
 (masked, bounded, written by the sinks: the result store keeps what the event log would
 have), and only the observer and the log see what it reports; masking wraps everything
-that may quote a secret (a crash's message, a sink's error); crash capture wraps the
-resolution (a missing secret is the task's failure) and the sinks; the sinks write only a
-result that passed the bound; the time limit bounds the tool alone (each sink write has
-its own `timeout_ms`). A task with nothing to resolve, mask or write
-(no secret references, no sinks, a tool that uses no credentials: loops of python items)
-takes the short chain without the three secret and sink middlewares.
+that may quote a secret (a crash's message, a sink's error, a line of output); crash
+capture wraps the resolution (a missing secret is the task's failure) and the sinks; the
+sinks write only a result that passed the bound; the time limit bounds the tool alone
+(each sink write has its own `timeout_ms`). A task with nothing to resolve, mask or
+write (no secret references, no sinks, a tool that uses no credentials: loops of python
+items) takes the short chain without the three secret and sink middlewares.
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ from noetl.dsl.rewrite import ShapeError
 from noetl.dsl.spilled import Resolve, lazy
 from noetl.errors import TemplateError
 from noetl.tools.deadline import Deadline
-from noetl.worker.pipeline_state import LocalCheckpoints, Progress, trace_entry
+from noetl.worker.pipeline_state import LocalCheckpoints, Progress, restarts_chain, trace_entry
 from noetl.worker.policy_rules import Action, decide, output_view, retry_delay
 
 if TYPE_CHECKING:
@@ -160,7 +160,7 @@ class _Run:
         p = self.p
         try:
             kept = self._load()
-            if kept is not None:
+            if kept is not None and not restarts_chain(self.task, kept):
                 self.p = p = kept.resumed()
             while p.index < len(self.tasks):
                 p.runs += 1

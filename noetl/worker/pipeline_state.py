@@ -26,9 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from noetl.core import Task
 from noetl.store.records import Checkpoint
 
-__all__ = ["MAX_TRACE", "LocalCheckpoints", "Progress", "trace_entry"]
+__all__ = ["MAX_TRACE", "LocalCheckpoints", "Progress", "restarts_chain", "trace_entry"]
 
 MAX_TRACE = 100  # task runs one outcome reports (later ones are counted, not listed)
 _MAX_ERROR = 300  # characters of a task's error in a trace entry
@@ -190,3 +191,12 @@ class LocalCheckpoints:
     def drop(self, task_id: str) -> None:
         with self._lock:
             self._kept.pop(task_id, None)
+
+
+def restarts_chain(task: Task, kept: Progress) -> bool:
+    """Whether an attempt runs the chain from its first task although an earlier attempt
+    saved its progress: the step's retry has `scope: chain` (the engine marks the task
+    `restart_on_retry`) and that attempt failed, so the engine retries it. An attempt
+    that died (lease recovery), one a rule's retry follows, and the first attempt of a
+    replay from the dead-letter queue resume where the progress stands."""
+    return task.spec.get("restart_on_retry") is True and kept.end == "fail" and task.attempt > 1

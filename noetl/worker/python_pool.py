@@ -21,152 +21,37 @@ convention) the code runs top to bottom instead, its inputs bound as plain names
 outcome is a top-level `return` or its `result` variable (`noetl.worker._pychild`). An
 `async def` is run with `asyncio.run`. Its return value must be JSON-serializable
 (strict JSON: no NaN or Infinity); it crosses the pipe as JSON text. What it prints to
-stdout or stderr comes back in `Outcome.stdout` (the first 64 KiB).
+stdout or stderr (and what it logs) comes back in `Outcome.stdout` (the first 64 KiB), and
+each line is passed on as it is printed to the task's output (`noetl.worker.output`), so
+a long call is seen while it runs and a call that times out or crashes keeps what it
+printed.
 """
 
 from __future__ import annotations
 
 import atexit
-import contextlib
 import json
-import math
-import multiprocessing
-import select
-import signal
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from multiprocessing.connection import Connection
-from multiprocessing.context import ForkServerContext
-from multiprocessing.process import BaseProcess
 from types import TracebackType
 from typing import Any
 
 from noetl.core import Outcome, Task
 from noetl.tools.deadline import Deadline
-from noetl.worker._pychild import READY, Reply, serve
+from noetl.worker._pychild import Reply
+from noetl.worker.output import current_output
+from noetl.worker.python_child import (
+    CallFailure,
+    ChildProcess,
+    Printed,
+    exit_message,
+    fork_context,
+)
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
 
 DEFAULT_TIMEOUT_MS = 30_000
-START_TIMEOUT_S = 60.0  # a fresh interpreter importing this package; not the task's budget
 CLOSE_GRACE_S = 10.0
-
-
-class _Failure(Exception):
-    """The call did not produce a reply; the child must be replaced."""
-
-    def __init__(self, message: str, error_type: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.error_type = error_type
-        self.retryable = retryable
-
-
-def _exit_message(code: int | None) -> str:
-    if code is None:
-        return "python process exited (exit code unknown)"
-    if code < 0:
-        try:
-            return f"python process exited with code {code} ({signal.Signals(-code).name})"
-        except ValueError:
-            pass
-    return f"python process exited with code {code}"
-
-
-class _Child:
-    """One running child process and the parent's end of its pipe."""
-
-    __slots__ = (
-        "canceled",
-        "exitcode",
-        "poller",
-        "process",
-        "reader",
-        "ready",
-        "stopped",
-        "writer",
-    )
-
-    def __init__(self, ctx: ForkServerContext) -> None:
-        # Two one-way pipes: measurably quicker than one duplex socket pair.
-        child_reader, writer = ctx.Pipe(duplex=False)
-        reader, child_writer = ctx.Pipe(duplex=False)
-        self.process: BaseProcess = ctx.Process(
-            target=serve, args=(child_reader, child_writer), name="noetl-python", daemon=False
-        )
-        try:
-            with _main_hidden():
-                self.process.start()
-        finally:
-            # Our copies of the child's ends must go, or a dead child never reads as EOF.
-            child_reader.close()
-            child_writer.close()
-        self.reader: Connection = reader
-        self.writer: Connection = writer
-        self.poller = select.poll()
-        self.poller.register(reader.fileno(), select.POLLIN)
-        self.ready = False
-        self.stopped = False
-        self.canceled = False  # killed by `PythonPool.cancel`
-        self.exitcode: int | None = None
-
-    @classmethod
-    def try_start(cls, ctx: ForkServerContext) -> _Child | None:
-        """A started child, or None (out of processes): the next call tries again."""
-        try:
-            return cls(ctx)
-        except OSError:
-            return None
-
-    def wait_ready(self) -> None:
-        """Block until the child's loop runs, so start-up never eats a task's budget."""
-        if not self._wait(START_TIMEOUT_S):
-            message = f"python process did not start within {START_TIMEOUT_S:g} s"
-            raise _Failure(message, "ProcessError", retryable=True)
-        if self.reader.recv() != READY:
-            raise _Failure("python process sent an unexpected greeting", "ProcessError")
-        self.ready = True
-
-    def call(self, request: Reply, timeout_s: float) -> Reply | None:
-        """Send one request and wait for the reply; None when the time is up."""
-        self.writer.send(request)
-        if not self._wait(timeout_s):
-            return None
-        reply: Reply = self.reader.recv()
-        return reply
-
-    def died_while_idle(self) -> bool:
-        """An idle child has nothing to say: a readable pipe means EOF (one cheap syscall)."""
-        return self.ready and bool(self.poller.poll(0))
-
-    def _wait(self, timeout_s: float) -> bool:
-        """Whether the reply (or EOF) is there within the time; quicker than `conn.poll`."""
-        return bool(self.poller.poll(max(math.ceil(timeout_s * 1000), 0)))
-
-    def kill(self) -> None:
-        """Kill the process now; whoever waits on its pipe sees EOF."""
-        if not self.stopped and self.process.exitcode is None:
-            self.process.kill()
-
-    def stop(self, *, kill: bool = False) -> int | None:
-        """Reap the process and release its resources (once); return the exit code.
-
-        Without `kill` a healthy child gets half a second to leave its loop on EOF.
-        """
-        if not self.stopped:
-            self.stopped = True
-            self.writer.close()  # a healthy child reads EOF and leaves its loop
-            self.reader.close()
-            if not kill:
-                self.process.join(0.5)
-            if self.process.exitcode is None:
-                self.process.kill()
-            self.process.join()
-            self.exitcode = self.process.exitcode
-            self.process.close()
-        return self.exitcode
 
 
 class PythonPool:
@@ -179,17 +64,17 @@ class PythonPool:
     def __init__(self, processes: int = 2, *, default_timeout_ms: int = DEFAULT_TIMEOUT_MS):
         if processes < 1:
             raise ValueError("a python pool needs at least one process")
-        self._ctx = _context()
+        self._ctx = fork_context()
         self._default_timeout_ms = default_timeout_ms
         self._cond = threading.Condition()
-        self._busy: set[_Child] = set()
-        self._running: dict[str, _Child] = {}  # task id -> the child running it
+        self._busy: set[ChildProcess] = set()
+        self._running: dict[str, ChildProcess] = {}  # task id -> the child running it
         self._leased = 0
         self._closed = False
-        self._free: list[_Child | None] = []
+        self._free: list[ChildProcess | None] = []
         try:
             for _ in range(processes):
-                self._free.append(_Child(self._ctx))
+                self._free.append(ChildProcess(self._ctx))
         except BaseException:
             for child in self._free:
                 if child is not None:
@@ -228,11 +113,17 @@ class PythonPool:
             timeout_ms = deadline.timeout_ms
         else:
             timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
+        printed = Printed(current_output())
         try:
-            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0), deadline)
-        except _Failure as failure:
+            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0), deadline, printed)
+        except CallFailure as failure:
             return _failed(
-                task, started, failure.message, failure.error_type, retryable=failure.retryable
+                task,
+                started,
+                failure.message,
+                failure.error_type,
+                retryable=failure.retryable,
+                stdout=printed.text(),
             )
         return _outcome(task, started, reply)
 
@@ -271,7 +162,12 @@ class PythonPool:
     # --- internals ------------------------------------------------------------------
 
     def _run_leased(
-        self, task_id: str, request: Reply, timeout_ms: int, deadline: Deadline | None
+        self,
+        task_id: str,
+        request: Reply,
+        timeout_ms: int,
+        deadline: Deadline | None,
+        printed: Printed,
     ) -> Reply:
         child = self._acquire()
         healthy = False
@@ -285,7 +181,7 @@ class PythonPool:
             with self._cond:
                 self._running[task_id] = child
             try:
-                reply = self._call(child, request, timeout_ms, deadline)
+                reply = self._call(child, request, timeout_ms, deadline, printed)
             finally:
                 with self._cond:
                     if self._running.get(task_id) is child:
@@ -296,66 +192,71 @@ class PythonPool:
         finally:
             self._release(child, healthy)
 
-    def _acquire(self) -> _Child | None:
-        """Take a free slot (waiting for one); raises `_Failure` once the pool is closed."""
+    def _acquire(self) -> ChildProcess | None:
+        """Take a free slot (waiting for one); raises `CallFailure` once the pool is closed."""
         with self._cond:
             while not self._free and not self._closed:
                 self._cond.wait()
             if self._closed:
-                raise _Failure("python pool is closed", "CancelError", retryable=True)
+                raise CallFailure("python pool is closed", "CancelError", retryable=True)
             child = self._free.pop()  # the most recently used child: its caches are warm
             self._leased += 1
             if child is not None:
                 self._busy.add(child)
             return child
 
-    def _forget(self, child: _Child) -> None:
+    def _forget(self, child: ChildProcess) -> None:
         child.stop(kill=True)
         with self._cond:
             self._busy.discard(child)
 
-    def _start(self) -> _Child:
+    def _start(self) -> ChildProcess:
         try:
-            child = _Child(self._ctx)
+            child = ChildProcess(self._ctx)
         except OSError as exc:
             message = f"could not start a python process: {exc}"
-            raise _Failure(message, "ProcessError", retryable=True) from None
+            raise CallFailure(message, "ProcessError", retryable=True) from None
         with self._cond:
             if not self._closed:
                 self._busy.add(child)
                 return child
         child.stop(kill=True)
-        raise _Failure("python pool is closed", "CancelError", retryable=True)
+        raise CallFailure("python pool is closed", "CancelError", retryable=True)
 
     def _call(
-        self, child: _Child, request: Reply, timeout_ms: int, deadline: Deadline | None
+        self,
+        child: ChildProcess,
+        request: Reply,
+        timeout_ms: int,
+        deadline: Deadline | None,
+        printed: Printed,
     ) -> Reply:
         """One round trip, until the task's deadline (else `timeout_ms`); raises
-        `_Failure` when the child is dead or must be replaced."""
+        `CallFailure` when the child is dead or must be replaced."""
         try:
             if not child.ready:
                 child.wait_ready()
             wait_s = timeout_ms / 1000 if deadline is None else deadline.remaining()
-            reply = child.call(request, wait_s)
+            reply = child.call(request, wait_s, printed)
         except (EOFError, OSError):
             code = child.stop()
             if child.canceled:
-                raise _Failure("canceled", "CancelError") from None
+                raise CallFailure("canceled", "CancelError") from None
             if self._closed:
                 message = "python pool was closed while the task ran"
-                raise _Failure(message, "CancelError", retryable=True) from None
-            raise _Failure(_exit_message(code), "ProcessError") from None
+                raise CallFailure(message, "CancelError", retryable=True) from None
+            raise CallFailure(exit_message(code), "ProcessError") from None
         if reply is None:
-            raise _Failure(f"timed out after {timeout_ms} ms", "TimeoutError", retryable=True)
+            raise CallFailure(f"timed out after {timeout_ms} ms", "TimeoutError", retryable=True)
         return reply
 
-    def _release(self, used: _Child | None, healthy: bool) -> None:
+    def _release(self, used: ChildProcess | None, healthy: bool) -> None:
         """Give the slot back: the same child if healthy, else a fresh one."""
         if used is not None and not healthy:
             used.stop(kill=True)
         slot = used if healthy else None
         if slot is None and not self._closed:
-            slot = _Child.try_start(self._ctx)  # in the background; ready by the next call
+            slot = ChildProcess.try_start(self._ctx)  # in the background; ready by the next call
         with self._cond:
             if not self._closed:
                 self._free.append(slot)
@@ -366,48 +267,12 @@ class PythonPool:
         with self._cond:
             self._finish_lease(used)
 
-    def _finish_lease(self, used: _Child | None) -> None:
+    def _finish_lease(self, used: ChildProcess | None) -> None:
         # called with the lock held
         if used is not None:
             self._busy.discard(used)
         self._leased -= 1
         self._cond.notify_all()
-
-
-def _context() -> ForkServerContext:
-    """The "forkserver" context: children start from a fresh interpreter, never by forking
-    this (threaded) process, and in milliseconds rather than an interpreter start each.
-
-    The fork server imports the child loop once. It never imports the main module, nor
-    does a child (`_main_hidden`): steps run code and modules, never the main script's
-    functions, and a script that runs playbooks (`noetl.run`) without an
-    `if __name__ == "__main__":` guard would otherwise run itself again in the server.
-    The preload list is process-wide; NoETL is the only user of the fork server in its
-    processes.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["noetl.worker._pychild"])
-    return ctx
-
-
-_MAIN_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def _main_hidden() -> Iterator[None]:
-    """While a child starts, the main module shows neither a file nor a spec, so
-    multiprocessing asks no process to import it (as for an interactive session)."""
-    main = sys.modules.get("__main__")
-    names: dict[str, Any] = vars(main) if main is not None else {}
-    with _MAIN_LOCK:
-        saved: dict[str, Any] = {k: names[k] for k in ("__file__", "__spec__") if k in names}
-        names.pop("__file__", None)
-        if "__spec__" in names:
-            names["__spec__"] = None
-        try:
-            yield
-        finally:
-            names.update(saved)
 
 
 def _request(task: Task) -> Reply | str:
@@ -431,7 +296,13 @@ def _elapsed_ms(started: float) -> float:
 
 
 def _failed(
-    task: Task, started: float, error: str, error_type: str, *, retryable: bool = False
+    task: Task,
+    started: float,
+    error: str,
+    error_type: str,
+    *,
+    retryable: bool = False,
+    stdout: str = "",
 ) -> Outcome:
     return Outcome(
         task_id=task.task_id,
@@ -439,6 +310,7 @@ def _failed(
         error=error,
         error_type=error_type,
         retryable=retryable,
+        stdout=stdout,
         duration_ms=_elapsed_ms(started),
     )
 

@@ -39,6 +39,7 @@ from noetl.worker.middleware import (
     bounded,
     compose,
 )
+from noetl.worker.output import CaptureOutput, OutputListener
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.selection import DEFAULT_INLINE_BYTES
 from noetl.worker.time_limit import CANCEL_GRACE_S, TimeLimit
@@ -135,8 +136,11 @@ class ToolRegistry:
         cancel_grace_s: float = CANCEL_GRACE_S,
         results: ResultStore | None = None,
         result_inline_bytes: int | None = DEFAULT_INLINE_BYTES,
+        on_output: OutputListener | None = None,
     ) -> None:
         self._tools: dict[str, Tool] = {}
+        # Told each line a task prints or its tool logs, as it comes (noetl.worker.output).
+        self._on_output = on_output
         self._chains: dict[str, _Chains] = {}
         # Where a task with `select` keeps its whole result (noetl.worker.selection), and
         # a task without, whose result is over `result_inline_bytes` of JSON (None: never).
@@ -190,6 +194,15 @@ class ToolRegistry:
     @observer.setter
     def observer(self, value: Observer) -> None:
         self._observer = value
+        self._compose_all()
+
+    @property
+    def on_output(self) -> OutputListener | None:
+        return self._on_output
+
+    @on_output.setter
+    def on_output(self, value: OutputListener | None) -> None:
+        self._on_output = value
         self._compose_all()
 
     @property
@@ -346,6 +359,9 @@ class ToolRegistry:
             chain.append(ScriptCheck())
         if not short:
             chain.append(SecretScope(self._secrets))
+        if observed:
+            # A pipeline's tasks (`call`) write to the output of the pipeline's attempt.
+            chain.append(CaptureOutput(self._on_output))
         chain.append(CrashCapture())
         if not short:
             chain += [ResolveSecrets(), Sinks(self._sinks, self._observer)]
@@ -365,6 +381,7 @@ def default_registry(
     results: ResultStore | None = None,
     checkpoints: CheckpointStore | None = None,
     result_inline_bytes: int | None = DEFAULT_INLINE_BYTES,
+    on_output: OutputListener | None = None,
 ) -> ToolRegistry:
     """The built-in tools and the third-party tools of the `noetl.tools` entry point group
     (see `noetl.dsl.kinds.plugin_tools`), resolving secrets against `secrets`. The
@@ -375,7 +392,8 @@ def default_registry(
     of the `artifact` tool and of results over `result_inline_bytes` of JSON, which are
     spilled there (None: none of them is available; None bytes: nothing is spilled).
     `checkpoints`: where a pipeline keeps its progress between attempts (None: in this
-    process's memory)."""
+    process's memory). `on_output`: told each line a task prints or its tool logs, as it
+    comes (noetl.worker.output)."""
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
@@ -405,6 +423,7 @@ def default_registry(
         max_result_bytes=max_result_bytes,
         results=results,
         result_inline_bytes=result_inline_bytes,
+        on_output=on_output,
     )
     if results is not None:
         registry.register(ArtifactTool(results))

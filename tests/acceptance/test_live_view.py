@@ -43,15 +43,15 @@ BREAKS = re.compile(r"\r\n|\r|\n|\x1b\[[0-9]*[ABCDKJ]")
 STYLES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
-def run_in_terminal(tmp_path: Path, columns: int) -> str:
+def run_in_terminal(tmp_path: Path, columns: int, playbook: str = PLAYBOOK, *flags: str) -> str:
     path = tmp_path / "loop.yaml"
-    path.write_text(PLAYBOOK, encoding="utf-8")
+    path.write_text(playbook, encoding="utf-8")
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
     env = {**os.environ, "TERM": "xterm-256color", "PYTHONPATH": str(ROOT)}
     env.pop("COLUMNS", None)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "noetl", "run", str(path), "--db", str(tmp_path / "n.db")],
+        [sys.executable, "-m", "noetl", "run", str(path), "--db", str(tmp_path / "n.db"), *flags],
         stdin=slave, stdout=slave, stderr=slave, env=env, cwd=tmp_path, close_fds=True,
     )  # fmt: skip
     os.close(slave)
@@ -86,3 +86,40 @@ def test_the_live_view_fits_the_terminal_and_shows_rate_and_failures(
     # the last frame stays: the loop's final count, then the summary
     assert any("60/60" in line and "3 failed" in line for line in frame), frame[-3:]
     assert "finished: fail" in text
+
+
+PRINTS = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: prints}
+workflow:
+  - step: items
+    loop: {collection: "{{ range(12) | list }}", element: n}
+    tool:
+      kind: python
+      code: |
+        import time
+        def main(context, args):
+            time.sleep(0.15)
+            print(f"item {args['n']} printed this")
+            if args["n"] == 5:
+                raise ValueError("five")
+            return args["n"]
+      args: {n: "{{ n }}"}
+      retry: {max_attempts: 1}
+"""
+
+
+@pytest.mark.parametrize("columns", [80, 120])
+def test_output_and_log_lines_print_above_the_live_region(tmp_path: Path, columns: int) -> None:
+    raw = run_in_terminal(tmp_path, columns, PRINTS, "--log-level", "WARNING")
+    lines = [STYLES.sub("", line).rstrip() for line in BREAKS.split(raw)]
+    # Each printed line is a whole line of its own, never drawn into the frame.
+    for n in range(12):
+        assert f"[items#{n}] item {n} printed this" in lines, "\n".join(lines)
+    warnings = [line for line in lines if "WARNING" in line and "task_dlq" in line]
+    assert warnings, "\n".join(lines)
+    assert all(line.index("WARNING") < 20 for line in warnings)  # starts its own line
+    frame = [line for line in lines if "█" in line or "░" in line]
+    assert all(len(line) <= columns for line in frame)
+    assert any("12/12" in line and "1 failed" in line for line in frame), frame[-3:]

@@ -104,6 +104,7 @@ def register_from_the_editor(page: Any, cluster: Cluster) -> None:
 
 
 def start_from_the_form(page: Any, workload: dict[str, Any]) -> str:
+    page.click("#workload-as-json")  # the playbook's workload has fields: the JSON box
     page.fill("#workload-input", json.dumps(workload))
     page.click("#start")
     page.wait_for_selector("#execution-id")

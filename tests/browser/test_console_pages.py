@@ -234,6 +234,7 @@ def test_register_a_playbook_validate_it_and_start_it_from_the_form(
     page.wait_for_selector("#start-form")
     assert "path=demo%2Fgreet" in page.url and "version=1" in page.url
     assert page.locator("#playbook-text .line").count() == len(INSTANT.splitlines())
+    page.click("#workload-as-json")  # the fields of its workload, as JSON
     page.fill("#workload-input", "[1, 2]")
     page.click("#start")
     page.wait_for_selector("#start-message .notice.error")

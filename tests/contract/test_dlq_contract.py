@@ -204,3 +204,16 @@ def poison(store: Store, task_id: str) -> None:
                 "WHERE task_id = %s",
                 (task_id, task_id),
             )
+
+
+def test_pending_dead_letters_count_one_execution_by_step(store: Store) -> None:
+    start(store)
+    start(store, execution_id="e2")
+    note(store, entry("e1.a.0"), entry("e1.a.1"), entry("e1.b", step="check"))
+    note(store, entry("e2.a", execution_id="e2"), execution_id="e2")
+    assert store.pending_dead_letters("e1") == {"load": 2, "check": 1}
+    assert store.discard_dead_letter("e1.a.0", "bad input")
+    assert store.post_replay("e1.b", {"message_id": "e1.b", "task": {}, "by": "test"})
+    assert store.pending_dead_letters("e1") == {"load": 1}
+    assert store.pending_dead_letters("e2") == {"load": 1}
+    assert store.pending_dead_letters("nope") == {}

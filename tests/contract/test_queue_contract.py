@@ -1029,3 +1029,23 @@ def test_stats_count_running_executions_parked_steps_tasks_and_inputs(
     after = store.stats()
     assert after.running == {"demo": (1, pytest.approx(1.0))}
     assert after.parked == {}
+
+
+def test_queued_tasks_counts_the_unclaimed_tasks_of_one_execution(store: Store) -> None:
+    start(
+        store,
+        Enqueue(make_task("a")),
+        Enqueue(make_task("b", task_id="e1.b.0")),
+        Enqueue(make_task("b", task_id="e1.b.1"), pool="gpu"),
+        Enqueue(make_task("b", task_id="e1.b.2"), pool="gpu"),
+    )
+    start(store, Enqueue(make_task("a", execution_id="e2")), execution_id="e2")
+    assert store.queued_tasks("e1") == {("a", "default"): 1, ("b", "default"): 1, ("b", "gpu"): 2}
+
+    lease = claim_one(store, pool="default", limit=1)
+    store.complete(lease.task.task_id, lease.token, {"ok": True})
+    claim_one(store, pool="gpu", limit=1)
+    left = store.queued_tasks("e1")
+    assert sum(left.values()) == 2 and left[("b", "gpu")] == 1
+    assert store.queued_tasks("e2") == {("a", "default"): 1}
+    assert store.queued_tasks("nope") == {}

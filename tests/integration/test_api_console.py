@@ -184,6 +184,45 @@ def test_step_detail_errors(client: TestClient) -> None:
     assert "query.status" in bad.json()["message"]
 
 
+def test_the_timeline_has_every_step_and_a_span_per_attempt(
+    client: TestClient, store: SqliteStore, orchestrator: Orchestrator
+) -> None:
+    execution_id = start(client, LOOP)
+    url = f"/api/executions/{execution_id}/timeline"
+    running = client.get(url).json()
+    assert (running["status"], running["finished_at"], running["limit"]) == ("running", None, 20)
+    assert [s["step"] for s in running["steps"]] == ["start", "items"]
+    items = running["steps"][1]
+    assert (items["status"], items["finished_at"], items["tasks"]) == ("running", None, 3)
+    assert running["now"] >= items["started_at"] >= running["started_at"]
+    work(store, orchestrator, fail={1})
+    work(store, orchestrator, fail={1})
+    done = client.get(url, params={"limit": 1}).json()
+    items = done["steps"][1]
+    assert items["status"] == "failed" and items["finished_at"] >= items["started_at"]
+    # Only item 1 is listed (its two failed attempts); the two others are summed up.
+    assert [(s["index"], s["attempt"], s["status"]) for s in items["spans"]] == [
+        (1, 1, "failed"),
+        (1, 2, "failed"),
+    ]
+    assert items["spans"][0]["error"] == "item 1 broke"
+    assert items["hidden"] == {
+        "tasks": 2,
+        "attempts": 2,
+        "statuses": {"ok": 2},
+        "started_at": items["started_at"],
+        "finished_at": items["hidden"]["finished_at"],
+    }
+    assert client.get("/api/executions/123/timeline").status_code == 404
+    assert client.get(url, params={"limit": 0}).status_code == 422
+
+
+def test_a_playbook_detail_has_its_masked_workload_defaults(client: TestClient) -> None:
+    assert client.post("/api/playbooks", json={"content": LOOP}).status_code == 201
+    detail = client.get("/api/playbooks/team/loop").json()
+    assert detail["workload"] == {"api_token": "***"}
+
+
 # --- views are cached and caught up --------------------------------------------------------
 
 
@@ -345,6 +384,7 @@ def test_console_routes_are_not_in_the_api_document(client: TestClient) -> None:
     assert not [p for p in paths if p == "/" or p.startswith("/ui")]
     for path, method in (
         ("/api/executions/{execution_id}/steps/{step}", "get"),
+        ("/api/executions/{execution_id}/timeline", "get"),
         ("/api/playbooks/validate", "post"),
         ("/api/workers", "get"),
     ):

@@ -91,6 +91,7 @@ FULL = [
     "Observe",
     "SelectResult",
     "SecretScope",
+    "CaptureOutput",
     "CrashCapture",
     "ResolveSecrets",
     "Sinks",
@@ -102,8 +103,19 @@ FULL = [
 def test_the_chain_order() -> None:
     registry = ToolRegistry([Tool("echo", lambda t: 1), NoopTool()], observer=Recorder())
     assert registry.middlewares("echo") == FULL
-    assert registry.middlewares("echo", observed=False) == FULL[2:]
-    short = ["LogContext", "Observe", "SelectResult", "CrashCapture", "ResultBound", "TimeLimit"]
+    # a pipeline's tasks write to the output of the pipeline's attempt
+    assert registry.middlewares("echo", observed=False) == [
+        name for name in FULL[2:] if name != "CaptureOutput"
+    ]
+    short = [
+        "LogContext",
+        "Observe",
+        "SelectResult",
+        "CaptureOutput",
+        "CrashCapture",
+        "ResultBound",
+        "TimeLimit",
+    ]
     assert registry.middlewares("noop", short=True) == short
     # the script check only around the kinds that read script files, right inside Observe
     assert registry.middlewares("python")[2:4] == ["SelectResult", "ScriptCheck"]

@@ -135,6 +135,7 @@ def test_to_dict_has_every_field_the_api_shows() -> None:
         "error_type",
         "duration_ms",
         "output",
+        "stdout",
         "delay_ms",
         "worker_id",
         "dead_lettered",

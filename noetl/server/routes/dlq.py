@@ -11,10 +11,13 @@ from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas.common import ErrorBody
 from noetl.server.schemas.operations import (
+    BatchReplayOut,
+    BatchReplayRequest,
     DeadLetterDetail,
     DeadLetterList,
     DeadLetterSummary,
     DiscardRequest,
+    ReplayRefusal,
     ReplayRequest,
     ReplayResultOut,
 )
@@ -53,6 +56,39 @@ def list_dead_letters(
         limit=limit,
         offset=offset,
         counts=deps.store.dead_letter_counts(),
+    )
+
+
+@router.post(
+    "/replay",
+    summary="Replay every pending entry of an execution, or of one of its steps",
+    dependencies=[requires(Role.OPERATOR)],
+    response_model=BatchReplayOut,
+    responses={404: {"model": ErrorBody, "description": "No such execution"}},
+)
+def replay_dead_letters(body: BatchReplayRequest, deps: Deps) -> BatchReplayOut:
+    """Each pending entry of `execution_id` (of `step`: a loop's failed items) is replayed
+    as `POST /api/dlq/{message_id}/replay` does, with the same `patch`, oldest failure
+    first and at most `limit`; a failed execution is reopened once and continues. An entry
+    that cannot run again is listed in `refused`, and the others still replay. Entries
+    replayed already are not pending: asking again replays nothing new."""
+    done = deps.orchestrator.dlq.replay_all(
+        body.execution_id, step=body.step, patch=body.patch, by="api", limit=body.limit
+    )
+    return BatchReplayOut(
+        execution_id=done.execution_id,
+        step=done.step,
+        replayed=[
+            ReplayResultOut(
+                message_id=r.message_id,
+                execution_id=r.execution_id,
+                replayed=r.replayed,
+                status=r.status.value,
+            )
+            for r in done.replayed
+        ],
+        refused=[ReplayRefusal(message_id=m, reason=why) for m, why in done.refused],
+        remaining=done.remaining,
     )
 
 

@@ -26,6 +26,7 @@ from noetl.server.schemas.executions import (
     ExecutionStart,
     ExecutionSummary,
 )
+from noetl.server.waiting import queue_state
 from noetl.store.base import ExecutionRecord, Store
 
 router = APIRouter(
@@ -152,13 +153,18 @@ def list_executions(
 )
 def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
     """The object `noetl run --json` prints, folded from the event log (so it is current
-    while the execution runs), with sensitive context and workload values masked."""
+    while the execution runs), with sensitive context and workload values masked; with
+    the execution's tasks waiting in the queue, whether a live worker can take them, and
+    its pending dead letters by step."""
     now = deps.clock()
     out = read_view(deps, execution_id, lambda view: view.to_dict(now))
     out["context"] = redact(out["context"])
     if "ctx" in out:
         out["ctx"] = redact(out["ctx"])
     out["workload"] = redact(out["workload"])
+    # Whether its queued work has a worker to take it, and what waits for an operator.
+    out.update(queue_state(deps.store, execution_id, now).to_dict())
+    out["dead_letters"] = deps.store.pending_dead_letters(execution_id)
     return out
 
 

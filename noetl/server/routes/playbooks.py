@@ -51,7 +51,7 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
     """Validate the playbook, then store it as the next version of its path (`path`, or
     its `metadata.path`). Registering the same text again returns the existing version.
     A `return_step` its registered child has no step of is an error (E333)."""
-    loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    loaded = load_playbook_text(body.content, body.path or _UNNAMED, policy=deps.dsl)
     loaded = with_child_checks(loaded, catalog_lookup(deps.store))
     playbook = loaded.require()  # PlaybookError -> 422 with every diagnostic
     path = body.path or playbook.metadata.path
@@ -83,7 +83,7 @@ def validate_playbook(body: PlaybookValidate, deps: Deps) -> PlaybookValidation:
     """Every error and warning with its line, step and key, as `noetl lint` shows them
     (a `return_step` checked against the registered child); an invalid playbook is a
     normal answer here (`valid: false`), not an error."""
-    loaded = load_playbook_text(body.content, body.path or _UNNAMED)
+    loaded = load_playbook_text(body.content, body.path or _UNNAMED, policy=deps.dsl)
     loaded = with_child_checks(loaded, catalog_lookup(deps.store))
     diagnostics = [DiagnosticOut.model_validate(d.to_dict()) for d in loaded.diagnostics]
     playbook = loaded.playbook if loaded.ok else None
@@ -121,8 +121,12 @@ def get_playbook(
     deps: Deps,
     version: Annotated[int | None, Query(ge=1, description="Default: the latest")] = None,
 ) -> PlaybookDetail:
+    """The playbook's text and its workload defaults (what the console's start form
+    offers a field for), sensitive values masked."""
     record = deps.store.get_playbook(path, version)
     if record is None:
         which = f"version {version} of " if version is not None else ""
         raise NotFoundError(f"{which}playbook {path!r} is not registered")
-    return PlaybookDetail(**_summary(record).model_dump(), content=record.text)
+    loaded = load_playbook_text(record.text, record.path)
+    workload = redact(loaded.playbook.workload) if loaded.ok and loaded.playbook else None
+    return PlaybookDetail(**_summary(record).model_dump(), content=record.text, workload=workload)

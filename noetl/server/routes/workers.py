@@ -10,6 +10,7 @@ from noetl.auth import Role
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas.operations import WorkerList, WorkerOut
+from noetl.server.waiting import ALIVE_WITHIN_S, is_alive
 
 router = APIRouter(prefix="/api/workers", tags=["workers"], dependencies=[Depends(authenticate)])
 
@@ -24,7 +25,7 @@ def list_workers(
     deps: Deps,
     alive_within_s: Annotated[
         float, Query(gt=0, le=86_400, description="A heartbeat this recent counts as alive")
-    ] = 60.0,
+    ] = ALIVE_WITHIN_S,
     include_stopped: Annotated[
         bool, Query(description="Also list workers that stopped or went silent")
     ] = False,
@@ -35,7 +36,7 @@ def list_workers(
     items = []
     for worker in deps.store.list_workers():
         age = max(0.0, now - worker.heartbeat_at)
-        alive = worker.status != "stopped" and age <= alive_within_s
+        alive = is_alive(worker, now, alive_within_s)
         if not alive and not include_stopped:
             continue
         items.append(

@@ -91,6 +91,42 @@ class ExecutionDetail(Response):
     finished_at: float | None
     parent_execution_id: str | None
     last_seq: int = Field(description="Sequence number of the last event folded")
+    workers_alive: int = Field(
+        0, description="Workers alive (any pool): heard from within the last 60 s, not stopped"
+    )
+    queued_tasks: int = Field(
+        0, description="The execution's tasks waiting in the queue (no worker claimed them)"
+    )
+    queued_steps: dict[str, int] = Field(
+        default_factory=dict, description="Step name -> its tasks waiting in the queue"
+    )
+    waiting_without_workers: bool = Field(
+        False,
+        description="Tasks wait in the queue and no live worker of their pool takes new "
+        "tasks: they wait until one starts (`noetl worker start`)",
+    )
+    waiting_steps: list[str] = Field(
+        default_factory=list, description="The steps whose queued tasks no live worker takes"
+    )
+    dead_letters: dict[str, int] = Field(
+        default_factory=dict, description="Step name -> its PENDING dead-letter entries"
+    )
+
+
+class ExecutionPlaybook(Response):
+    """The playbook text an execution was started with (it keeps it, registered or not)."""
+
+    execution_id: str
+    playbook_name: str
+    playbook_path: str | None = Field(description="Its path; null for an inline playbook")
+    content: str = Field(description="The YAML text the execution runs")
+    catalog_version: int | None = Field(
+        description="The catalog version of playbook_path with this very text; null when "
+        "none has it (`noetl run` never registers the file it runs)"
+    )
+    catalog_latest: int | None = Field(
+        description="The latest catalog version of playbook_path; null when not registered"
+    )
 
 
 class CancelResult(Response):
@@ -156,6 +192,10 @@ class StepAttempt(Response):
     output: str | None = Field(
         description="The tool's output as JSON, masked and cut to a few hundred characters"
     )
+    stdout: str | None = Field(
+        default=None,
+        description="What it printed and logged (stdout, stderr, log records; bounded, masked)",
+    )
     delay_ms: int | None = Field(description="A retry: its delay")
     worker_id: str | None = Field(description="A lost lease: the worker that held it")
     dead_lettered: bool = Field(description="It failed for good: the DLQ holds the task")
@@ -198,5 +238,84 @@ class StepDetail(Response):
     result_truncated: bool
     attempts: list[StepAttempt]
     attempts_total: int = Field(description="Attempts matching the filter, on every page")
+    queued: int = Field(0, description="The step's tasks waiting in the queue")
+    waiting_without_workers: bool = Field(
+        False, description="Its queued tasks have no live worker of their pool to take them"
+    )
+    dead_letters: int = Field(0, description="The step's PENDING dead-letter entries")
     limit: int
     offset: int
+
+
+class LogLine(Response):
+    """The output of one attempt of one task."""
+
+    seq: int = Field(description="The sequence number of the event that recorded it")
+    ts: float
+    step: str
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    run: int = Field(description="The run of the step the attempt belongs to")
+    ok: bool = Field(description="Whether the attempt succeeded")
+    text: str = Field(description="What it printed and logged (bounded, masked)")
+
+
+class LogList(Response):
+    execution_id: str
+    status: str = Field(description="The execution's status when the log was read")
+    last_seq: int = Field(description="The last event read: pass it as after_seq to follow")
+    items: list[LogLine]
+
+
+class Span(Response):
+    """One attempt of one task on the timeline."""
+
+    task_id: str
+    index: int | None = Field(description="Loop item index; null for a step without a loop")
+    attempt: int
+    run: int = Field(description="The run of the step the attempt belongs to")
+    status: str = Field(description="running, ok, failed, lease_expired or canceled")
+    started_at: float = Field(description="When it was dispatched (a retry: scheduled)")
+    finished_at: float | None = Field(description="Null while it runs")
+    delay_ms: int | None = Field(description="A retry: how long it waited before running")
+    error: str | None = Field(description="The beginning of its error")
+
+
+class HiddenSpans(Response):
+    """The tasks of a step beyond `limit`, in aggregate."""
+
+    tasks: int
+    attempts: int
+    statuses: dict[str, int] = Field(description="Attempt status -> how many")
+    started_at: float | None
+    finished_at: float | None
+
+
+class StepSpans(Response):
+    """One step's row: from its first start to its last end, and its tasks' attempts."""
+
+    step: str
+    status: str
+    runs: int = Field(description="How many runs the step had (0 before its first call)")
+    started_at: float | None = Field(description="Null when the step never started")
+    finished_at: float | None = Field(description="Null while the step is not done")
+    tasks: int = Field(description="Tasks of the step (a loop: one per item and run)")
+    attempts: int = Field(description="Attempts of all its tasks")
+    spans: list[Span] = Field(
+        description="The attempts of the listed tasks (at most `limit` tasks: failed, "
+        "retried and running ones first), in the order they began"
+    )
+    hidden: HiddenSpans | None = Field(description="The tasks not listed; null when none")
+
+
+class ExecutionTimeline(Response):
+    """The execution's timeline, folded from its event log."""
+
+    execution_id: str
+    status: ExecutionStatus
+    started_at: float
+    finished_at: float | None
+    now: float = Field(description="The server's clock: where running bars end")
+    limit: int
+    steps: list[StepSpans] = Field(description="Every step, in workflow order")

@@ -91,6 +91,30 @@ class ReplayResultOut(Response):
     status: str
 
 
+class BatchReplayRequest(ReplayRequest):
+    """Replay every pending entry of an execution, or of one of its steps (a loop's failed
+    items), with the same optional patch."""
+
+    execution_id: str = Field(min_length=1, max_length=64)
+    step: str | None = Field(
+        None, min_length=1, max_length=128, description="Only this step's entries"
+    )
+    limit: int = Field(1000, ge=1, le=10_000, description="At most this many, oldest first")
+
+
+class ReplayRefusal(Response):
+    message_id: str
+    reason: str = Field(description="Why it cannot run again now")
+
+
+class BatchReplayOut(Response):
+    execution_id: str
+    step: str | None
+    replayed: list[ReplayResultOut] = Field(description="The entries replayed now")
+    refused: list[ReplayRefusal] = Field(description="The entries that cannot run again")
+    remaining: int = Field(description="Matching entries left pending past `limit`")
+
+
 class DiscardRequest(Request):
     reason: str = Field(
         min_length=1, max_length=2000, pattern=r"\S", description="Why it is given up"

@@ -32,6 +32,11 @@ class PlaybookRegistered(PlaybookSummary):
 
 class PlaybookDetail(PlaybookSummary):
     content: str
+    workload: dict[str, Any] | None = Field(
+        None,
+        description='The workload defaults (sensitive values masked as "***"): what an '
+        "execution's workload is merged over; null when the stored text no longer loads",
+    )
 
 
 class PlaybookList(Response):

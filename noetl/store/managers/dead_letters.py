@@ -68,6 +68,10 @@ class DeadLetters:
             found[status] = int(count)
         return found
 
+    def pending_dead_letters(self, execution_id: str) -> dict[str, int]:
+        rows = self._db.fetch_all("pending_dead_letters", {"execution_id": execution_id})
+        return {step: int(count) for step, count in rows}
+
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         """Mark a pending entry replayed and post its REPLAY input, in one transaction;
         False when it is not pending, NotFoundError when there is no such entry."""

@@ -86,3 +86,7 @@ class Executions:
             if not rows:
                 self._missing(db, execution_id)
         return {step: db.json_value(status) for step, status in rows}
+
+    def queued_tasks(self, execution_id: str) -> dict[tuple[str, str], int]:
+        rows = self._db.fetch_all("queued_tasks", {"execution_id": execution_id})
+        return {(step, pool): int(count) for step, pool, count in rows}

@@ -95,6 +95,10 @@ FROM dlq WHERE message_id = %(message_id)s
 -- name: dead_letter_counts
 SELECT status, count(*) FROM dlq GROUP BY status
 
+-- name: pending_dead_letters
+SELECT step_id, count(*) FROM dlq
+WHERE execution_id = %(execution_id)s AND status = 'pending' GROUP BY step_id
+
 -- Locks the entry: two replays (or a replay and a discard) decide one after the other.
 -- name: dead_letter_status
 SELECT status, execution_id FROM dlq WHERE message_id = %(message_id)s FOR UPDATE
@@ -239,6 +243,10 @@ SELECT id FROM family GROUP BY id ORDER BY min(depth), id
 -- name: get_steps
 SELECT step, status FROM step_state WHERE execution_id = %(execution_id)s
 ORDER BY created_order
+
+-- name: queued_tasks
+SELECT step, pool, count(*) FROM task_queue
+WHERE execution_id = %(execution_id)s AND status = 'queued' GROUP BY step, pool
 
 -- --- the result store (whole results kept outside the event log) ------------------------
 

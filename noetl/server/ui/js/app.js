@@ -5,6 +5,7 @@ import { h, fill } from "./dom.js";
 import { poll } from "./poll.js";
 import { renderExecutions } from "./views/executions.js";
 import { renderExecution } from "./views/execution.js";
+import { renderExecutionPlaybook } from "./views/execution_playbook.js";
 import { renderDlqList, renderDlqEntry } from "./views/dlq.js";
 import { renderPlaybooks, renderPlaybook, renderPlaybookEditor } from "./views/playbooks.js";
 
@@ -22,6 +23,7 @@ export function parseHash(hash) {
 
 function route({ parts, query }) {
   const [section = "executions", id, ...rest] = parts;
+  if (section === "executions" && id && rest[0] === "playbook") return ["executions", (ctx) => renderExecutionPlaybook(ctx, id)];
   if (section === "executions" && id) return ["executions", (ctx) => renderExecution(ctx, id, query)];
   if (section === "executions") return ["executions", (ctx) => renderExecutions(ctx, query)];
   if (section === "dlq" && id) return ["dlq", (ctx) => renderDlqEntry(ctx, [id, ...rest].join("/"))];

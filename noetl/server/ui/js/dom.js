@@ -67,7 +67,8 @@ export function href(parts, query = {}) {
  * A modal dialog asking to confirm an action. `content` is a node or nodes shown above the
  * buttons; `collect` (optional) reads the values of inputs inside it and returns them, or
  * throws an Error whose message is shown (the dialog stays open). Resolves to the collected
- * values (true without `collect`) or null when canceled.
+ * values (true without `collect`) or null when canceled. Leaving the page (another hash
+ * route, the back button) cancels it: a dialog never stays over the next page.
  */
 export function confirmDialog({ title, content, confirmLabel = "Confirm", danger = false, collect }) {
   return new Promise((resolve) => {
@@ -77,9 +78,12 @@ export function confirmDialog({ title, content, confirmLabel = "Confirm", danger
     const form = h("form", {}, h("h2", {}, title), content, problem, h("menu", {}, cancel, ok));
     const dialog = h("dialog", { class: "confirm" }, form);
     let settled = false;
+    const leave = () => done(null);
     const done = (value) => {
       if (settled) return;
       settled = true;
+      window.removeEventListener("hashchange", leave);
+      window.removeEventListener("popstate", leave);
       dialog.close();
       dialog.remove();
       resolve(value);
@@ -95,6 +99,8 @@ export function confirmDialog({ title, content, confirmLabel = "Confirm", danger
     });
     cancel.addEventListener("click", () => done(null));
     dialog.addEventListener("cancel", () => done(null));
+    window.addEventListener("hashchange", leave);
+    window.addEventListener("popstate", leave);
     document.body.appendChild(dialog);
     dialog.showModal();
     const first = dialog.querySelector("textarea, input");

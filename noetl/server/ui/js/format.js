@@ -39,6 +39,14 @@ export function badge(status) {
   return h("span", { class: `badge status-${name}`, dataset: { status: String(status) } }, String(status));
 }
 
+export const WAITING_LABEL = "queued — no worker alive";
+
+/** The badge of work waiting in the queue with no live worker to take it. */
+export function waitingBadge(id) {
+  const title = "Its tasks wait in the queue: no live worker takes them. Start one: noetl worker start";
+  return h("span", { class: "badge status-waiting", id, title, dataset: { status: "waiting" } }, WAITING_LABEL);
+}
+
 /** Pretty JSON text of a value (already masked by the API). */
 export function jsonText(value) {
   if (value === undefined) return "";

@@ -160,6 +160,19 @@ export function nodeCaption(node) {
 const ACTIVE = new Set(["pending", "parked", "running"]);
 
 /**
+ * The failed items of a loop node: {failed, total, share, label}, or null for a step
+ * without a loop or a loop with no failed item. The label ("3 failed", or "✕3" when the
+ * caption leaves no room) sits at the right of the caption.
+ */
+export function loopFailures(node) {
+  if (node.total === null || node.total === undefined || !node.failed) return null;
+  const share = node.total ? Math.min(1, node.failed / node.total) : 1;
+  const long = `${node.failed} failed`;
+  const label = nodeCaption(node).length + long.length > 25 ? `\u2715${node.failed}` : long;
+  return { failed: node.failed, total: node.total, share, label };
+}
+
+/**
  * The runs badge of a step on a cycle of the graph: "run 3" while its third run is under
  * way, "×3" once it has finished; "" for a step that ran at most once.
  */
@@ -170,7 +183,9 @@ export function runsLabel(node) {
 
 function nodeTitle(node) {
   const runs = node.runs > 1 ? ` (run ${node.run} of ${node.runs})` : "";
-  const head = `${node.id}: ${node.status}${runs}`;
+  const failures = loopFailures(node);
+  const items = failures ? `; ${failures.failed} of ${failures.total} items failed` : "";
+  const head = `${node.id}: ${node.status}${runs}${items}`;
   return node.error ? `${head}\n${node.error}` : head;
 }
 
@@ -221,6 +236,8 @@ export function createGraphView(container, { onSelect } = {}) {
       const caption = svg("text", { class: "sub", x: 10, y: 40 });
       const bar = svg("rect", { class: "bar", x: 10, y: NODE_H - 7, height: 3, width: 0 });
       const barBg = svg("rect", { class: "bar-bg", x: 10, y: NODE_H - 7, height: 3, width: NODE_W - 20 });
+      const barFail = svg("rect", { class: "bar-fail", x: 10, y: NODE_H - 8, height: 5, width: 0 });
+      const fails = svg("text", { class: "fails", x: NODE_W - 10, y: 40, "text-anchor": "end" });
       const title = svg("title", {});
       // Over the top-right corner, clear of the name.
       const runsBox = svg("rect", { class: "runs-box", y: -8, height: 16, rx: 8, ry: 8 });
@@ -233,8 +250,10 @@ export function createGraphView(container, { onSelect } = {}) {
         svg("rect", { class: "box", width: NODE_W, height: NODE_H, rx: 8, ry: 8 }),
         svg("text", { class: "name", x: 10, y: 21 }, cut(node.id, 22)),
         caption,
+        fails,
         barBg,
         bar,
+        barFail,
         runs,
       );
       const select = () => onSelect && onSelect(node.id);
@@ -245,7 +264,7 @@ export function createGraphView(container, { onSelect } = {}) {
           select();
         }
       });
-      nodeEls.set(node.id, { g, caption, bar, barBg, title, runs, runsBox, runsText });
+      nodeEls.set(node.id, { g, caption, bar, barBg, barFail, fails, title, runs, runsBox, runsText });
       return g;
     });
     const root = svg(
@@ -267,7 +286,10 @@ export function createGraphView(container, { onSelect } = {}) {
     for (const node of graph.nodes) {
       const el = nodeEls.get(node.id);
       if (!el) continue;
-      el.g.setAttribute("class", `node ${statusClass(node.status)}${node.id === selected ? " selected" : ""}`);
+      // A loop where only some items failed is not drawn all red: its bar shows the share.
+      const failures = loopFailures(node);
+      const partial = failures !== null && failures.failed < failures.total;
+      el.g.setAttribute("class", `node ${statusClass(node.status)}${partial ? " partial" : ""}${node.id === selected ? " selected" : ""}`);
       el.g.dataset.status = node.status;
       el.caption.textContent = nodeCaption(node);
       el.title.textContent = nodeTitle(node);
@@ -285,9 +307,19 @@ export function createGraphView(container, { onSelect } = {}) {
       const isLoop = node.total !== null && node.total !== undefined;
       el.bar.setAttribute("visibility", isLoop ? "visible" : "hidden");
       el.barBg.setAttribute("visibility", isLoop ? "visible" : "hidden");
+      el.barFail.setAttribute("visibility", failures ? "visible" : "hidden");
+      el.fails.textContent = failures ? failures.label : "";
+      el.g.dataset.failed = String(failures ? failures.failed : 0);
       if (isLoop) {
-        const share = node.total ? Math.min(1, (node.completed || 0) / node.total) : 0;
-        el.bar.setAttribute("width", String(Math.round((NODE_W - 20) * share)));
+        // The items that succeeded, then those that failed, along one bar.
+        const span = NODE_W - 20;
+        const done = node.total ? Math.min(1, (node.completed || 0) / node.total) : 0;
+        const failedShare = failures ? failures.share : 0;
+        const okWidth = Math.round(span * Math.max(0, done - failedShare));
+        const failWidth = failures ? Math.max(2, Math.round(span * failedShare)) : 0;
+        el.bar.setAttribute("width", String(okWidth));
+        el.barFail.setAttribute("x", String(10 + okWidth));
+        el.barFail.setAttribute("width", String(failWidth));
       }
     }
     graph.edges.forEach((edge, i) => {

@@ -4,6 +4,7 @@ import { api } from "../api.js";
 import { h, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtAgo, jsonText, cut, firstLine } from "../format.js";
 import { poll } from "../poll.js";
+import { noWorkerWarning, workersAlive } from "./replay_all.js";
 
 export const DLQ_PAGE = 50;
 const STATUSES = [
@@ -125,10 +126,12 @@ export async function renderDlqEntry(ctx, messageId) {
 
   async function replay(entry) {
     const patch = h("textarea", { id: "replay-patch", rows: 5, placeholder: '{"spec.url": "http://fixed.example/api", "args.limit": 10}' });
+    const alive = await workersAlive();
     const values = await confirmDialog({
       title: "Replay this task?",
       content: [
         h("p", {}, "The task runs again with its original id, and execution ", h("span", { class: "mono" }, entry.execution_id), " continues from step ", h("span", { class: "mono" }, entry.step), "."),
+        noWorkerWarning(alive, "the replayed task"),
         h("label", {}, "Patch (optional): a JSON object of dotted keys of the task to change", patch),
       ],
       confirmLabel: "Replay",

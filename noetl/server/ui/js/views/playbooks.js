@@ -1,5 +1,6 @@
 // Playbooks: the catalog, one playbook's text with its diagnostics marked on their lines,
-// a form to start an execution with a workload, and an editor to register a new version.
+// a form to start an execution with a workload (a field per key of its defaults, or JSON),
+// and an editor to register a new version.
 import { api } from "../api.js";
 import { h, fill, href } from "../dom.js";
 import { fmtTime, jsonText } from "../format.js";
@@ -81,30 +82,138 @@ function parseWorkload(text) {
   return value;
 }
 
+const MASKED = "***"; // how the API shows a sensitive default
+
+/** The kind of field for a workload default: number, boolean, text, json or secret. */
+export function fieldKind(value) {
+  if (value === MASKED) return "secret";
+  if (typeof value === "number") return "number";
+  if (typeof value === "boolean") return "boolean";
+  if (typeof value === "string") return "text";
+  return "json"; // lists, objects, null
+}
+
+/** A field per workload key, typed from its default: {key, kind, input, read(), write(v)}. */
+function workloadField(key, value, i) {
+  const kind = fieldKind(value);
+  const id = `workload-field-${i}`;
+  const attrs = { id, name: key, dataset: { key, kind } };
+  let input;
+  if (kind === "number") input = h("input", { ...attrs, type: "number", step: "any", value: String(value) });
+  else if (kind === "boolean") input = h("input", { ...attrs, type: "checkbox", checked: value });
+  // A text input would drop the newlines of a multi-line default.
+  else if (kind === "text" && value.includes("\n")) input = h("textarea", { ...attrs, rows: 3 }, value);
+  else if (kind === "text") input = h("input", { ...attrs, type: "text", value, size: 30 });
+  else if (kind === "secret") input = h("input", { ...attrs, type: "password", autocomplete: "off", placeholder: "secret default kept", size: 30 });
+  else input = h("textarea", { ...attrs, rows: 3, spellcheck: "false" }, jsonText(value));
+  const fail = (what) => {
+    throw new Error(`${key}: ${what}`);
+  };
+  // What the field says: {set: false} when it leaves the default as it is.
+  const read = () => {
+    if (kind === "boolean") return { set: input.checked !== value, value: input.checked };
+    if (kind === "secret") return input.value ? { set: true, value: input.value } : { set: false };
+    if (kind === "text") return { set: input.value !== value, value: input.value };
+    if (kind === "number") {
+      if (input.value.trim() === "") return { set: false };
+      const number = Number(input.value);
+      if (!Number.isFinite(number)) fail("not a number");
+      return { set: number !== value, value: number };
+    }
+    let parsed;
+    try {
+      parsed = JSON.parse(input.value);
+    } catch (err) {
+      fail(`not valid JSON: ${err.message}`);
+    }
+    return { set: JSON.stringify(parsed) !== JSON.stringify(value), value: parsed };
+  };
+  // Show `v` (undefined: the default again).
+  const write = (v) => {
+    const shown = v === undefined ? value : v;
+    if (kind === "boolean") input.checked = Boolean(shown);
+    else if (kind === "secret") input.value = v === undefined ? "" : String(v);
+    else if (kind === "json") input.value = jsonText(shown);
+    else input.value = String(shown);
+  };
+  const hint = kind === "json" ? (Array.isArray(value) ? "list, JSON" : "JSON") : kind;
+  const label = h("label", { for: id, class: "mono" }, key, h("span", { class: "muted small" }, ` (${hint})`));
+  return { key, kind, input, read, write, row: h("div", { class: "workload-field", dataset: { key } }, label, input) };
+}
+
 function startForm(ctx, path, version, defaults) {
+  const fields = Object.entries(defaults || {}).map(([key, value], i) => workloadField(key, value, i));
+  const known = new Set(fields.map((f) => f.key));
+  let extras = {}; // keys set in the JSON box that the playbook has no default for
+  let asJson = !fields.length;
   const workload = h("textarea", { id: "workload-input", rows: 6, spellcheck: "false" }, "{}");
   const problem = h("div", { id: "start-message" });
+  const extrasNote = h("p", { class: "muted small", id: "workload-extras", hidden: true });
+  const fieldBox = h("div", { class: "workload-fields", id: "workload-fields" }, fields.map((f) => f.row), extrasNote);
+  const jsonBox = h("div", { id: "workload-json" }, h("label", { class: "block", for: "workload-input" }, "Workload (JSON), merged over the playbook's defaults"), workload);
+  const toggle = h("button", { type: "button", class: "link small", id: "workload-as-json" });
   const noWorker = document.body.dataset.workers === "0"
     ? h("p", { class: "notice warn" }, "No worker is alive: the execution will wait in the queue until one starts (noetl worker start).")
     : null;
+
+  // The workload the fields make: only what differs from the defaults, typed as they are.
+  function fromFields() {
+    const out = {};
+    for (const field of fields) {
+      const { set, value } = field.read();
+      if (set) out[field.key] = value;
+    }
+    return { ...extras, ...out };
+  }
+
+  function show() {
+    fieldBox.hidden = asJson;
+    jsonBox.hidden = !asJson;
+    toggle.hidden = !fields.length;
+    toggle.textContent = asJson ? "Edit as fields" : "Edit as JSON";
+    const names = Object.keys(extras);
+    extrasNote.hidden = !names.length;
+    extrasNote.textContent = `Also sent, from the JSON: ${names.join(", ")}`;
+  }
+
+  toggle.addEventListener("click", () => {
+    try {
+      if (asJson) {
+        const value = parseWorkload(workload.value);
+        extras = Object.fromEntries(Object.entries(value).filter(([key]) => !known.has(key)));
+        for (const field of fields) field.write(value[field.key]);
+      } else {
+        workload.value = jsonText(fromFields());
+      }
+    } catch (err) {
+      fill(problem, h("p", { class: "notice error", role: "alert" }, err.message));
+      return;
+    }
+    fill(problem);
+    asJson = !asJson;
+    show();
+  });
+
   const form = h(
     "form",
     { id: "start-form" },
-    h("h2", {}, "Start an execution"),
+    h("h2", {}, "Start an execution", h("span", { class: "spacer" }), toggle),
     noWorker,
-    h("label", { class: "block" }, "Workload (JSON), merged over the playbook's defaults"),
-    workload,
+    fields.length ? h("p", { class: "muted small" }, "A field per key of the playbook's workload; what you leave as it is keeps its default.") : null,
+    fieldBox,
+    jsonBox,
     defaults && Object.keys(defaults).length
       ? h("details", {}, h("summary", { class: "muted small" }, "Defaults (secrets masked)"), h("pre", {}, jsonText(defaults)))
       : null,
     problem,
     h("div", { class: "toolbar" }, h("button", { type: "submit", id: "start" }, `Start v${version}`)),
   );
+  show();
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     let body;
     try {
-      body = { path, version, workload: parseWorkload(workload.value) };
+      body = { path, version, workload: asJson ? parseWorkload(workload.value) : fromFields() };
     } catch (err) {
       fill(problem, h("p", { class: "notice error", role: "alert" }, err.message));
       return;
@@ -146,7 +255,7 @@ export async function renderPlaybook(ctx, query) {
       "div",
       { class: "row" },
       h("section", { class: "panel grow" }, h("h2", {}, "Text"), summaryOf(check), codeWithDiagnostics(record.content, check.diagnostics)),
-      h("div", { class: "grow" }, startForm(ctx, record.path, record.version, check.workload)),
+      h("div", { class: "grow" }, startForm(ctx, record.path, record.version, record.workload ?? check.workload)),
     ),
   );
 }

@@ -2,7 +2,8 @@
 // on a cycle of the graph runs more than once), attempts.
 import { api } from "../api.js";
 import { h, fill, href, confirmDialog } from "../dom.js";
-import { badge, fmtTime, fmtDuration, cut } from "../format.js";
+import { badge, fmtTime, fmtDuration, cut, waitingBadge } from "../format.js";
+import { replayStep } from "./replay_all.js";
 
 const ATTEMPT_PAGE = 50;
 
@@ -54,6 +55,14 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     }
   }
 
+  // Every pending dead letter of the step (a loop's failed items) at once.
+  async function replayAll(step, count) {
+    const shown = await replayStep(executionId, step, count);
+    if (!shown) return;
+    fill(message, h("p", { class: `notice ${shown.kind}`, id: "step-replay-result", role: shown.kind === "error" ? "alert" : "status" }, shown.text));
+    if (onChanged) onChanged();
+  }
+
   const element = h("section", { class: "panel", id: "step-panel", hidden: true }, body);
 
   function showRun(run) {
@@ -93,6 +102,17 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
     ];
   }
 
+  /** What the attempt printed and logged, folded under its line count. */
+  function printed(a) {
+    const lines = a.stdout.replace(/\n$/, "").split("\n").length;
+    return h(
+      "details",
+      { class: "step-output", open: a.status === "failed" },
+      h("summary", { class: "small" }, `output (${lines} line${lines === 1 ? "" : "s"})`),
+      h("pre", { class: "output-text" }, a.stdout),
+    );
+  }
+
   function attemptsTable(data) {
     const cycled = data.runs > 1;
     const rows = data.attempts.map((a) =>
@@ -110,6 +130,7 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
           "td",
           { class: "wrap" },
           a.error ? h("pre", { class: "error-text" }, a.error) : a.output !== null ? h("code", {}, cut(a.output, 300)) : "",
+          a.stdout ? printed(a) : null,
           a.delay_ms ? h("div", { class: "muted small" }, `retried after ${a.delay_ms} ms`) : null,
           a.worker_id ? h("div", { class: "muted small" }, `lost by worker ${a.worker_id}`) : null,
           a.replay ? h("div", { class: "muted small" }, "replayed from the dead-letter queue") : null,
@@ -169,7 +190,11 @@ export function createStepPanel(ctx, executionId, { onShowEvents, onChanged } = 
         h("span", { class: "mono", id: "step-name" }, d.step),
         " ",
         badge(d.status),
+        d.waiting_without_workers ? [" ", waitingBadge("step-waiting")] : null,
         h("span", { class: "spacer" }),
+        d.dead_letters
+          ? h("button", { type: "button", class: "secondary small", id: "step-replay-all", onclick: () => replayAll(d.step, d.dead_letters) }, `Replay ${d.dead_letters} dead letter${d.dead_letters === 1 ? "" : "s"}…`)
+          : null,
         ["running", "parked", "pending"].includes(d.status)
           ? h("button", { type: "button", class: "secondary small", id: "force-complete", onclick: () => forceComplete(d.step) }, "Mark done…")
           : null,

@@ -1,0 +1,216 @@
+"""The parent's side of one child process of the python pool (`noetl.worker.python_pool`):
+starting it from the fork server, one call over its pipes (with the lines it prints on
+the way), and stopping it."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import select
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.context import ForkServerContext
+from multiprocessing.process import BaseProcess
+from typing import Any
+
+from noetl.worker._pychild import OUTPUT, READY, STDOUT_LIMIT, Reply, serve
+from noetl.worker.output import TaskOutput
+
+__all__ = [
+    "START_TIMEOUT_S",
+    "CallFailure",
+    "ChildProcess",
+    "Printed",
+    "exit_message",
+    "fork_context",
+    "main_hidden",
+]
+
+START_TIMEOUT_S = 60.0  # a fresh interpreter importing this package; not the task's budget
+
+
+class CallFailure(Exception):
+    """The call did not produce a reply; the child must be replaced."""
+
+    def __init__(self, message: str, error_type: str, *, retryable: bool = False) -> None:
+        super().__init__(message)
+        self.message = message
+        self.error_type = error_type
+        self.retryable = retryable
+
+
+def exit_message(code: int | None) -> str:
+    if code is None:
+        return "python process exited (exit code unknown)"
+    if code < 0:
+        try:
+            return f"python process exited with code {code} ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return f"python process exited with code {code}"
+
+
+class ChildProcess:
+    """One running child process and the parent's end of its pipe."""
+
+    __slots__ = (
+        "canceled",
+        "exitcode",
+        "poller",
+        "process",
+        "reader",
+        "ready",
+        "stopped",
+        "writer",
+    )
+
+    def __init__(self, ctx: ForkServerContext) -> None:
+        # Two one-way pipes: measurably quicker than one duplex socket pair.
+        child_reader, writer = ctx.Pipe(duplex=False)
+        reader, child_writer = ctx.Pipe(duplex=False)
+        self.process: BaseProcess = ctx.Process(
+            target=serve, args=(child_reader, child_writer), name="noetl-python", daemon=False
+        )
+        try:
+            with main_hidden():
+                self.process.start()
+        finally:
+            # Our copies of the child's ends must go, or a dead child never reads as EOF.
+            child_reader.close()
+            child_writer.close()
+        self.reader: Connection = reader
+        self.writer: Connection = writer
+        self.poller = select.poll()
+        self.poller.register(reader.fileno(), select.POLLIN)
+        self.ready = False
+        self.stopped = False
+        self.canceled = False  # killed by `PythonPool.cancel`
+        self.exitcode: int | None = None
+
+    @classmethod
+    def try_start(cls, ctx: ForkServerContext) -> ChildProcess | None:
+        """A started child, or None (out of processes): the next call tries again."""
+        try:
+            return cls(ctx)
+        except OSError:
+            return None
+
+    def wait_ready(self) -> None:
+        """Block until the child's loop runs, so start-up never eats a task's budget."""
+        if not self._wait(START_TIMEOUT_S):
+            message = f"python process did not start within {START_TIMEOUT_S:g} s"
+            raise CallFailure(message, "ProcessError", retryable=True)
+        if self.reader.recv() != READY:
+            raise CallFailure("python process sent an unexpected greeting", "ProcessError")
+        self.ready = True
+
+    def call(self, request: Reply, timeout_s: float, output: Printed) -> Reply | None:
+        """Send one request and wait for the reply; None when the time is up. The lines
+        the call prints meanwhile go to `output`."""
+        self.writer.send(request)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if not self._wait(deadline - time.monotonic()):
+                return None
+            message: Reply = self.reader.recv()
+            if message[0] == OUTPUT:
+                output.add(message[1])
+                continue
+            return message
+
+    def died_while_idle(self) -> bool:
+        """An idle child has nothing to say: a readable pipe means EOF (one cheap syscall)."""
+        return self.ready and bool(self.poller.poll(0))
+
+    def _wait(self, timeout_s: float) -> bool:
+        """Whether the reply (or EOF) is there within the time; quicker than `conn.poll`."""
+        return bool(self.poller.poll(max(math.ceil(timeout_s * 1000), 0)))
+
+    def kill(self) -> None:
+        """Kill the process now; whoever waits on its pipe sees EOF."""
+        if not self.stopped and self.process.exitcode is None:
+            self.process.kill()
+
+    def stop(self, *, kill: bool = False) -> int | None:
+        """Reap the process and release its resources (once); return the exit code.
+
+        Without `kill` a healthy child gets half a second to leave its loop on EOF.
+        """
+        if not self.stopped:
+            self.stopped = True
+            self.writer.close()  # a healthy child reads EOF and leaves its loop
+            self.reader.close()
+            if not kill:
+                self.process.join(0.5)
+            if self.process.exitcode is None:
+                self.process.kill()
+            self.process.join()
+            self.exitcode = self.process.exitcode
+            self.process.close()
+        return self.exitcode
+
+
+class Printed:
+    """What a call printed so far (the first `STDOUT_LIMIT` characters, as the child
+    keeps them): passed on to the task's output as it comes, and the `stdout` of a call
+    that never replied (timed out, crashed, canceled)."""
+
+    __slots__ = ("output", "parts", "size")
+
+    def __init__(self, output: TaskOutput | None) -> None:
+        self.output = output
+        self.parts: list[str] = []
+        self.size = 0
+
+    def add(self, text: object) -> None:
+        if not isinstance(text, str):
+            return
+        if self.size < STDOUT_LIMIT:
+            self.parts.append(text)
+            self.size += len(text)
+        if self.output is not None:
+            self.output.live(text)
+
+    def text(self) -> str:
+        return "".join(self.parts)[:STDOUT_LIMIT]
+
+
+def fork_context() -> ForkServerContext:
+    """The "forkserver" context: children start from a fresh interpreter, never by forking
+    this (threaded) process, and in milliseconds rather than an interpreter start each.
+
+    The fork server imports the child loop once. It never imports the main module, nor
+    does a child (`main_hidden`): steps run code and modules, never the main script's
+    functions, and a script that runs playbooks (`noetl.run`) without an
+    `if __name__ == "__main__":` guard would otherwise run itself again in the server.
+    The preload list is process-wide; NoETL is the only user of the fork server in its
+    processes.
+    """
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["noetl.worker._pychild"])
+    return ctx
+
+
+MAIN_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def main_hidden() -> Iterator[None]:
+    """While a child starts, the main module shows neither a file nor a spec, so
+    multiprocessing asks no process to import it (as for an interactive session)."""
+    main = sys.modules.get("__main__")
+    names: dict[str, Any] = vars(main) if main is not None else {}
+    with MAIN_LOCK:
+        saved: dict[str, Any] = {k: names[k] for k in ("__file__", "__spec__") if k in names}
+        names.pop("__file__", None)
+        if "__spec__" in names:
+            names["__spec__"] = None
+        try:
+            yield
+        finally:
+            names.update(saved)
