@@ -280,6 +280,9 @@ def translate_errors(
         else:
             extra = _extra_keys(tree, path[:-1]) if errs[0]["type"] == "extra_forbidden" else set()
             code, message = _message(errs[0], rel, root_model, context, extra, shown_key)
+            hint = _indent_hint(tree, rel, root_model, base) if code == "E100" else ""
+            if hint:
+                message = message.split("; did you mean ")[0] + hint
         out.append(
             Diagnostic(
                 code=code,
@@ -302,3 +305,42 @@ def _union_message(errs: list[ErrorDetails], path: Path, shown_key: str | None) 
         if text not in expected:
             expected.append(text)
     return "E102", f"{key} must be {' or '.join(expected)}; got {type_name(errs[0]['input'])}"
+
+
+def _node(tree: Any, path: Path) -> Any:
+    node = tree
+    for part in path:
+        try:
+            node = node[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return node
+
+
+def _indent_hint(tree: Any, rel: Path, model: type[BaseModel], base: Path) -> str:
+    """For an unknown key that belongs one block up or one block down: the indentation
+    is the mistake, not the name. `rel` is the key's path below `base` (for `model`)."""
+    if len(rel) < 2 or not isinstance(rel[-1], str):
+        return ""
+    key, block = rel[-1], rel[:-1]
+    siblings = _node(tree, (*base, *block))
+    if not isinstance(siblings, dict):
+        return ""
+    keys = list(siblings)
+    before = keys[keys.index(key) - 1] if key in keys and keys.index(key) > 0 else None
+    if before is not None and siblings[before] is None:
+        inner = (*block, before)
+        if key in allowed_keys(model, inner) | _extra_keys(tree, (*base, *inner)):
+            return (
+                f"; '{key}' is a {describe(inner)} key and '{before}' above it is empty: "
+                f"is '{key}' indented too little?"
+            )
+    outer = block[:-1]
+    if outer and isinstance(block[-1], str) and key in allowed_keys(model, outer):
+        parent = _node(tree, (*base, *outer))
+        if isinstance(parent, dict) and key not in parent:
+            return (
+                f"; '{key}' is a {describe(outer)} key: is it indented too far, "
+                f"under '{block[-1]}'?"
+            )
+    return ""

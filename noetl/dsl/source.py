@@ -31,6 +31,7 @@ from noetl.dsl.diagnostics import Diagnostic
 from noetl.dsl.fast_reader import FALLBACK as _FALLBACK
 from noetl.dsl.fast_reader import fast_tree as _fast_tree
 from noetl.dsl.locate import yaml_scalar, yaml_type
+from noetl.dsl.yaml_errors import locate_mistake, unclosed_at_end
 from noetl.dsl.yaml_tree import (
     MAX_DEPTH,
     MAX_NODES,
@@ -212,7 +213,7 @@ def _load_documents(text: str, name: str) -> list[Any]:
     try:
         return list(yaml.load_all(text))
     except MarkedYAMLError as exc:
-        raise _yaml_error(name, exc) from None
+        raise _yaml_error(name, exc, text) from None
     except ReaderError as exc:
         line = text.count("\n", 0, max(exc.position, 0)) + 1
         raise _fail(
@@ -239,10 +240,16 @@ def _too_deep(name: str, line: int | None) -> SourceError:
     return _fail(name, "E012", f"nests more than {MAX_DEPTH} levels deep", line)
 
 
-def _yaml_error(name: str, exc: MarkedYAMLError) -> SourceError:
+def _yaml_error(name: str, exc: MarkedYAMLError, text: str) -> SourceError:
     mark = exc.problem_mark or exc.context_mark
     line = mark.line + 1 if mark is not None else None
     problem = exc.problem or "syntax error"
+    started = exc.context_mark.line + 1 if exc.context_mark is not None else None
+    lines = text.splitlines()
+    mistake = locate_mistake(problem, line, exc.context or "", started, lines)
+    mistake = mistake or unclosed_at_end(problem, lines)
+    if mistake is not None:  # the parser noticed it on a later line than the one to fix
+        return _fail(name, "E005", mistake.message, mistake.line)
     if "duplicate key" in problem:
         key = problem.split('"')[1] if '"' in problem else "?"
         first = exc.context_mark.line + 1 if exc.context_mark is not None else None
@@ -253,6 +260,8 @@ def _yaml_error(name: str, exc: MarkedYAMLError) -> SourceError:
         started = exc.context_mark.line + 1 if exc.context_mark is not None else None
         on_line = f" started on line {started}" if started and started != line else ""
         problem = f"{problem} ({exc.context}{on_line})"
+    if problem.startswith("Expected <block end>"):
+        problem = f"this line is not indented like the lines of its block: {problem}"
     return _fail(name, "E005", f"is not valid YAML: {problem}", line)
 
 

@@ -15,10 +15,10 @@ from noetl.dsl.locate import source_path, value_line
 from noetl.dsl.messages import step_name, suggest
 from noetl.dsl.model import UPSTREAM
 from noetl.dsl.source import Source
-from noetl.dsl.templates import check_syntax, is_template, step_references
+from noetl.dsl.templates import NameRead, check_syntax, is_template, name_reads, step_references
 from noetl.dsl.yaml_tree import YMap, line_at
 
-__all__ = ["strings", "template_checks"]
+__all__ = ["Reads", "literal_field", "strings", "template_checks"]
 
 
 def strings(node: Any, path: Path) -> Iterator[tuple[Path, str]]:
@@ -40,7 +40,7 @@ def _step_names(tree: YMap) -> list[str]:
     return [s["step"] for s in steps if isinstance(s, dict) and isinstance(s.get("step"), str)]
 
 
-def _literal(tree: YMap, path: Path) -> bool:
+def literal_field(tree: YMap, path: Path) -> bool:
     """Whether the string at `path` is a tool spec field taken literally (code, SQL; an
     upstream NoETL playbook renders them)."""
     if tree.get("dialect") == UPSTREAM or len(path) < 3 or path[-3] != "tool" or path[-2] != "spec":
@@ -52,14 +52,22 @@ def _literal(tree: YMap, path: Path) -> bool:
     return isinstance(kind, str) and path[-1] in LITERAL_SPEC_FIELDS.get(kind, ())
 
 
-def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
+# The names each template reads, by its path: what the name checks look at.
+Reads = dict[Path, tuple[str, tuple[NameRead, ...]]]
+
+
+def template_checks(tree: YMap, source: Source, reads: Reads | None = None) -> list[Diagnostic]:
     """Syntax of every template, and steps named by helpers and `step.<name>`. Code and SQL
-    are not templates (they are taken literally), so they are left out."""
+    are not templates (they are taken literally), so they are left out. `reads`, when
+    given, receives the names each valid template of a native playbook reads (found here,
+    while its parse is at hand)."""
     diags: list[Diagnostic] = []
     names = set(_step_names(tree))
+    if tree.get("dialect") == UPSTREAM:
+        reads = None
     for section in ("workflow", "workbook"):
         for path, text in strings(tree.get(section), (section,)):
-            if not is_template(text) or _literal(tree, path):
+            if not is_template(text) or literal_field(tree, path):
                 continue
             key_line = line_at(tree, path) or 1
             problem = check_syntax(text)
@@ -75,6 +83,8 @@ def template_checks(tree: YMap, source: Source) -> list[Diagnostic]:
                     )
                 )
                 continue
+            if reads is not None:
+                reads[path] = (text, name_reads(text))
             if not names:
                 continue
             for ref in step_references(text):

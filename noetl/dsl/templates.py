@@ -106,18 +106,88 @@ def step_references(text: str) -> list[StepReference]:
     return [] if isinstance(tree, TemplateProblem) else list(_walk(tree))
 
 
+# Nodes that give a template names of its own; without them every name it loads is read
+# from the context, and the code generator's scoping need not run.
+_SCOPING = (
+    nodes.For,
+    nodes.Assign,
+    nodes.AssignBlock,
+    nodes.Macro,
+    nodes.CallBlock,
+    nodes.With,
+    nodes.Import,
+    nodes.FromImport,
+    nodes.Block,
+    nodes.FilterBlock,
+    nodes.Scope,
+    nodes.OverlayScope,
+)
+
+
+def _undeclared(tree: nodes.Template) -> set[str]:
+    """`meta.find_undeclared_variables` without its optimizer, which folds constants into
+    the tree it is given (`['a', 'b']` becomes one constant) and would change the cached
+    tree the other checks read."""
+    codegen = meta.TrackingCodeGenerator(_ENV)
+    codegen.optimizer = None
+    codegen.visit(tree)
+    return codegen.undeclared_identifiers
+
+
+@dataclass(frozen=True, slots=True)
+class NameRead:
+    """A name a template reads from its context: the line (inside the template) of its
+    first read, and whether the template allows it to be undefined (`x | default(...)`,
+    `x is defined` anywhere in the template)."""
+
+    name: str
+    lineno: int
+    guarded: bool
+
+
+_GUARD_FILTERS = frozenset({"default", "d"})
+_GUARD_TESTS = frozenset({"defined", "undefined"})
+
+
+def _scan(tree: nodes.Template) -> tuple[dict[str, int], set[str], bool]:
+    """One walk of the tree: each loaded name with the line of its first load, the names
+    a guard (`default`, `is defined`) applies to, and whether the template declares names
+    of its own."""
+    loads: dict[str, int] = {}
+    guarded: set[str] = set()
+    scoping = False
+    stack: list[nodes.Node] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, nodes.Name):
+            if node.ctx == "load" and node.name not in loads:
+                loads[node.name] = node.lineno
+        elif isinstance(node, nodes.Filter | nodes.Test):
+            names = _GUARD_FILTERS if isinstance(node, nodes.Filter) else _GUARD_TESTS
+            if node.name in names and isinstance(node.node, nodes.Name):
+                guarded.add(node.node.name)
+        elif isinstance(node, _SCOPING):
+            scoping = True
+        stack.extend(reversed(list(node.iter_child_nodes())))
+    return loads, guarded, scoping
+
+
 def free_names(text: str) -> list[tuple[str, int]]:
     """The names a (syntactically valid) template reads from its context, each once with
     the line (inside the template) of its first read; names it sets itself are left out."""
+    return [(read.name, read.lineno) for read in name_reads(text)]
+
+
+def name_reads(text: str) -> tuple[NameRead, ...]:
+    """`free_names` of a (syntactically valid) template, each with whether it is guarded."""
     tree = _parse(text)
     if isinstance(tree, TemplateProblem):
-        return []
-    undeclared = meta.find_undeclared_variables(tree)
-    seen: dict[str, int] = {}
-    for name in tree.find_all(nodes.Name):
-        if name.ctx == "load" and name.name in undeclared:
-            seen.setdefault(name.name, name.lineno)
-    return list(seen.items())
+        return ()
+    loads, guarded, scoping = _scan(tree)
+    if scoping:  # only then may a loaded name be the template's own
+        undeclared = _undeclared(tree)
+        loads = {name: line for name, line in loads.items() if name in undeclared}
+    return tuple(NameRead(name, line, name in guarded) for name, line in loads.items())
 
 
 def helper_call(text: str) -> tuple[str, str] | None:

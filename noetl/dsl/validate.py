@@ -22,11 +22,12 @@ from noetl.dsl.checks import partial_checks, semantic_checks
 from noetl.dsl.diagnostics import Diagnostic, Severity, has_errors
 from noetl.dsl.messages import translate_errors, type_name
 from noetl.dsl.model import NATIVE, Playbook
+from noetl.dsl.name_checks import name_checks
 from noetl.dsl.normalize import normalize_document
 from noetl.dsl.policy import DslPolicy, dialect_refused, strict
 from noetl.dsl.rewrite import new_map
 from noetl.dsl.source import Source, SourceError, parse_source, read_source
-from noetl.dsl.template_checks import template_checks
+from noetl.dsl.template_checks import Reads, template_checks
 from noetl.dsl.yaml_tree import YMap
 from noetl.errors import PlaybookError
 
@@ -65,16 +66,22 @@ class LoadResult:
 
 
 def load_playbook(
-    path: str | FsPath, *, allow_legacy: bool = True, policy: DslPolicy | None = None
+    path: str | FsPath,
+    *,
+    allow_legacy: bool = True,
+    policy: DslPolicy | None = None,
+    check_names: bool = True,
 ) -> LoadResult:
     """Read and validate a playbook file (under `policy`: the forms a deployment accepts,
-    and whether warnings fail; noetl.dsl.policy)."""
+    and whether warnings fail; noetl.dsl.policy). `check_names=False` leaves out the
+    checks of the names templates read (E313, W413): for a test of what a run does with
+    such a name."""
     with _gc_paused():
         try:
             source = read_source(path)
         except SourceError as exc:
             return LoadResult(file=str(path), playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy, policy=policy)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy, check_names=check_names)
 
 
 def load_playbook_text(
@@ -83,14 +90,16 @@ def load_playbook_text(
     *,
     allow_legacy: bool = True,
     policy: DslPolicy | None = None,
+    check_names: bool = True,
 ) -> LoadResult:
-    """Validate playbook text (from the API, a test or stdin), under `policy`."""
+    """Validate playbook text (from the API, a test or stdin), under `policy`;
+    `check_names` as for `load_playbook`."""
     with _gc_paused():
         try:
             source = parse_source(text, name)
         except SourceError as exc:
             return LoadResult(file=name, playbook=None, diagnostics=[exc.diagnostic])
-        return _validate(source, allow_legacy=allow_legacy, policy=policy)
+        return _validate(source, allow_legacy=allow_legacy, policy=policy, check_names=check_names)
 
 
 @contextmanager
@@ -109,8 +118,11 @@ def _gc_paused() -> Iterator[None]:
         gc.enable()
 
 
-def _validate(source: Source, *, allow_legacy: bool, policy: DslPolicy | None) -> LoadResult:
-    result = _checked(source, allow_legacy=allow_legacy and (policy is None or policy.legacy))
+def _validate(
+    source: Source, *, allow_legacy: bool, policy: DslPolicy | None, check_names: bool = True
+) -> LoadResult:
+    legacy = allow_legacy and (policy is None or policy.legacy)
+    result = _checked(source, allow_legacy=legacy, check_names=check_names)
     if policy is None or result.source is None:
         return result
     diags = result.diagnostics
@@ -136,7 +148,7 @@ def _validate(source: Source, *, allow_legacy: bool, policy: DslPolicy | None) -
     )
 
 
-def _checked(source: Source, *, allow_legacy: bool) -> LoadResult:
+def _checked(source: Source, *, allow_legacy: bool, check_names: bool) -> LoadResult:
     file = source.name
     if not isinstance(source.tree, YMap):
         got = "nothing" if source.tree is None else type_name(source.tree)
@@ -152,7 +164,8 @@ def _checked(source: Source, *, allow_legacy: bool) -> LoadResult:
         return LoadResult(file=file, playbook=None, diagnostics=diags, source=source)
     tree, normalized = normalize_document(tree, file, allow_legacy=allow_legacy)
     diags.extend(normalized)
-    diags.extend(template_checks(tree, source))
+    reads: Reads | None = {} if check_names else None
+    diags.extend(template_checks(tree, source, reads))
     playbook: Playbook | None = None
     try:
         playbook = Playbook.model_validate(tree, context={"dialect": tree.get("dialect", NATIVE)})
@@ -163,6 +176,8 @@ def _checked(source: Source, *, allow_legacy: bool) -> LoadResult:
         diags.extend(partial_checks(tree, source))
     else:
         diags.extend(semantic_checks(playbook, tree, source, graph=not has_errors(diags)))
+        if reads is not None:
+            diags.extend(name_checks(playbook, tree, source, reads))
     diags = _dedupe(diags)
     diags.sort(key=lambda d: (d.line or 0, d.severity is not Severity.ERROR, d.code))
     return LoadResult(

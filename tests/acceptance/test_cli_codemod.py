@@ -100,7 +100,7 @@ def test_an_unparsable_file_fails_with_its_line_and_the_others_are_still_rewritt
     good = copy("four_space.yaml", tmp_path)
     proc = codemod("--write", bad, good)
     assert proc.returncode == 1
-    assert f"{bad}:4: error E005: is not valid YAML" in proc.stderr
+    assert f"{bad}:3: error E005: is not valid YAML" in proc.stderr
     assert good.read_text(encoding="utf-8") == (EXPECTED / "four_space.yaml").read_text(
         encoding="utf-8"
     )

@@ -109,8 +109,11 @@ class Harness:
         renderer: Renderer | None = None,
         retry_defaults: RetryDefaults | None = None,
         options: EngineOptions | None = None,
+        check_names: bool = True,
     ) -> Harness:
-        playbook = load_playbook_text(text).require()
+        """`check_names=False` for a playbook that reads an undefined name on purpose (to
+        test what a run does with it), which validation would refuse (E313)."""
+        playbook = load_playbook_text(text, check_names=check_names).require()
         engine = Engine(
             build_graph(playbook), renderer, retry_defaults=retry_defaults, options=options
         )
@@ -134,6 +137,7 @@ class Harness:
         start: bool = True,
         retry_defaults: RetryDefaults | None = None,
         options: EngineOptions | None = None,
+        check_names: bool = True,
     ) -> Harness:
         """Build from the YAML of the workflow steps, and start it (unless `start=False`)."""
         text = playbook_text(steps, policy=policy, workbook=workbook)
@@ -144,6 +148,7 @@ class Harness:
             renderer=renderer,
             retry_defaults=retry_defaults,
             options=options,
+            check_names=check_names,
         )
         if start:
             harness.start()

@@ -195,7 +195,8 @@ def test_a_set_value_that_cannot_be_rendered_fails_the_step_naming_the_key() -> 
               then: {set: {ok_value: 1, bad: "{{ nothing.here }}"}}
           tool: noop
           spec: {eval_mode: on_entry}
-        """
+        """,
+        check_names=False,
     )
     assert h.dispatched == []
     [evaluated] = _payloads(h, E.CASE_EVALUATED)

@@ -394,7 +394,7 @@ def test_unparsable_text_raises_playbook_error_with_the_line() -> None:
     with pytest.raises(PlaybookError) as info:
         rewrite_text("metadata:\n  name: t\nworkflow: [\n", "bad.yaml")
     (diag,) = info.value.diagnostics
-    assert (diag.code, diag.file, diag.line) == ("E005", "bad.yaml", 4)
+    assert (diag.code, diag.file, diag.line) == ("E005", "bad.yaml", 3)  # the open '['
 
 
 def test_duplicate_keys_are_refused_like_validate_does() -> None:

@@ -216,6 +216,7 @@ def test_bind_is_rendered_at_dispatch_and_visible_to_args_and_pick() -> None:
         """,
         workload={"n": 3},
         policy="on_step_fail: continue",
+        check_names=False,
     )
     started = h.of_type(E.STEP_STARTED, "start")[0]
     assert started.payload["bind"] == {"x": 6, "label": "n is 3"}
@@ -256,7 +257,8 @@ def test_bind_error_fails_the_step() -> None:
         - step: start
           bind: {x: "{{ missing }}"}
           tool: {kind: noop}
-        """
+        """,
+        check_names=False,
     )
     assert h.dispatched == []
     assert h.finished("start").payload == {
@@ -406,7 +408,9 @@ def test_task_keys_without_a_loop_key() -> None:
     ],
 )
 def test_template_errors_at_dispatch_fail_the_step(step_yaml: str, error: str) -> None:
-    h = Harness.of(f"- step: start\n  {step_yaml}", workload={"n": 3, "vals": [1]})
+    h = Harness.of(
+        f"- step: start\n  {step_yaml}", workload={"n": 3, "vals": [1]}, check_names=False
+    )
     assert h.dispatched == []
     payload = h.finished("start").payload
     assert payload["status"] == "failed"
@@ -537,6 +541,7 @@ def test_a_native_value_that_is_not_data_fails_the_step(expr: str, error: str) -
           tool: {{kind: noop, args: {{x: "{expr}"}}}}
         """,
         workload={"m": {"a": 1}},
+        check_names=False,
     )
     assert h.dispatched == []
     assert h.finished("start").payload == {"status": "failed", "error": error}

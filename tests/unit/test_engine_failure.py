@@ -77,7 +77,8 @@ def test_halt_dispatches_nothing_new_in_the_same_decision() -> None:
           tool: {kind: noop, args: {x: "{{ missing }}"}}
         - step: later
           tool: {kind: noop}
-        """
+        """,
+        check_names=False,
     )
     assert h.dispatched == []
     assert h.of_type(E.STEP_CALLED, "later") == []
@@ -196,7 +197,8 @@ def test_on_when_error_treat_as_false_quiesces_to_skipped() -> None:
           next: gated
         - step: gated
           when: "{{ nope.x }}"
-        """
+        """,
+        check_names=False,
     )
     assert h.steps()["gated"] == {"status": "skipped"}
     assert h.status is ExecutionStatus.OK
@@ -212,6 +214,7 @@ def test_on_when_error_fail_step_fails_the_step_on_call() -> None:
           tool: {kind: noop}
         """,
         policy="on_when_error: fail_step",
+        check_names=False,
     )
     assert h.dispatched == []
     finished = h.finished("gated")
@@ -236,6 +239,7 @@ def test_on_when_error_fail_step_on_re_evaluation_routes_the_failure() -> None:
           tool: {kind: noop}
         """,
         policy="on_when_error: fail_step",
+        check_names=False,
     )
     assert h.step_status("gated") == "parked"
     h.complete("work")  # now the gate raises on re-evaluation: the step fails
@@ -259,6 +263,7 @@ def test_on_when_error_fail_step_on_re_evaluation_without_edges_halts() -> None:
           tool: {kind: noop}
         """,
         policy="on_when_error: fail_step",
+        check_names=False,
     )
     h.complete("work")
     assert h.status is ExecutionStatus.FAIL

@@ -199,7 +199,7 @@ def test_workbook_tasks() -> None:
     assert [t.name for t in pb.workbook] == ["fetch_user", "total"]
     fetch = pb.task("fetch_user")
     assert fetch.tool.kind == "http"
-    assert fetch.tool.spec == {"url": "https://example.com/users/{{ args.id }}"}
+    assert fetch.tool.spec == {"url": "https://example.com/users/{{ workload.user_id }}"}
     assert fetch.result is not None
     assert fetch.result.pick == "{{ this.body }}"
     start_tool = pb.step("start").tool

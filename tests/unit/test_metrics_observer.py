@@ -162,6 +162,7 @@ def test_a_gate_that_fails_to_render_counts_as_an_error() -> None:
           tool: {kind: noop}
         """,
         start=False,
+        check_names=False,
     )
     h.observer = MetricsObserver(metrics)
     h.start()

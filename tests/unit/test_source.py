@@ -62,10 +62,10 @@ def test_malformed_yaml(write_playbook: WritePlaybook) -> None:
     path = write_playbook("metadata:\n  name: [a, b\nworkflow: []\n")
     code, line, message = only_diagnostic(path)
     assert code == "E005"
-    assert line == 3
+    assert line == 2  # the '[' left open, not line 3 where the parser noticed it
     assert message == (
-        "is not valid YAML: Expected ',' or ']', but got ':' "
-        "(while parsing a flow sequence started on line 2)"
+        "is not valid YAML: the '[' on this line is never closed "
+        "(on line 3: expected ',' or ']', but got ':')"
     )
 
 

@@ -298,7 +298,7 @@ def test_an_ordinary_document_takes_the_fast_reader(monkeypatch: pytest.MonkeyPa
 @pytest.mark.parametrize(
     ("text", "code", "line"),
     [
-        ("metadata:\n  name: [a, b\nworkflow: []\n", "E005", 3),
+        ("metadata:\n  name: [a, b\nworkflow: []\n", "E005", 2),
         ("a: 1\na: 2\n", "E007", 2),
         ("a: 1\n---\nb: 2\n", "E006", None),
         ("1: x\n", "E009", 1),
