@@ -228,3 +228,19 @@ def test_a_run_with_tracing_on_and_no_otel_stops_at_start(
             "pip install 'noetl[otel]'"
         )
     )
+
+
+def test_a_server_with_nats_sessions_and_no_nats_stops_at_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from noetl.cli.main import main
+
+    monkeypatch.setitem(sys.modules, "nats", None)
+    monkeypatch.setenv("NOETL_SESSIONS_BACKEND", "nats")
+    with pytest.raises(SystemExit) as exited:
+        main(["server", "start", "--db", str(tmp_path / "db.sqlite")])
+    assert exited.value.code == 3
+    assert capsys.readouterr().err.strip() == (
+        "error: sessions.backend is 'nats', which needs an extra: pip install 'noetl[nats]'"
+    )
+    assert not (tmp_path / "db.sqlite").exists()  # stopped before opening anything
