@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import importlib
 from dataclasses import dataclass
+from typing import Any
 
 import click
 from click.utils import make_default_short_help
@@ -146,7 +147,15 @@ class LazyGroup(click.Group):
         if entry is not None and entry.prepare and args[0] not in self.commands and not helping:
             module, _, name = entry.prepare.partition(":")
             getattr(importlib.import_module(module), name)()
-        return super().resolve_command(ctx, args)
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            # click suggests a close name among the commands it has loaded: offer all.
+            unknown = getattr(exc, "command_name", None)
+            if unknown is None:
+                raise
+            error: Any = type(exc)
+            raise error(unknown, possibilities=self.list_commands(ctx), ctx=ctx) from None
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name not in self.commands and cmd_name in COMMANDS:

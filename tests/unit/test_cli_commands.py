@@ -100,3 +100,18 @@ def test_a_command_imports_its_own_module_only() -> None:
     for other in ("run_cmd", "exec_cmds", "serve", "worker_cmds", "dlq_cmds", "auth_cmds"):
         assert f"noetl.cli.{other}" not in imported
     assert not [name for name in imported if name.split(".")[0] in HEAVY]
+
+
+def test_an_unknown_command_gets_the_closest_name_among_all() -> None:
+    # A fresh process: no command module is loaded yet.
+    done = subprocess.run(
+        [sys.executable, "-m", "noetl", "credentail"],
+        cwd=ROOT,
+        env=cli_env(clean_env=True),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "No such command 'credentail'. Did you mean 'credential'?" in done.stderr
