@@ -3,6 +3,7 @@
     NoetlError
     ├── PlaybookError          a playbook failed to load or validate (carries diagnostics)
     ├── ConfigError            a bad setting at start-up
+    │   └── MissingExtraError  a feature whose pip extra is not installed (noetl.extras)
     ├── ConflictError          a request the current state does not allow (replaying a
     │                          discarded DLQ entry, force-completing a finished step)
     │   └── SessionConflictError  a session changed since it was read (noetl.sessions)
@@ -48,6 +49,7 @@ __all__ = [
     "ConflictError",
     "ErrorClass",
     "FatalError",
+    "MissingExtraError",
     "NoetlError",
     "PathRefusedError",
     "PermissionDeniedError",
@@ -151,6 +153,12 @@ class PathRefusedError(FatalError):
         return self._message()
 
 
+class MissingExtraError(ConfigError, FatalError):
+    """A feature needs an optional dependency that is not installed (a pip extra such as
+    `noetl[duckdb]`); the message names the extra and how to install it
+    (`noetl.extras`). Fatal: retrying cannot install it."""
+
+
 class CancelError(NoetlError):
     """The execution was canceled by a user or an operator."""
 
@@ -202,6 +210,7 @@ FATAL_ERROR_TYPES = frozenset(
         "CredentialError",
         "PlaybookError",
         "ConfigError",
+        "MissingExtraError",
         "ConflictError",
         "ValidationError",
         "CancelError",

@@ -11,20 +11,7 @@ import sys
 import click
 
 from noetl import __version__
-from noetl.cli.auth_cmds import auth_group
-from noetl.cli.config_cmds import config_group
-from noetl.cli.credential_cmds import credential_group
-from noetl.cli.db_cmds import db_group
-from noetl.cli.dlq_cmds import dlq_group
-from noetl.cli.dsl_cmds import codemod_cmd, lint_cmd, schema_cmd, validate_cmd
-from noetl.cli.exec_cmds import exec_group
-from noetl.cli.logs_cmd import logs_cmd
-from noetl.cli.playbook_cmds import playbook_group
-from noetl.cli.run_cmd import run_cmd
-from noetl.cli.serve import server_start
-from noetl.cli.server_cmds import server_group
-from noetl.cli.ui_cmd import ui_cmd
-from noetl.cli.worker_cmds import worker_group
+from noetl.cli.commands import LazyGroup
 from noetl.core import NotFoundError
 from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError
 
@@ -32,29 +19,12 @@ EXIT_FAILED = 1
 EXIT_ERROR = 3
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+# Each command's module is imported when the command runs (noetl.cli.commands), so a
+# command pays for its own imports only, and `noetl --help` for none of them.
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="noetl")
 def cli() -> None:
     """NoETL: run YAML playbooks on a laptop, scale them out on PostgreSQL."""
-
-
-cli.add_command(validate_cmd)
-cli.add_command(lint_cmd)
-cli.add_command(schema_cmd)
-cli.add_command(codemod_cmd)
-cli.add_command(run_cmd)
-cli.add_command(db_group)
-cli.add_command(exec_group)
-exec_group.add_command(logs_cmd)
-cli.add_command(dlq_group)
-cli.add_command(playbook_group)
-cli.add_command(server_group)
-server_group.add_command(server_start)
-cli.add_command(worker_group)
-cli.add_command(config_group)
-cli.add_command(ui_cmd)
-cli.add_command(auth_group)
-cli.add_command(credential_group)
 
 
 def main(argv: list[str] | None = None) -> None:

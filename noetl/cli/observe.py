@@ -117,8 +117,10 @@ def serve_metrics(metrics: Metrics, port: int, host: str) -> Exporter:
 def setup_tracing(settings: Settings, service: str) -> Tracing | None:
     """The tracing of a process (`service` names it in the spans); None when tracing is
     off or exports nothing. The caller shuts it down at the end, which flushes it."""
-    if not settings.tracing.enabled:
+    if not settings.tracing.enabled or settings.tracing.exporter == "none":
         return None  # OpenTelemetry is not even imported
+    from noetl.config.extras import check_tracing
     from noetl.observability.tracing import start_tracing
 
+    check_tracing(settings.tracing)  # before an ImportError could say it less clearly
     return start_tracing(settings.tracing, service=service)

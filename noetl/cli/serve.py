@@ -25,6 +25,7 @@ from noetl.cli.observe import (
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
+from noetl.config.extras import check_sessions
 from noetl.errors import ConfigError
 from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
@@ -113,6 +114,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     _Server = _uvicorn_server()
 
     check_exposure(settings, host)
+    check_sessions(settings.sessions)  # a missing extra stops the start before any work
     setup_logging(settings, "INFO")
     tracing = setup_tracing(settings, "noetl-server")
     store = open_store(settings.db.url)

@@ -1,4 +1,5 @@
-"""Checks that need the whole document: names, references, tool kinds, sinks, policy.
+"""Checks that need the whole document: names, references, tool kinds, sinks, policy, and
+the pip extras the tools and sinks need (E340, `noetl.extras`).
 
 The templates are checked in `noetl.dsl.template_checks`, a step's `case` in
 `noetl.dsl.case_checks` and the shape of the step graph in `noetl.dsl.graph_checks`.
@@ -40,6 +41,7 @@ from noetl.dsl.source import Source
 from noetl.dsl.template_checks import strings
 from noetl.dsl.templates import is_template
 from noetl.dsl.yaml_tree import YMap, line_at
+from noetl.extras import SINK_EXTRAS, TOOL_EXTRAS, installed, needs_extra
 
 _BOOLEAN_WORDS = frozenset({"true", "false", "yes", "no", "on", "off", "0", "1", ""})
 _CONDITION_KEYS = frozenset({"when", "until", "retry_when", "stop_when"})
@@ -184,6 +186,7 @@ class _Checker:
         check_case(self, step, base, self.saved)
 
     def tool(self, tool: Tool, path: Path) -> None:
+        self.extra(TOOL_EXTRAS.get(tool.kind), f"the {tool.kind} tool", (*path, "kind"))
         model = TOOL_SPECS[tool.kind]  # normalization rejected unknown kinds
         try:
             spec = model.model_validate(tool.spec)
@@ -226,6 +229,11 @@ class _Checker:
                     warning=True,
                     lineno=line,
                 )
+
+    def extra(self, extra: str | None, what: str, path: Path) -> None:
+        """E340: what the step uses needs a pip extra that is not installed here."""
+        if extra is not None and not installed(extra):
+            self.add("E340", needs_extra(f"uses {what}", extra), path)
 
     def pipeline(self, spec: PipelineSpec, path: Path) -> None:
         """Each task of a pipeline checked as the tool it is."""
@@ -289,6 +297,7 @@ class _Checker:
         ids: set[str] = set()
         for index, sink in enumerate(sinks):
             sink_path = (*path, index)
+            self.extra(SINK_EXTRAS.get(sink.kind), f"the {sink.kind} sink", (*sink_path, "kind"))
             model = SINK_SPECS[sink.kind]  # normalization rejected unknown kinds
             try:
                 model.model_validate(sink.spec)

@@ -20,6 +20,7 @@ from noetl.auth.sessions import (
     SessionRevision,
     SessionStore,
 )
+from noetl.config.extras import check_sessions
 from noetl.sessions.manager import DEFAULT_TTL_S, Sessions
 
 if TYPE_CHECKING:
@@ -40,9 +41,11 @@ __all__ = [
 
 def open_session_store(settings: SessionsSettings, store: Store) -> SessionStore:
     """`store.sessions` for `backend: database`; a NATS K/V store for `backend: nats`
-    (connected now: StoreUnavailableError if NATS cannot be reached)."""
+    (connected now: StoreUnavailableError if NATS cannot be reached; MissingExtraError
+    without the `nats` extra)."""
     if settings.backend == "database":
         return store.sessions
+    check_sessions(settings)  # MissingExtraError without nats-py
     from noetl.sessions.nats import NatsSessionStore  # noqa: PLC0415 - only this backend needs nats-py
 
     return NatsSessionStore(settings.nats_url, bucket=settings.nats_bucket, ttl_s=settings.ttl_s)

@@ -35,7 +35,8 @@ duckdb) or a whole-object replace (file, s3) makes a re-run write nothing twice.
 
 A writer is any object with a `kind` and `write(value, spec, key) -> dict`, raising
 `RetryableError` for what may pass and anything else for what will not. The built-in
-kinds (`postgres`, `duckdb`, `file`, `s3`) are imported on first use.
+kinds (`postgres`, `duckdb`, `file`, `s3`) are imported on first use; `duckdb` and `s3`
+need a pip extra (`noetl.extras`): without it the sink fails, saying which to install.
 """
 
 from __future__ import annotations
@@ -54,7 +55,14 @@ from noetl.core import Outcome, Task
 from noetl.core.backoff import backoff_seconds
 from noetl.credentials.scope import current_scope
 from noetl.dsl.render import Renderer
-from noetl.errors import PathRefusedError, SinkError, TaskTimeoutError, TemplateError
+from noetl.errors import (
+    MissingExtraError,
+    PathRefusedError,
+    SinkError,
+    TaskTimeoutError,
+    TemplateError,
+)
+from noetl.extras import SINK_EXTRAS, load, needs_extra
 from noetl.observability import NOOP, Observer
 
 __all__ = [
@@ -136,8 +144,14 @@ class SinkRegistry:
         with self._lock:
             sink = self._sinks.get(kind)
             if sink is None and kind in self._lazy:
-                module, _, name = self._lazy.pop(kind).partition(":")
-                sink = getattr(importlib.import_module(module), name)()
+                module, _, name = self._lazy[kind].partition(":")
+                extra = SINK_EXTRAS.get(kind)
+                if extra is None:
+                    imported = importlib.import_module(module)
+                else:  # MissingExtraError: the kind stays, to say so again next time
+                    imported = load(module, extra, f"the {kind} sink")
+                sink = getattr(imported, name)()
+                del self._lazy[kind]
                 self._sinks[kind] = sink
         if sink is None and self._parent is not None:
             return self._parent.get(kind)
@@ -282,6 +296,10 @@ def _run_one(
                 sleep(delays[attempts - 1])
     except PathRefusedError as exc:
         summary["error"] = str(exc.at(task.step))
+    except MissingExtraError as exc:
+        extra = SINK_EXTRAS.get(str(sink["kind"]))
+        what = f"step '{task.step}' uses the {sink['kind']} sink"
+        summary["error"] = str(exc) if extra is None else needs_extra(what, extra)
     except Exception as exc:
         summary["error"] = _describe(exc)
     else:

@@ -19,11 +19,11 @@ from noetl.store.base import (
     Store,
     StoreUnavailableError,
 )
-from noetl.store.memory import MemoryStore
 from noetl.store.migrate import Migration, SchemaStatus, discover, status_sqlite
 from noetl.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
+    from noetl.store.memory import MemoryStore
     from noetl.store.postgres import PostgresStore
 
 __all__ = [
@@ -48,11 +48,16 @@ _NO_SCHEMA = "memory:// keeps no schema: there is nothing to create or migrate"
 
 
 # psycopg and its pool take a quarter of a second to import: only PostgreSQL URLs pay it.
+# The memory store (tests, `memory://`) loads when it is used too.
 def __getattr__(name: str) -> Any:
     if name == "PostgresStore":
         from noetl.store.postgres import PostgresStore  # noqa: PLC0415 - lazy, see above
 
         return PostgresStore
+    if name == "MemoryStore":
+        from noetl.store.memory import MemoryStore  # noqa: PLC0415 - lazy, see above
+
+        return MemoryStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -94,6 +99,8 @@ def open_store(url: str, *, connections: int | None = None) -> Store:
     """
     kind, where = _locate(url)
     if kind == "memory":
+        from noetl.store.memory import MemoryStore  # noqa: PLC0415 - lazy, see above
+
         return MemoryStore()
     if kind == "sqlite":
         return SqliteStore(Path(where))

@@ -4,21 +4,16 @@ the way), and stopping it."""
 
 from __future__ import annotations
 
-import contextlib
 import math
-import multiprocessing
 import select
 import signal
-import sys
-import threading
 import time
-from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
-from typing import Any
 
 from noetl.worker._pychild import OUTPUT, READY, STDOUT_LIMIT, Reply, serve
+from noetl.worker.fork import fork_context, main_hidden
 from noetl.worker.output import TaskOutput
 
 __all__ = [
@@ -178,39 +173,3 @@ class Printed:
 
     def text(self) -> str:
         return "".join(self.parts)[:STDOUT_LIMIT]
-
-
-def fork_context() -> ForkServerContext:
-    """The "forkserver" context: children start from a fresh interpreter, never by forking
-    this (threaded) process, and in milliseconds rather than an interpreter start each.
-
-    The fork server imports the child loop once. It never imports the main module, nor
-    does a child (`main_hidden`): steps run code and modules, never the main script's
-    functions, and a script that runs playbooks (`noetl.run`) without an
-    `if __name__ == "__main__":` guard would otherwise run itself again in the server.
-    The preload list is process-wide; NoETL is the only user of the fork server in its
-    processes.
-    """
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["noetl.worker._pychild"])
-    return ctx
-
-
-MAIN_LOCK = threading.Lock()
-
-
-@contextlib.contextmanager
-def main_hidden() -> Iterator[None]:
-    """While a child starts, the main module shows neither a file nor a spec, so
-    multiprocessing asks no process to import it (as for an interactive session)."""
-    main = sys.modules.get("__main__")
-    names: dict[str, Any] = vars(main) if main is not None else {}
-    with MAIN_LOCK:
-        saved: dict[str, Any] = {k: names[k] for k in ("__file__", "__spec__") if k in names}
-        names.pop("__file__", None)
-        if "__spec__" in names:
-            names["__spec__"] = None
-        try:
-            yield
-        finally:
-            names.update(saved)

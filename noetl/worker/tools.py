@@ -18,12 +18,14 @@ from typing import TYPE_CHECKING
 from noetl.core import Outcome, Task
 from noetl.credentials.scope import SecretProvider
 from noetl.dsl.kinds import plugin_tools
+from noetl.extras import TOOL_EXTRAS
 from noetl.observability import NOOP, Observer
 from noetl.paths import Roots
 from noetl.scripts import SCRIPT_CODE
 from noetl.sinks import REGISTRY, SinkRegistry
 from noetl.store.ports import CheckpointStore, ResultStore
 from noetl.tools.abilities import Abilities, Tool
+from noetl.tools.lazy import LazyTool
 from noetl.worker.middleware import (
     CrashCapture,
     Handler,
@@ -397,18 +399,16 @@ def default_registry(
     # the tools' libraries load only where tasks run
     from noetl.sinks.file import FileWriter  # noqa: PLC0415
     from noetl.tools.artifact import ArtifactTool  # noqa: PLC0415
-    from noetl.tools.duckdb_tool import DuckdbTool  # noqa: PLC0415
-    from noetl.tools.http import HttpTool  # noqa: PLC0415
     from noetl.tools.playbook import PlaybookTool  # noqa: PLC0415
-    from noetl.tools.postgres import PostgresTool  # noqa: PLC0415
     from noetl.worker.pipeline import PipelineTool  # noqa: PLC0415
 
+    # httpx, psycopg and duckdb load with the first task of their tool (noetl.tools.lazy).
     builtins: list[Tool] = [
         NoopTool(),
         PythonTool(python_pool),
-        HttpTool(),
-        PostgresTool(),
-        DuckdbTool(),
+        LazyTool("http", "noetl.tools.http:HttpTool"),
+        LazyTool("postgres", "noetl.tools.postgres:PostgresTool"),
+        LazyTool("duckdb", "noetl.tools.duckdb_tool:DuckdbTool", extra=TOOL_EXTRAS["duckdb"]),
     ]
     roots = roots or Roots.here()
     if launcher is not None:
