@@ -1,6 +1,7 @@
 """Checks of the names templates read, before anything runs: E313 (a name nothing defines
-where the template is rendered) and W413 (a name only steps that cannot run before this
-one save).
+where the template is rendered), W413 (a name only steps that cannot run before this
+one save) and W414 (a `workload.<key>` the playbook's `workload` does not declare, when
+it declares some: a typo, or a value that must be given at start).
 
 What a template of a step sees (`noetl.engine.context`): the built-in names (`workload`,
 `execution_id`, `step`, `secrets`, the helpers, Jinja's globals), the values steps save
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from difflib import get_close_matches
 from functools import cache
 
 from noetl.dsl.diagnostics import Diagnostic, Path, Severity, format_path
@@ -29,7 +31,7 @@ from noetl.dsl.run_order import RunOrder
 from noetl.dsl.sandbox import LimitedEnvironment
 from noetl.dsl.source import Source
 from noetl.dsl.template_checks import Reads, literal_field
-from noetl.dsl.templates import HELPERS, NameRead
+from noetl.dsl.templates import HELPERS, NameRead, workload_reads
 from noetl.dsl.yaml_tree import YMap, line_at
 
 __all__ = ["builtin_names", "name_checks"]
@@ -112,8 +114,33 @@ class _Names:
             self._saver_bits[name] = self.order.bits(savers)
         return bool(self.order.before(step) & self._saver_bits[name])
 
+    def check_workload_keys(self, base: Path) -> None:
+        """W414 for each `workload.<key>` read that the playbook's workload lacks (only
+        when it declares keys: a playbook without any takes all of them at start)."""
+        if not self.workload:
+            return
+        seen: set[tuple[str, str]] = set()
+        for item in self._reads(base):
+            if (item.text, "") in seen:
+                continue
+            seen.add((item.text, ""))
+            for read in workload_reads(item.text):
+                if read.guarded or read.name in self.workload:
+                    continue
+                close = get_close_matches(read.name, sorted(self.workload), n=1)
+                hint = f" (did you mean 'workload.{close[0]}'?)" if close else ""
+                self._add(
+                    "W414",
+                    f"reads 'workload.{read.name}', which the playbook's workload does not "
+                    f"declare{hint}: unless it is given at start (--set {read.name}=...), "
+                    f"it is undefined",
+                    _Read(item.path, item.text, NameRead(read.name, read.lineno, False)),
+                    warning=True,
+                )
+
     def check_step(self, index: int, step: Step) -> None:
         base: Path = ("workflow", index)
+        self.check_workload_keys(base)
         for item in self._reads(base):
             local = _local_names(step, item.path[2:])
             if item.path[-2:] == ("spec", "script"):
@@ -133,6 +160,7 @@ class _Names:
     def check_task(self, index: int, everything: frozenset[str]) -> None:
         """A workbook task renders in the context of the step that calls it: its names
         are checked against what any step could give it."""
+        self.check_workload_keys(("workbook", index))
         for item in self._reads(("workbook", index)):
             name = item.read.name
             if item.read.guarded or name in everything:

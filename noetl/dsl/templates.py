@@ -190,6 +190,43 @@ def name_reads(text: str) -> tuple[NameRead, ...]:
     return tuple(NameRead(name, line, name in guarded) for name, line in loads.items())
 
 
+@lru_cache(maxsize=4096)
+def workload_reads(text: str) -> tuple[NameRead, ...]:
+    """The workload keys a (syntactically valid) template reads (`workload.key`,
+    `workload['key']`), each once with the line of its first read and whether a guard
+    (`default`, `is defined`) applies to that read."""
+    tree = _parse(text)
+    if isinstance(tree, TemplateProblem):
+        return ()
+    loads: dict[str, int] = {}
+    guarded: set[str] = set()
+    stack: list[nodes.Node] = [tree]
+    while stack:
+        node = stack.pop()
+        key = _workload_key(node)
+        if key is not None:
+            loads.setdefault(key, node.lineno)
+        elif isinstance(node, nodes.Filter | nodes.Test):
+            names = _GUARD_FILTERS if isinstance(node, nodes.Filter) else _GUARD_TESTS
+            inner = _workload_key(node.node) if node.node is not None else None
+            if node.name in names and inner is not None:
+                guarded.add(inner)
+        stack.extend(reversed(list(node.iter_child_nodes())))
+    return tuple(NameRead(key, line, key in guarded) for key, line in loads.items())
+
+
+def _workload_key(node: nodes.Node) -> str | None:
+    if isinstance(node, nodes.Getattr):
+        target, key = node.node, node.attr
+    elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+        target, key = node.node, node.arg.value
+    else:
+        return None
+    if isinstance(target, nodes.Name) and target.name == "workload" and isinstance(key, str):
+        return key
+    return None
+
+
 def helper_call(text: str) -> tuple[str, str] | None:
     """`(helper, name)` when the template is exactly one helper called with one step name,
     such as `{{ fail('charge') }}`; None otherwise."""

@@ -327,3 +327,32 @@ def test_upstream_names_in_a_native_playbook_say_how_this_language_keeps_values(
         """
     )
     assert "reads 'ctx', which is not defined: 'ctx' is upstream NoETL's" in message
+
+
+def test_a_workload_key_the_playbook_does_not_declare_is_a_warning() -> None:
+    steps = """
+        - step: show
+          tool:
+            kind: noop
+            args:
+              who: "{{ workload.usr.name }}"
+              limit: "{{ workload['limit'] }}"
+              given: "{{ workload.extra | default(0) }}"
+              maybe: "{{ workload.later if workload.later is defined else 1 }}"
+        """
+    warned = [(d.code, d.line - FIRST if d.line else None, d.message) for d in diagnostics(steps)]
+    assert warned == [
+        (
+            "W414",
+            4,
+            "tool.args.who reads 'workload.usr', which the playbook's workload does not "
+            "declare (did you mean 'workload.user'?): unless it is given at start "
+            "(--set usr=...), it is undefined",
+        )
+    ]
+
+
+def test_a_playbook_without_a_workload_takes_every_key_at_start() -> None:
+    head = HEAD.replace("workload:\n  user: {name: ann}\n  limit: 3\n", "")
+    text = head + "  - step: a\n    tool: {kind: noop, args: {x: '{{ workload.anything }}'}}\n"
+    assert [d.code for d in load_playbook_text(text, "n.yaml").diagnostics] == []
