@@ -86,6 +86,11 @@ class ConflictError(NoetlError):
     """The request conflicts with the current state of what it names."""
 
 
+class TooComplexError(NoetlError):
+    """An execution whose plan scores at or over `complexity.refuse` is not started (the
+    API answers 422, the CLI exits 1); the message names the score and what makes it."""
+
+
 class AuthenticationError(NoetlError):
     """The request carries no credential, or one that is unknown, expired or revoked (the
     API answers 401). The message never repeats the credential."""

@@ -13,7 +13,7 @@ import click
 from noetl import __version__
 from noetl.cli.commands import LazyGroup
 from noetl.core import NotFoundError
-from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError
+from noetl.errors import ConfigError, ConflictError, NoetlError, PlaybookError, TooComplexError
 
 EXIT_FAILED = 1
 EXIT_ERROR = 3
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     except PlaybookError as exc:
         click.echo(str(exc), err=True)
         sys.exit(EXIT_FAILED)
-    except (ConflictError, NotFoundError) as exc:  # as the API's 409 and 404 answers
+    except (ConflictError, NotFoundError, TooComplexError) as exc:  # the API's 409, 404, 422
         click.echo(f"error: {exc}", err=True)
         sys.exit(EXIT_FAILED)
     except ConfigError as exc:  # a bad setting: each problem on a line of its own

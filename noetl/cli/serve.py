@@ -135,7 +135,11 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         owner=owner,
         pool=pool,
         observer=observer_for(
-            metrics=metrics, pool=pool, tracing=tracing, load_events=store.load_events
+            metrics=metrics,
+            pool=pool,
+            tracing=tracing,
+            load_events=store.load_events,
+            complexity_warn=settings.complexity.warn,
         ),
         options=settings.engine_options(),
         sampler=sampler_of(settings.tracing),

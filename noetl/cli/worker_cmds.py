@@ -121,6 +121,7 @@ def worker_start(*, settings: Settings) -> None:
         worker_id=worker_id,
         tracing=tracing,
         load_events=store.load_events,
+        complexity_warn=settings.complexity.warn,
     )
     stop = threading.Event()
     try:

@@ -322,6 +322,16 @@ class DslSettings(Section):
         return DslPolicy(accept=frozenset(accept), strict=self.strict)
 
 
+class ComplexitySettings(Section):
+    """Seed 002's "too complex then alert" (noetl.dsl.complexity): an execution whose
+    plan scores `warn` or more is reported when it starts (the `plan.too_complex` log
+    event, `noetl_plan_too_complex_total`) and its dead letters are escalated; one that
+    scores `refuse` or more is not started. null: never."""
+
+    warn: Annotated[int, Field(ge=1)] | None = 10_000
+    refuse: Annotated[int, Field(ge=1)] | None = None
+
+
 class SecretsSettings(Section):
     file: str | None = None
 
@@ -398,6 +408,7 @@ class Settings(Section):
     worker: WorkerSettings = WorkerSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
+    complexity: ComplexitySettings = ComplexitySettings()
     secrets: SecretsSettings = SecretsSettings()
     credentials: CredentialsSettings = CredentialsSettings()
     sinks: SinksSettings = SinksSettings()
@@ -426,4 +437,6 @@ class Settings(Section):
             on_when_error=self.policies.on_when_error,
             loop_total_timeout_ms=self.timeouts.loop_total_ms,
             dead_letters=self.dlq.enabled,
+            complexity_warn=self.complexity.warn,
+            complexity_refuse=self.complexity.refuse,
         )

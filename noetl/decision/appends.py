@@ -23,6 +23,8 @@ from noetl.core import (
     Task,
 )
 from noetl.decision.dlq import dead_letter_of
+from noetl.dsl.complexity import estimate
+from noetl.dsl.model import Playbook
 from noetl.engine import ExecutionState
 from noetl.observability.trace_context import TraceSampler
 from noetl.store.base import (
@@ -49,12 +51,14 @@ def build_append(
     inputs_done: Sequence[int] = (),
     pool: str | None = None,
     sampler: TraceSampler | None = None,
+    playbook: Playbook | None = None,
 ) -> Append:
     """The append of `events` (and `commands`) on top of stored sequence `before`.
 
     With a `pool` the queue changes and timers are part of it (distributed mode); without,
     the runtime runs the tasks and timers itself (the embedded runtime). With a `sampler`
-    (tracing on), the queued tasks of a traced execution carry their trace context."""
+    (tracing on), the queued tasks of a traced execution carry their trace context. With
+    the `playbook`, a dead-letter entry records the plan's complexity score."""
     finished = False
     reopened = False
     touched: set[str] = set()
@@ -69,7 +73,10 @@ def build_append(
             reopened = True
         elif event.type == EventType.TASK_DEAD_LETTERED:
             task = find_task(event.payload["task_id"])
-            dead.append(dead_letter_of(event, task, now, state.workload))
+            entry = dead_letter_of(event, task, now, state.workload)
+            if playbook is not None:
+                entry.payload["complexity"] = estimate(playbook, state.workload).score
+            dead.append(entry)
         elif event.type == EventType.OPERATOR_REFUSED:
             message_id = event.payload.get("message_id")
             if event.payload.get("action") == "replay" and message_id:

@@ -20,6 +20,7 @@ from typing import Any
 
 from noetl.core import Command, Event, NotFoundError, Task
 from noetl.decision.appends import build_append
+from noetl.decision.complexity import admit
 from noetl.decision.records import merge_workload, new_execution_id, new_record
 from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import build_graph
@@ -140,6 +141,7 @@ class Decider:
         playbook = engine.playbook
         execution_id = execution_id or new_execution_id(now)
         merged = merge_workload(playbook.workload, workload or {})
+        admit(playbook, merged, self.options)  # TooComplexError over complexity.refuse
         state = engine.new_state(execution_id)
         decision = engine.start(state, merged, now)
         record = new_record(
@@ -151,7 +153,12 @@ class Decider:
             parent_execution_id=parent_execution_id,
         )
         initial = self.append(
-            state, before=0, events=decision.events, commands=decision.commands, now=now
+            state,
+            before=0,
+            events=decision.events,
+            commands=decision.commands,
+            now=now,
+            playbook=playbook,
         )
         self.store.create_execution(record, initial, compiled=self._compiled(engine))
         cached = Cached(engine, state)
@@ -240,9 +247,11 @@ class Decider:
         commands: Sequence[Command],
         inputs_done: Sequence[int] = (),
         now: float,
+        playbook: Playbook | None = None,
     ) -> Append:
         """The store append of one decision: its events, queue changes, projections and
-        dead-letter entries (`noetl.decision.appends`)."""
+        dead-letter entries (`noetl.decision.appends`; `playbook`, when given, scores the
+        plan's complexity in them)."""
         execution_id = state.execution_id
         return build_append(
             state,
@@ -254,6 +263,7 @@ class Decider:
             inputs_done=inputs_done,
             pool=self.pool,
             sampler=self.sampler,
+            playbook=playbook,
         )
 
     def find_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:

@@ -47,6 +47,9 @@ class EngineOptions:
       `policy` block (a playbook that sets one wins).
     * `dead_letters`: record tasks that fail for good in the dead-letter queue
       (`task.dead_lettered`); off, they only fail their step.
+    * `complexity_warn`, `complexity_refuse`: the scores of an execution's plan
+      (`noetl.dsl.complexity`) at which its start is reported too complex (a log event, a
+      metric; its dead letters escalated) or refused. None: never.
     * `resolve`: reads a spilled result back by its reference (the result store's read,
       from the runtime), so templates read its fields (`noetl.dsl.spilled`); results
       are written once and never change, so decisions stay a function of the log. None:
@@ -63,6 +66,8 @@ class EngineOptions:
     on_sink_fail: str | None = None
     on_when_error: str | None = None
     dead_letters: bool = True
+    complexity_warn: int | None = None
+    complexity_refuse: int | None = None
     resolve: Resolve | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

@@ -30,21 +30,24 @@ def observer_for(
     worker_id: str | None = None,
     tracing: Tracing | None = None,
     load_events: Callable[[str], Sequence[Event]] | None = None,
+    complexity_warn: int | None = None,
 ) -> Observer:
     """The observer of a process: metrics when `metrics` is given, log events when
     `logs`, spans when `tracing` is given (`load_events` reads an execution's log, for
-    the spans of a failed execution that was not sampled); NOOP when none."""
+    the spans of a failed execution that was not sampled); NOOP when none. An execution
+    whose plan scores `complexity_warn` or more is reported too complex by the metrics
+    and the log events (noetl.dsl.complexity)."""
     recorder: Observer | None = None
     writer: Observer | None = None
     tracer: Observer | None = None
     if metrics is not None:
         from noetl.observability.metrics_observer import MetricsObserver  # noqa: PLC0415
 
-        recorder = MetricsObserver(metrics, pool=pool)
+        recorder = MetricsObserver(metrics, pool=pool, complexity_warn=complexity_warn)
     if logs:
         from noetl.observability.log_events import LogObserver  # noqa: PLC0415
 
-        writer = LogObserver(worker_id=worker_id)
+        writer = LogObserver(worker_id=worker_id, complexity_warn=complexity_warn)
     if tracing is not None:
         from noetl.observability.tracing_observer import TracingObserver  # noqa: PLC0415
 

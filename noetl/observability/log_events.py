@@ -16,6 +16,7 @@ from typing import Any
 
 from noetl.core import Event, EventType, Outcome, Task
 from noetl.core.views import ExecutionView
+from noetl.dsl.complexity import too_complex
 from noetl.dsl.graph import Graph
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.logging import log_event
@@ -31,9 +32,12 @@ _Handler = Callable[["_Batch", int], None]
 class _Batch:
     """One call of `committed`: what every handler needs."""
 
-    __slots__ = ("events", "facts", "fields", "state")
+    __slots__ = ("events", "facts", "fields", "graph", "state")
 
-    def __init__(self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event]):
+    def __init__(
+        self, graph: Graph, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event]
+    ):
+        self.graph = graph
         self.facts = facts
         self.state = state
         self.events = events
@@ -49,8 +53,12 @@ class LogObserver:
         worker_id: str | None = None,
         decisions: logging.Logger | None = None,
         tasks: logging.Logger | None = None,
+        complexity_warn: int | None = None,
     ) -> None:
         self.worker_id = worker_id
+        # An execution whose plan scores this or more is reported too complex when it
+        # starts and when a task of it is dead-lettered (noetl.dsl.complexity).
+        self.complexity_warn = complexity_warn
         self.log = decisions or logging.getLogger("noetl.orchestrator")
         self.task_log = tasks or logging.getLogger("noetl.worker")
         self._failed_once = False
@@ -81,7 +89,7 @@ class LogObserver:
             return
         try:
             handlers = self._debug if log.isEnabledFor(DEBUG) else self._info
-            batch = _Batch(facts_of(graph), state, events)
+            batch = _Batch(graph, facts_of(graph), state, events)
             for index, event in enumerate(events):
                 handler = handlers.get(event.type)
                 if handler is not None:
@@ -96,6 +104,17 @@ class LogObserver:
 
     def _workflow_started(self, batch: _Batch, i: int) -> None:
         self._emit(INFO, "execution_started", batch, batch.events[i], workflow=batch.facts.workflow)
+        self._too_complex("plan.too_complex", batch, i)
+
+    def _too_complex(self, name: str, batch: _Batch, i: int) -> None:
+        """`plan.too_complex` (at start) or `dlq.too_complex` (a dead letter), WARNING,
+        for an execution whose plan scores `complexity_warn` or more."""
+        if self.complexity_warn is None:
+            return
+        found = too_complex(batch.graph, batch.state.workload, self.complexity_warn)
+        if found is not None:
+            fields = {"complexity": found.to_dict(), "threshold": self.complexity_warn}
+            self._emit(WARNING, name, batch, batch.events[i], **fields)
 
     def _workflow_finished(self, batch: _Batch, i: int) -> None:
         event = batch.events[i]
@@ -277,6 +296,7 @@ class LogObserver:
             error=payload.get("error"),
             sink_id=payload.get("sink_id"),
         )
+        self._too_complex("dlq.too_complex", batch, i)
 
     def _retry_started(self, batch: _Batch, i: int) -> None:
         event = batch.events[i]

@@ -147,6 +147,16 @@ class Metrics:
             "dead letters, by tool kind and the sink that failed them (empty if none)",
             ["kind", "sink"],
         )
+        self.plan_too_complex = counter(
+            "noetl_plan_too_complex_total",
+            "Executions started whose plan scored complexity.warn or more (seed 002)",
+            ["workflow"],
+        )
+        self.dlq_too_complex = counter(
+            "noetl_dlq_too_complex_total",
+            "Dead letters of executions whose plan scored complexity.warn or more",
+            ["workflow"],
+        )
         # --- workers (and the embedded runtime's worker threads) ----------------------
         self.worker_tasks_started = counter(
             "noetl_worker_tasks_started_total", "Tasks started by workers", ["kind", "pool"]
@@ -243,6 +253,8 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_edge_eval_total",
         "noetl_task_retries_total",
         "noetl_dlq_total",
+        "noetl_plan_too_complex_total",
+        "noetl_dlq_too_complex_total",
         "noetl_worker_tasks_started_total",
         "noetl_worker_tasks_completed_total",
         "noetl_worker_task_duration_seconds",

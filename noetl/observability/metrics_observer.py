@@ -15,6 +15,7 @@ from typing import Any
 
 from noetl.core import Event, EventType, Outcome, Task
 from noetl.core.views import ExecutionView
+from noetl.dsl.complexity import too_complex
 from noetl.dsl.graph import Graph
 from noetl.observability.facts import PlaybookFacts, facts_of
 from noetl.observability.metrics import Metrics
@@ -29,9 +30,14 @@ _BOOL = {True: "true", False: "false"}
 class MetricsObserver:
     """Records NoETL's metrics in `metrics`; `pool` labels the worker-side metrics."""
 
-    def __init__(self, metrics: Metrics, *, pool: str = "default") -> None:
+    def __init__(
+        self, metrics: Metrics, *, pool: str = "default", complexity_warn: int | None = None
+    ) -> None:
         self.metrics = metrics
         self.pool = pool
+        # An execution whose plan scores this or more counts as too complex when it
+        # starts and when a task of it is dead-lettered (noetl.dsl.complexity).
+        self.complexity_warn = complexity_warn
         self._failed_once = False
         self._handlers: dict[str, _Handler] = {
             EventType.WORKFLOW_FINISHED: self._workflow_finished,
@@ -57,6 +63,7 @@ class MetricsObserver:
                 handler = handlers.get(event.type)
                 if handler is not None:
                     handler(facts, state, events, index)
+            self._complexity(graph, facts, state, events)
         except Exception:  # metrics must never break a runtime
             if not self._failed_once:
                 self._failed_once = True
@@ -146,6 +153,22 @@ class MetricsObserver:
         payload = events[i].payload
         kind = payload.get("kind") or facts.kinds.get(events[i].step or "", "")
         self.metrics.dlq.child(str(kind), str(payload.get("sink_id") or "")).inc()
+
+    def _complexity(
+        self, graph: Graph, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event]
+    ) -> None:
+        """A start, and each dead letter, of an execution too complex (one estimate)."""
+        warn = self.complexity_warn
+        starts = sum(1 for e in events if e.type == EventType.WORKFLOW_STARTED)
+        dead = sum(1 for e in events if e.type == EventType.TASK_DEAD_LETTERED)
+        if warn is None or not (starts or dead):
+            return
+        if too_complex(graph, state.workload, warn) is None:
+            return
+        if starts:
+            self.metrics.plan_too_complex.child(facts.workflow).inc(starts)
+        if dead:
+            self.metrics.dlq_too_complex.child(facts.workflow).inc(dead)
 
     def _next_evaluated(
         self, facts: PlaybookFacts, state: ExecutionView, events: Sequence[Event], i: int

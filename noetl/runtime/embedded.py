@@ -36,6 +36,7 @@ from noetl.core import (
     Task,
 )
 from noetl.decision.appends import build_append
+from noetl.decision.complexity import admit
 from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
 from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import Graph, build_graph
@@ -134,6 +135,7 @@ class EmbeddedRuntime:
             if execution_id in self._executions:
                 raise ConcurrencyError(f"execution {execution_id} exists", [execution_id])
             merged = merge_workload(playbook.workload, workload or {})
+            admit(playbook, merged, self.options)  # TooComplexError over complexity.refuse
             engine = Engine(self._graph(playbook), options=self.options)
             state = engine.new_state(execution_id)
             execution = _Execution(engine=engine, state=state, started_at=now)
@@ -372,6 +374,7 @@ class EmbeddedRuntime:
                 commands=(),
                 now=now,
                 find_task=self._task_finder(execution_id),
+                playbook=execution.engine.playbook,
             )
             for execution_id, (execution, before, events) in grouped.items()
         ]

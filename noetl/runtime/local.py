@@ -81,6 +81,7 @@ def embedded_runtime(
         pool=LOCAL_POOL,
         tracing=tracing,
         load_events=store.load_events,
+        complexity_warn=options.complexity_warn if options is not None else None,
     )
     if metrics is not None:
         from noetl.observability.store_gauges import StoreGauges  # noqa: PLC0415

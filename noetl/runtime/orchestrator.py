@@ -377,6 +377,7 @@ class Orchestrator:
             commands=commands,
             inputs_done=[i.id for i in items],
             now=now,
+            playbook=cached.engine.playbook,
         )
 
     def _decide_inputs(self, execution_id: str, items: Sequence[Input], attempts: int = 3) -> None:
@@ -464,6 +465,7 @@ class Orchestrator:
             commands=decision.commands,
             inputs_done=inputs_done,
             now=now,
+            playbook=engine.playbook if engine is not None else None,
         )
         if engine is not None:  # cached, so the observer sees the end of the execution
             self.decider.remember(execution_id, Cached(engine, state))

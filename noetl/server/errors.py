@@ -3,6 +3,7 @@
     AuthenticationError            401 unauthorized      (WWW-Authenticate: Bearer)
     PermissionDeniedError          403 forbidden         (the role is too low)
     PlaybookError                  422 invalid_playbook  (with every diagnostic)
+    TooComplexError                422 too_complex       (the plan's score, complexity.refuse)
     RequestValidationError         422 invalid_request   (naming each bad field)
     NotFoundError                  404 not_found
     ConfigError                    400 bad_config
@@ -38,6 +39,7 @@ from noetl.errors import (
     ConflictError,
     PermissionDeniedError,
     PlaybookError,
+    TooComplexError,
 )
 
 log = logging.getLogger("noetl.server")
@@ -98,6 +100,10 @@ async def _playbook(_: Request, exc: Exception) -> JSONResponse:
     count = len(diagnostics)
     message = f"the playbook is invalid ({count} error{'s' if count != 1 else ''})"
     return error_response(422, "invalid_playbook", message, diagnostics=diagnostics)
+
+
+async def _too_complex(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(422, "too_complex", str(exc))
 
 
 async def _unauthorized(_: Request, exc: Exception) -> JSONResponse:
@@ -187,6 +193,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(PermissionDeniedError, _forbidden)
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(PlaybookError, _playbook)
+    app.add_exception_handler(TooComplexError, _too_complex)
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConfigError, _config)
     app.add_exception_handler(CredentialKeyError, _no_key)

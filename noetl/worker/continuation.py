@@ -88,7 +88,12 @@ class Continuation:
         )
         decision = cached.engine.decide(state, event, now)
         append = decider.append(
-            state, before=before, events=decision.events, commands=decision.commands, now=now
+            state,
+            before=before,
+            events=decision.events,
+            commands=decision.commands,
+            now=now,
+            playbook=cached.engine.playbook,
         )
         lease_ids = [item.task.task_id for item in append.enqueue][: max(free(), 0)]
         leases = self.store.complete_and_commit(

@@ -59,6 +59,7 @@ def test_engine_options_from_the_settings() -> None:
             "NOETL_TIMEOUTS_TOOL_DEFAULT_MS": "100",
             "NOETL_TIMEOUTS_LOOP_ITEM_MS": "none",
             "NOETL_POLICIES_ON_STEP_FAIL": "continue",
+            "NOETL_COMPLEXITY_REFUSE": "50000",
         },
     )
     assert settings.engine_options() == EngineOptions(
@@ -70,6 +71,8 @@ def test_engine_options_from_the_settings() -> None:
         on_step_fail="continue",
         on_sink_fail="retry",
         on_when_error="treat_as_false",
+        complexity_warn=10_000,
+        complexity_refuse=50_000,
     )
 
 

@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 
 from noetl.auth import Role
 from noetl.core import ExecutionStatus, NotFoundError
+from noetl.dsl.complexity import Complexity, estimate
 from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
@@ -157,7 +158,7 @@ def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
     the execution's tasks waiting in the queue, whether a live worker can take them, and
     its pending dead letters by step."""
     now = deps.clock()
-    out = read_view(deps, execution_id, lambda view: view.to_dict(now))
+    out, found = read_view(deps, execution_id, lambda view: (view.to_dict(now), _complexity(view)))
     out["context"] = redact(out["context"])
     if "ctx" in out:
         out["ctx"] = redact(out["ctx"])
@@ -165,7 +166,17 @@ def get_execution(execution_id: ExecutionId, deps: Deps) -> dict[str, Any]:
     # Whether its queued work has a worker to take it, and what waits for an operator.
     out.update(queue_state(deps.store, execution_id, now).to_dict())
     out["dead_letters"] = deps.store.pending_dead_letters(execution_id)
+    warn = deps.orchestrator.decider.options.complexity_warn
+    out["complexity"] = None if found is None else found.to_dict()
+    out["too_complex"] = found is not None and warn is not None and found.score >= warn
     return out
+
+
+def _complexity(view: ExecutionView) -> Complexity | None:
+    """The plan's complexity (noetl.dsl.complexity), with the workload it started with."""
+    if view.graph is None:
+        return None
+    return estimate(view.graph.playbook, view.state.workload)
 
 
 @router.post(

@@ -91,6 +91,15 @@ class ExecutionDetail(Response):
     finished_at: float | None
     parent_execution_id: str | None
     last_seq: int = Field(description="Sequence number of the last event folded")
+    complexity: dict[str, int] | None = Field(
+        default=None,
+        description="The plan's complexity when it started: score, steps, edges, loops, "
+        "loop_items, unknown_loops, max_fanout, sub_playbooks (null: its playbook no longer "
+        "loads)",
+    )
+    too_complex: bool = Field(
+        default=False, description="Whether the score is at or over complexity.warn"
+    )
     workers_alive: int = Field(
         0, description="Workers alive (any pool): heard from within the last 60 s, not stopped"
     )

@@ -5,6 +5,11 @@
 import { api } from "../api.js";
 import { h, svg, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, jsonText, waitingBadge, WAITING_LABEL } from "../format.js";
+
+/** What makes a plan's complexity score (the tooltip of its number). */
+function complexityParts(c) {
+  return `${c.steps} steps, ${c.edges} edges, ${c.loop_items} loop items, ${c.unknown_loops} loops of unknown size, fan-out ${c.max_fanout}, ${c.sub_playbooks} sub-playbook calls`;
+}
 import { createGraphView, nodeCaption, runsLabel } from "../graph.js";
 import { poll } from "../poll.js";
 import { createGantt } from "./gantt.js";
@@ -188,6 +193,7 @@ export async function renderExecution(ctx, executionId, query) {
       h("dt", {}, "Finished"), h("dd", {}, fmtTime(d.finished_at)),
       h("dt", {}, "Duration"), h("dd", {}, fmtDuration(d.duration_s), running ? " so far" : ""),
       h("dt", {}, "Dead letters"), h("dd", {}, h("a", { href: href(["dlq"], { execution_id: executionId, status: "" }), id: "execution-dlq" }, "of this execution")),
+      d.complexity ? [h("dt", {}, "Complexity"), h("dd", { id: "execution-complexity", title: complexityParts(d.complexity) }, String(d.complexity.score), d.too_complex ? [" ", h("span", { class: "badge status-failed", id: "too-complex" }, "too complex")] : null)] : null,
       d.queued_tasks ? [h("dt", {}, "Queued"), h("dd", { id: "execution-queued" }, `${d.queued_tasks} task${d.queued_tasks === 1 ? "" : "s"} · ${d.workers_alive} worker${d.workers_alive === 1 ? "" : "s"} alive`)] : null,
       d.parent_execution_id ? [h("dt", {}, "Parent"), h("dd", { class: "mono" }, h("a", { href: href(["executions", d.parent_execution_id]) }, d.parent_execution_id))] : null,
       d.error ? [h("dt", {}, "Error"), h("dd", {}, h("pre", { class: "error-text", id: "execution-error" }, d.error))] : null,
