@@ -52,13 +52,15 @@ def build_append(
     pool: str | None = None,
     sampler: TraceSampler | None = None,
     playbook: Playbook | None = None,
+    complexity_warn: int | None = None,
 ) -> Append:
     """The append of `events` (and `commands`) on top of stored sequence `before`.
 
     With a `pool` the queue changes and timers are part of it (distributed mode); without,
     the runtime runs the tasks and timers itself (the embedded runtime). With a `sampler`
     (tracing on), the queued tasks of a traced execution carry their trace context. With
-    the `playbook`, a dead-letter entry records the plan's complexity score."""
+    the `playbook`, a dead-letter entry records the plan's complexity score and whether it
+    is at or over `complexity_warn` (`too_complex`; never when that is None)."""
     finished = False
     reopened = False
     touched: set[str] = set()
@@ -75,7 +77,10 @@ def build_append(
             task = find_task(event.payload["task_id"])
             entry = dead_letter_of(event, task, now, state.workload)
             if playbook is not None:
-                entry.payload["complexity"] = estimate(playbook, state.workload).score
+                score = estimate(playbook, state.workload).score
+                entry.payload["complexity"] = score
+                warned = complexity_warn is not None and score >= complexity_warn
+                entry.payload["too_complex"] = warned
             dead.append(entry)
         elif event.type == EventType.OPERATOR_REFUSED:
             message_id = event.payload.get("message_id")

@@ -264,6 +264,7 @@ class Decider:
             pool=self.pool,
             sampler=self.sampler,
             playbook=playbook,
+            complexity_warn=self.options.complexity_warn,
         )
 
     def find_task(self, execution_id: str, task_id: str) -> dict[str, Any] | None:

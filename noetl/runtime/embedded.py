@@ -375,6 +375,7 @@ class EmbeddedRuntime:
                 now=now,
                 find_task=self._task_finder(execution_id),
                 playbook=execution.engine.playbook,
+                complexity_warn=self.options.complexity_warn,
             )
             for execution_id, (execution, before, events) in grouped.items()
         ]

@@ -101,6 +101,7 @@ def test_a_start_over_the_warning_threshold_is_logged_and_counted(tmp_path: Path
     finally:
         store.close()
     assert entries and all(e.payload["complexity"] == 4 for e in entries)
+    assert all(e.payload["too_complex"] is True for e in entries)
     with local_client(str(tmp_path / "n.db")) as client:
         detail = client.get(f"/api/executions/{execution_id}")
     assert detail["complexity"]["score"] == 4

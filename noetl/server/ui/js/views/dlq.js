@@ -197,6 +197,7 @@ export async function renderDlqEntry(ctx, messageId) {
           h("dt", {}, "First seen"), h("dd", {}, fmtTime(e.first_seen)),
           h("dt", {}, "Last seen"), h("dd", {}, fmtTime(e.last_seen)),
           h("dt", {}, "Replays"), h("dd", {}, String(e.replays ?? 0)),
+          typeof e.payload?.complexity === "number" ? [h("dt", {}, "Plan complexity"), h("dd", { id: "dlq-complexity" }, String(e.payload.complexity), e.payload.too_complex ? [" ", h("span", { class: "badge status-failed", id: "dlq-too-complex" }, "too complex")] : null)] : null,
           e.discard_reason ? [h("dt", {}, "Discarded because"), h("dd", {}, e.discard_reason)] : null,
         ),
       ),

@@ -5,17 +5,17 @@
 import { api } from "../api.js";
 import { h, svg, fill, href, confirmDialog } from "../dom.js";
 import { badge, fmtTime, fmtDuration, jsonText, waitingBadge, WAITING_LABEL } from "../format.js";
-
-/** What makes a plan's complexity score (the tooltip of its number). */
-function complexityParts(c) {
-  return `${c.steps} steps, ${c.edges} edges, ${c.loop_items} loop items, ${c.unknown_loops} loops of unknown size, fan-out ${c.max_fanout}, ${c.sub_playbooks} sub-playbook calls`;
-}
 import { createGraphView, nodeCaption, runsLabel } from "../graph.js";
 import { poll } from "../poll.js";
 import { createGantt } from "./gantt.js";
 import { createStepPanel } from "./step.js";
 import { createTimeline } from "./timeline.js";
 import { replayStep } from "./replay_all.js";
+
+/** What makes a plan's complexity score (the tooltip of its number). */
+function complexityParts(c) {
+  return `${c.steps} steps, ${c.edges} edges, ${c.loop_items} loop items, ${c.unknown_loops} loops of unknown size, fan-out ${c.max_fanout}, ${c.sub_playbooks} sub-playbook calls`;
+}
 
 // The graph view draws statuses; a step whose queued tasks no worker takes is marked on
 // top of it after each update: a dashed box and a label above it.
