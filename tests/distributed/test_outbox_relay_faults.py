@@ -1,10 +1,12 @@
 """`noetl outbox relay` as a real process on the real PostgreSQL and NATS JetStream:
 killed with SIGKILL after publishing and before marking, then started again, every row
 ends sent and the stream holds each message once (deduplicated by Nats-Msg-Id); stopped
-with SIGTERM, it ends its pass and exits 0. `noetl outbox init` makes the table."""
+with SIGTERM, it ends its pass and exits 0; it publishes what examples/outbox_relay.yaml
+records. `noetl outbox init` makes the table."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -139,3 +141,41 @@ def test_the_relay_refuses_sqlite(tmp_path: Path) -> None:
     proc = noetl("outbox", "relay", "--db", db, "--nats", "nats://127.0.0.1:1", log=log)
     assert proc.wait(timeout=60) == 3
     assert "needs PostgreSQL" in log.read_text()
+
+
+def run_example(db: str, sqlite: Path) -> dict[str, object]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "noetl", "run", str(ROOT / "examples" / "outbox_relay.yaml"),
+         "--json", "--db", str(sqlite), "--set", f"dsn={db}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["status"] == "ok"
+    context: dict[str, object] = out["context"]
+    return context
+
+
+@pytest.mark.slow
+def test_the_example_records_intents_that_the_relay_publishes(
+    pg_empty_database: str, nats_url: str, names: Names, tmp_path: Path
+) -> None:
+    db, log = pg_empty_database, tmp_path / "relay.log"
+    assert run_example(db, tmp_path / "run.sqlite")["outbox"] == {
+        "pending": 2, "sent": 0, "dead": 0
+    }  # fmt: skip
+    relay = noetl(
+        "outbox", "relay", "--db", db, "--nats", nats_url, "--stream", names.stream,
+        "--subject-prefix", names.prefix, "--once", log=log,
+    )  # fmt: skip
+    assert relay.wait(timeout=60) == 0, log.read_text()
+    # Run again: the intents are recorded again, unchanged, and stay sent.
+    assert run_example(db, tmp_path / "run.sqlite")["outbox"] == {
+        "pending": 0, "sent": 2, "dead": 0
+    }  # fmt: skip
+    messages = stream_messages(nats_url, names.stream)
+    assert sorted((m[0], m[1]) for m in messages) == [
+        (f"{names.prefix}.orders.placed", "order_placed:o-1"),
+        (f"{names.prefix}.orders.placed", "order_placed:o-2"),
+    ]
+    assert json.loads(messages[0][2])["event"] == "placed"
