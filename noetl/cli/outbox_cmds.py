@@ -88,6 +88,7 @@ def init_cmd(db: str, table: str) -> None:
 )
 @click.option(
     "--duplicate-window",
+    envvar="NOETL_OUTBOX_DUPLICATE_WINDOW",
     type=click.FloatRange(1, 86400),
     default=600.0,
     show_default=True,
@@ -95,6 +96,7 @@ def init_cmd(db: str, table: str) -> None:
 )
 @click.option(
     "--batch",
+    envvar="NOETL_OUTBOX_BATCH",
     type=click.IntRange(1, 10000),
     default=100,
     show_default=True,
@@ -102,6 +104,7 @@ def init_cmd(db: str, table: str) -> None:
 )
 @click.option(
     "--max-attempts",
+    envvar="NOETL_OUTBOX_MAX_ATTEMPTS",
     type=click.IntRange(1, 1000),
     default=10,
     show_default=True,
@@ -110,6 +113,7 @@ def init_cmd(db: str, table: str) -> None:
 @click.option(
     "--poll",
     "poll_s",
+    envvar="NOETL_OUTBOX_POLL",
     type=click.FloatRange(0, 60, min_open=True),
     default=1.0,
     show_default=True,
@@ -118,6 +122,7 @@ def init_cmd(db: str, table: str) -> None:
 @click.option(
     "--backoff",
     "backoff_s",
+    envvar="NOETL_OUTBOX_BACKOFF",
     type=click.FloatRange(0, 3600),
     default=1.0,
     show_default=True,
@@ -127,6 +132,7 @@ def init_cmd(db: str, table: str) -> None:
 @click.option(
     "--backoff-max",
     "backoff_max_s",
+    envvar="NOETL_OUTBOX_BACKOFF_MAX",
     type=click.FloatRange(0, 86400),
     default=300.0,
     show_default=True,
@@ -134,23 +140,31 @@ def init_cmd(db: str, table: str) -> None:
 )
 @click.option(
     "--create-table/--no-create-table",
+    envvar="NOETL_OUTBOX_CREATE_TABLE",
     default=False,
     show_default=True,
     help="Create the outbox table when it does not exist.",
 )
 @click.option(
     "--metrics-port",
+    envvar="NOETL_OUTBOX_METRICS_PORT",
     type=click.IntRange(0, 65535),
     default=None,
     help="Serve Prometheus metrics at http://HOST:PORT/metrics.",
 )
 @click.option(
     "--metrics-host",
+    envvar="NOETL_OUTBOX_METRICS_HOST",
     default="127.0.0.1",
     show_default=True,
     help="Address the metrics exporter listens on.",
 )
-@click.option("--once", is_flag=True, help="Stop when no row is due instead of polling.")
+@click.option(
+    "--once",
+    envvar="NOETL_OUTBOX_ONCE",
+    is_flag=True,
+    help="Stop when no row is due instead of polling.",
+)
 @click.option(
     "--log-level",
     envvar="NOETL_LOG_LEVEL",
@@ -203,27 +217,32 @@ def relay_cmd(**opts: Any) -> None:
 async def _relay(opts: dict[str, Any], config: Any, metrics: Any) -> int:
     import psycopg
 
-    from noetl.outbox import Relay, create_table_sql
     from noetl.outbox.jetstream import JetStreamPublisher, connect, ensure_stream
+    from noetl.outbox.service import serve
 
     stopping = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stopping.set)
+    url = _postgres_url(opts["db"])
+
+    async def connect_db() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(url, autocommit=True, connect_timeout=10)
+
     nc = await connect(opts["nats_url"])
     try:
         subjects = [f"{config.subject_prefix}.>"] if config.subject_prefix else [">"]
         if await ensure_stream(nc, opts["stream"], subjects, opts["duplicate_window"]):
             click.echo(f"created stream {opts['stream']} over {subjects[0]}", err=True)
-        try:
-            conn = await psycopg.AsyncConnection.connect(_postgres_url(opts["db"]), autocommit=True)
-        except psycopg.OperationalError as exc:
-            raise ConfigError(f"cannot open the outbox database: {exc}") from None
-        async with conn:
-            if opts["create_table"]:
-                await conn.execute(create_table_sql(config.table))
-            relay = Relay(conn, JetStreamPublisher(nc), config, metrics)
-            click.echo(f"relaying {config.table} to {opts['stream']}", err=True)
-            return await relay.run(stopping, once=opts["once"])
+        click.echo(f"relaying {config.table} to {opts['stream']}", err=True)
+        return await serve(
+            connect_db,
+            JetStreamPublisher(nc),
+            config,
+            metrics,
+            stopping,
+            once=opts["once"],
+            create_table=opts["create_table"],
+        )
     finally:
         await nc.close()

@@ -80,6 +80,13 @@ class RelayConfig:
         return f"{self.subject_prefix}.{row_subject}" if self.subject_prefix else row_subject
 
 
+def _headers(value: Any) -> dict[str, str]:
+    # NATS headers are strings: a number or a flag in the column is sent as its text.
+    if not isinstance(value, dict):
+        return {}
+    return {str(k): v if isinstance(v, str) else json.dumps(v) for k, v in value.items()}
+
+
 def _payload(value: Any) -> bytes:
     if isinstance(value, str | bytes):
         return value.encode() if isinstance(value, str) else value
@@ -106,6 +113,7 @@ class Relay:
         self.metrics = metrics if metrics is not None else OutboxMetrics()
         self._rng = rng
         self._table = outbox_table(config.table)
+        self.claimed = 0  # rows claimed by `run` so far
 
     def _q(self, query: sql.SQL) -> sql.Composed:
         return query.format(table=self._table)
@@ -116,7 +124,7 @@ class Relay:
         async with self._conn.transaction():
             cur = await self._conn.execute(self._q(CLAIM), {"batch": self.config.batch})
             rows = [
-                OutboxRow(str(r[0]), str(r[1]), r[2], dict(r[3] or {}), int(r[4]))
+                OutboxRow(str(r[0]), str(r[1]), r[2], _headers(r[3]), int(r[4]))
                 for r in await cur.fetchall()
             ]
             for row in rows:
@@ -179,15 +187,15 @@ class Relay:
     async def run(self, stopping: asyncio.Event, *, once: bool = False) -> int:
         """Pass after pass until `stopping` is set (or, with `once`, until no row is due);
         a full batch is followed by the next pass at once. The rows claimed in all."""
-        total = 0
+        start = self.claimed
         while not stopping.is_set():
             claimed = await self.run_once()
-            total += claimed
+            self.claimed += claimed
             if once and claimed == 0:
                 break
             if claimed < self.config.batch:
                 await _wait(stopping, self.config.poll_s)
-        return total
+        return self.claimed - start
 
 
 async def _wait(event: asyncio.Event, seconds: float) -> None:

@@ -1,5 +1,6 @@
 """The outbox relay against the real PostgreSQL and NATS JetStream: every row published
-once and marked sent, a failed publish retried, a row dead after its last attempt. (The
+once and marked sent, a failed publish retried, a row dead after its last attempt, a lost
+database connection made again. (The
 relay killed mid-pass is tests/distributed/test_outbox_relay_faults.py.)"""
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from typing import Any
 import psycopg
 import pytest
 
+from noetl.errors import ConfigError
 from noetl.outbox import OutboxMetrics, Publisher, PublishError, Relay, RelayConfig
 from noetl.outbox.jetstream import JetStreamPublisher, connect, ensure_stream
+from noetl.outbox.service import serve
 from tests.helpers.outbox import (
     Names,
     create_table,
@@ -187,3 +190,72 @@ def test_a_row_is_dead_lettered_after_max_attempts(
     assert value(metrics, "noetl_outbox_dead_lettered_total", names.table) == 1
     assert value(metrics, "noetl_outbox_publish_failures_total", names.table) == 3
     assert value(metrics, "noetl_outbox_unsent", names.table) == 0
+
+
+def test_the_relay_reconnects_after_losing_the_database(
+    pg_empty_database: str, nats_url: str, names: Names
+) -> None:
+    db = pg_empty_database
+    insert_rows(db, names.table, [("a", "orders", {})])
+    config = RelayConfig(table=names.table, subject_prefix=names.prefix, poll_s=0.05)
+    metrics = OutboxMetrics()
+
+    async def go() -> int:
+        nc = await connect(nats_url)
+        stopping = asyncio.Event()
+        try:
+            await ensure_stream(nc, names.stream, [f"{names.prefix}.>"], 600)
+
+            async def connect_db() -> psycopg.AsyncConnection[Any]:
+                return await psycopg.AsyncConnection.connect(
+                    db, autocommit=True, application_name=names.table
+                )
+
+            task = asyncio.create_task(
+                serve(connect_db, JetStreamPublisher(nc), config, metrics, stopping)
+            )
+            await until(lambda: table_rows(db, names.table)["a"]["status"] == "sent")
+            with psycopg.connect(db, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = %s",
+                    (names.table,),
+                )
+            insert_rows(db, names.table, [("b", "orders", {})])
+            await until(lambda: table_rows(db, names.table)["b"]["status"] == "sent")
+            stopping.set()
+            return await task
+        finally:
+            await nc.close()
+
+    total = asyncio.run(asyncio.wait_for(go(), 60))
+    assert total == 2
+    assert sorted(m[1] for m in stream_messages(nats_url, names.stream)) == ["a", "b"]
+
+
+def test_a_missing_table_is_a_config_error(pg_empty_database: str, nats_url: str) -> None:
+    config = RelayConfig(table="no_such_outbox", subject_prefix="test_outbox_missing")
+
+    async def go() -> int:
+        nc = await connect(nats_url)
+        try:
+
+            async def connect_db() -> psycopg.AsyncConnection[Any]:
+                return await psycopg.AsyncConnection.connect(pg_empty_database, autocommit=True)
+
+            return await serve(
+                connect_db, JetStreamPublisher(nc), config, OutboxMetrics(), asyncio.Event()
+            )
+        finally:
+            await nc.close()
+
+    with pytest.raises(ConfigError, match="noetl outbox init"):
+        asyncio.run(asyncio.wait_for(go(), 30))
+
+
+async def until(check: Any, timeout: float = 20) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not check():
+        assert loop.time() < deadline, "timed out"
+        await asyncio.sleep(0.05)
