@@ -68,6 +68,10 @@ COMMANDS: dict[str, Entry] = {
         "noetl.cli.dsl_cmds:lint_cmd",
         "Like validate, and also show warnings (unreachable steps, legacy forms, ...).",
     ),
+    "outbox": Entry(
+        "noetl.cli.outbox_cmds:outbox_group",
+        "The outbox relay: publish the rows of an outbox table (PostgreSQL) to NATS JetStream.",
+    ),
     "playbook": Entry(
         "noetl.cli.playbook_cmds:playbook_group", "The playbook catalog of a NoETL server."
     ),
