@@ -233,15 +233,20 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
     admin_dsn: str,
     concurrency: int = 32,
     cpu_report: bool = False,
+    bus: str | None = None,
 ) -> dict[str, Any]:
-    """The server plus `workers` worker processes on a fresh PostgreSQL database."""
+    """The server plus `workers` worker processes on a fresh PostgreSQL database (with the
+    task bus at `bus`, a NATS JetStream URL, when given)."""
     text = _playbook_for(workload, n)
     runs = n if workload in MANY else 1
     with tempfile.TemporaryDirectory() as tmp, _scratch_database(admin_dsn) as db:
         store = open_store(db)  # also creates the schema
         token, _ = issue_token(store.tokens, role=Role.OPERATOR, name="bench", now=time.time())
         port = _free_port()
-        procs = [_spawn(["server", "start", "--port", str(port)], db, Path(tmp) / "server.log")]
+        on_bus = ["--bus", bus] if bus else []
+        procs = [
+            _spawn(["server", "start", "--port", str(port), *on_bus], db, Path(tmp) / "server.log")
+        ]
         procs += [
             _spawn(
                 [
@@ -253,6 +258,7 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
                     str(min(concurrency, PYTHON_PROCESSES)),
                     "--poll",
                     "0.2",
+                    *on_bus,
                 ],
                 db,
                 Path(tmp) / f"w{i}.log",
@@ -350,13 +356,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="postgres mode: print the CPU seconds of server, workers and PostgreSQL to stderr",
     )
+    parser.add_argument(
+        "--bus",
+        default=None,
+        metavar="URL",
+        help="postgres mode: the task bus (nats://HOST:PORT) of the server and the workers",
+    )
     args = parser.parse_args(argv)
     n = args.n or {"chain": 1000, "fanout": 10000, "join": 200, "burst": 500}[args.workload]
     if args.mode == "embedded":
         figures = run_embedded(args.workload, n, args.workers)
     else:
         figures = run_postgres(
-            args.workload, n, args.workers or 1, args.pg, args.concurrency, args.cpu
+            args.workload, n, args.workers or 1, args.pg, args.concurrency, args.cpu, args.bus
         )
     if args.json:
         print(json.dumps(figures))

@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from noetl import __version__
+from noetl.cli.bus_opt import bus_option, close_store, open_store_with_bus
 from noetl.cli.observe import (
     log_options,
     metrics_options,
@@ -30,7 +31,6 @@ from noetl.errors import ConfigError
 from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.scripts import script_reader
-from noetl.store import open_store
 
 log = logging.getLogger("noetl.server")
 
@@ -88,6 +88,7 @@ auth_option = setting_option(
     help="Pool new tasks are queued in (unset: worker.pool, NOETL_WORKER_POOL).",
     default_text="worker.pool",
 )
+@bus_option
 @auth_option
 @log_options("INFO")
 @metrics_options(port=False, path=True)
@@ -117,13 +118,14 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     check_sessions(settings.sessions)  # a missing extra stops the start before any work
     setup_logging(settings, "INFO")
     tracing = setup_tracing(settings, "noetl-server")
-    store = open_store(settings.db.url)
+    # Tasks queued by this server's commits are announced on the bus after each commit.
+    store, bus = open_store_with_bus(settings)
     try:
         sessions = Sessions(
             open_session_store(settings.sessions, store), ttl_s=settings.sessions.ttl_s
         )
     except BaseException:
-        store.close()
+        close_store(store, bus)
         raise
     gate = Gate(store.tokens, sessions, enabled=settings.auth.enabled)
     _warn_about_auth(settings, host, store.tokens.all())
@@ -187,7 +189,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
         sessions.close()
-        store.close()
+        close_store(store, bus)
         click.echo(f"{name} stopped", err=True)
 
 

@@ -9,6 +9,7 @@ from types import FrameType
 
 import click
 
+from noetl.cli.bus_opt import bus_option, close_store, open_store_with_bus
 from noetl.cli.observe import (
     exporter_metrics,
     log_options,
@@ -70,6 +71,7 @@ def worker_group() -> None:
     help="Decide what follows a task that was its execution's only one in flight here, "
     "and run the next task at once (else every outcome goes to the server).",
 )
+@bus_option
 @setting_option(
     "secrets.file",
     "--secrets-file",
@@ -114,7 +116,8 @@ def worker_start(*, settings: Settings) -> None:
     default_provider(settings.secrets.file, credentials=credentials)
     tracing = setup_tracing(settings, "noetl-worker")
     # A connection for each task slot, the reporter, heartbeats and the claim loop.
-    store = open_store(settings.db.url, connections=count + 4)
+    # Continuations queue tasks here too: they are announced like the server's.
+    store, bus = open_store_with_bus(settings, connections=count + 4)
     observer = observer_for(
         metrics=metrics,
         pool=pool,
@@ -167,6 +170,7 @@ def worker_start(*, settings: Settings) -> None:
                 ),
                 decider=decider if config.continue_ else None,
                 observer=observer,
+                bus=bus,
             )
 
             signals: list[int] = []
@@ -201,7 +205,7 @@ def worker_start(*, settings: Settings) -> None:
             exporter.close()
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
-        store.close()
+        close_store(store, bus)
 
 
 @worker_group.command("drain")

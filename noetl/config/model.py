@@ -245,6 +245,13 @@ class AuthSettings(Section):
 _BUCKET = r"^[a-zA-Z0-9_-]+$"
 
 
+def _check_nats_url(value: str) -> str:
+    scheme, sep, rest = value.strip().partition("://")
+    if not sep or scheme.lower() not in ("nats", "tls", "ws", "wss") or not rest:
+        raise ValueError("must be a nats://host:port URL (or tls://, ws://, wss://)")
+    return value.strip()
+
+
 class SessionsSettings(Section):
     """Login sessions (opened with an API token, used as a bearer credential)."""
 
@@ -258,10 +265,21 @@ class SessionsSettings(Section):
     @field_validator("nats_url")
     @classmethod
     def _nats_url(cls, value: str) -> str:
-        scheme, sep, rest = value.strip().partition("://")
-        if not sep or scheme.lower() not in ("nats", "tls", "ws", "wss") or not rest:
-            raise ValueError("must be a nats://host:port URL (or tls://, ws://, wss://)")
-        return value.strip()
+        return _check_nats_url(value)
+
+
+class BusSettings(Section):
+    """The task bus (NATS JetStream): announcements of new tasks that wake workers at once;
+    the database's queue stays the source of truth. Unset: workers wait on the database."""
+
+    url: str | None = None
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None or not value.strip():
+            return None
+        return _check_nats_url(value)
 
 
 class WorkerSettings(Section):
@@ -406,6 +424,7 @@ class Settings(Section):
     auth: AuthSettings = AuthSettings()
     sessions: SessionsSettings = SessionsSettings()
     worker: WorkerSettings = WorkerSettings()
+    bus: BusSettings = BusSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
     complexity: ComplexitySettings = ComplexitySettings()

@@ -28,7 +28,7 @@ statements in `sql/postgres_queue.sql`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -149,6 +149,9 @@ class PostgresStore(SqlStore, PgQueue):
     lock, so replicas starting together do not race).
     """
 
+    # Called after a commit with the pool of each task it made claimable (`noetl.bus`).
+    announce_tasks: Callable[[list[str]], None] | None = None
+
     def __init__(
         self, dsn: str, *, min_size: int = 1, max_size: int = 10, timeout: float = 10.0
     ) -> None:
@@ -196,6 +199,8 @@ class PostgresStore(SqlStore, PgQueue):
                     self._apply(conn, [prepared])
             if prepared is not None and self._wakes_workers([prepared]):
                 conn.execute(NOTIFY_TASKS)
+        if prepared is not None:
+            self._announce([prepared])
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
@@ -207,6 +212,7 @@ class PostgresStore(SqlStore, PgQueue):
                 self._apply(conn, prepared)
             if self._wakes_workers(prepared):
                 conn.execute(NOTIFY_TASKS)
+        self._announce(prepared)
 
     def complete_and_commit(
         self,
@@ -240,6 +246,7 @@ class PostgresStore(SqlStore, PgQueue):
                     rows = cur.fetchall()
         except _LeaseLost:
             return None
+        self._announce([prepared], frozenset(lease))
         return [
             lease_from_row(
                 {
@@ -287,6 +294,22 @@ class PostgresStore(SqlStore, PgQueue):
             raise stale_all(behind, consumed)
         with conn.cursor() as cur:
             self._write(cur, prepared)
+
+    def _announce(
+        self, prepared: list[PreparedAppend], leased: frozenset[str] = frozenset()
+    ) -> None:
+        """Tell the task bus (when one is attached) of the tasks claimable now, once their
+        commit is done: a pool per task."""
+        if self.announce_tasks is None:
+            return
+        pools = [
+            row[3]
+            for item in prepared
+            for row in item.enqueue
+            if row[0] not in leased and row[7] <= 0
+        ]
+        if pools:
+            self.announce_tasks(pools)
 
     @staticmethod
     def _wakes_workers(

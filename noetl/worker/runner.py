@@ -42,6 +42,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
+from noetl.bus import TaskBus
 from noetl.core import Outcome, Task
 from noetl.decision.decider import Decider
 from noetl.decision.workloads import Workloads, stored_workload
@@ -102,8 +103,11 @@ class Worker:
         decider: Decider | None = None,
         observer: Observer = NOOP,
         scope: Callable[[], Collection[str]] | None = None,
+        bus: TaskBus | None = None,
     ) -> None:
         self.store = store
+        # Announcements of new tasks (`noetl.bus`); while it is away, database wake-ups.
+        self.bus = bus
         self.tools = tools
         self.config = config
         self.decider = decider
@@ -328,6 +332,8 @@ class Worker:
             self._threads.submit(self._execute, lease)
 
     def _wait(self) -> None:
+        if self.bus is not None and self.bus.wait(self.config.pool, self.config.poll_s) is not None:
+            return
         try:
             self.store.wait_for("tasks", self.config.poll_s)
         except NoetlError:
