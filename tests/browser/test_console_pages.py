@@ -302,8 +302,11 @@ def test_mark_a_stuck_step_done(page: Any, local_server: LocalServer) -> None:
     page.click("dialog.confirm button:text('Mark done')")
     page.wait_for_selector("#execution-status [data-status=ok]")
     assert "Step items marked ok." in page.inner_text("#step-message")
-    statuses = page.locator("#graph g.node").evaluate_all("els => els.map(e => e.dataset.status)")
-    assert statuses == ["ok", "ok", "ok"]
+    # The graph is redrawn by its own poll: wait for it rather than read it at once.
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#graph g.node')].map(e => e.dataset.status)"
+        ".join() === 'ok,ok,ok'"
+    )
     page.wait_for_function("() => !document.querySelector('#force-complete')")
     assert json.loads(page.inner_text("#step-result")) == [1, 2]
     page.select_option("#event-type", "step.force_completed")
