@@ -8,7 +8,6 @@ store keeps it, workers and tools run and report it). It imports nothing of NoET
 
 from noetl.core.errors import ConcurrencyError, NotFoundError, StoreUnavailableError
 from noetl.core.types import (
-    SINKS_KIND,
     CancelTasks,
     Command,
     Decision,
@@ -35,7 +34,6 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "RequeueTask",
-    "SINKS_KIND",
     "StartTimer",
     "StepStatus",
     "StoreUnavailableError",

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from noetl.core import SINKS_KIND, EnqueueTask, EventType, Task
+from noetl.core import EnqueueTask, EventType, Task
 from noetl.core.secrets import referenced
+from noetl.core.types import SINKS_KIND
 
 if TYPE_CHECKING:
     from noetl.engine.turn import Turn

@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from noetl.core import SINKS_KIND, Outcome, Task
+from noetl.core import Outcome, Task
+from noetl.core.types import SINKS_KIND
 from noetl.credentials.scope import SecretProvider
 from noetl.dsl.kinds import plugin_tools
 from noetl.extras import TOOL_EXTRAS
