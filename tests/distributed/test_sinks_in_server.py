@@ -64,4 +64,3 @@ def test_the_server_writes_what_the_worker_computed(cluster: Cluster, tmp_path: 
         if e["type"] == "tool.processed" and e["payload"]["task_id"].endswith(".sinks")
     ]
     assert len(writes) == 4 and all(w["sinks"][0]["status"] == "ok" for w in writes)
-

@@ -113,9 +113,7 @@ def test_a_loops_sinks_run_in_tasks_of_their_pool_after_each_tool(tmp_path: Path
         assert task["kind"] == "sinks" and task["pool"] == "server-sinks"
         assert task["task_id"] == f"{sent['from']}.sinks"
         assert task["args"] == {"this": {"i": sent["index"], "sq": sent["index"] ** 2}}
-    dispatched = [
-        p["task"] for p in _of(events, EventType.LOOP_ITERATION_STARTED) if "task" in p
-    ]
+    dispatched = [p["task"] for p in _of(events, EventType.LOOP_ITERATION_STARTED) if "task" in p]
     assert all(t["sinks_pool"] == "server-sinks" and "pool" not in t for t in dispatched)
     processed = _of(events, EventType.TOOL_PROCESSED)
     tools = [p for p in processed if not p["task_id"].endswith(".sinks")]
