@@ -33,7 +33,7 @@ class Running:
 
 @contextlib.contextmanager
 def cluster(db: str, workers: int, concurrency: int = 32) -> Iterator[Running]:
-    """`noetl server start` and `workers` × `noetl worker start` on `db`, warmed up with a
+    """`noetl server start` and `workers` times `noetl worker start` on `db`, warmed up with a
     short chain; all stopped on exit."""
     store = open_store(db)  # also creates the schema
     try:

@@ -67,7 +67,7 @@ def copy_history(db: str, templates: list[str], executions: int) -> float:
     with psycopg.connect(db, autocommit=True) as conn:
         tables = _tables(conn)
         # the execution row first: the other tables reference it
-        order = ["execution"] + sorted(t for t in tables if t != "execution")
+        order = ["execution", *sorted(t for t in tables if t != "execution")]
         for template in templates:
             for low in range(1, each + 1, CHUNK):
                 high = min(low + CHUNK - 1, each)
@@ -77,7 +77,7 @@ def copy_history(db: str, templates: list[str], executions: int) -> float:
                         names = ", ".join(c for c, _ in columns)
                         values = ", ".join(_expression(c, k) for c, k in columns)
                         conn.execute(
-                            f"INSERT INTO {table} ({names}) SELECT {values} "  # noqa: S608
+                            f"INSERT INTO {table} ({names}) SELECT {values} "
                             f"FROM {table}, generate_series(%(low)s::int, %(high)s::int) AS g "
                             "WHERE execution_id = %(id)s",
                             {"id": template, "low": low, "high": high},
@@ -125,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
         name: {key: round(statistics.median(r[key] for r in found), 3) for key in found[0]}
         for name, found in runs.items()
     }
+    empty, long_ = medians["empty"], medians["long"]
     figures = {
         "executions": int(row[0]),
         "events": int(row[1]),
@@ -134,8 +135,9 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "empty": medians["empty"],
         "long": medians["long"],
-        "w1_ratio": round(medians["long"]["w1_ms_per_step"] / medians["empty"]["w1_ms_per_step"], 3),
-        "w2_ratio": round(medians["empty"]["w2_items_per_s"] / medians["long"]["w2_items_per_s"], 3),
+        # above 1: slower on the long history
+        "w1_ratio": round(long_["w1_ms_per_step"] / empty["w1_ms_per_step"], 3),
+        "w2_ratio": round(empty["w2_items_per_s"] / long_["w2_items_per_s"], 3),
     }
     if args.json:
         print(json.dumps(figures))

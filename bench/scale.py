@@ -5,9 +5,10 @@ posted as fast as eight client threads can.
     python bench/scale.py --executions 10000 --workers 2 --json
 
 Prints one JSON object: executions, workers, wall_s (first request to last terminal
-status), executions_per_s, server_peak_rss_mb (the server process), workers_peak_rss_mb (the workers with their python children), and the checks:
-ok (executions that ended `ok` with the right result), lost (started but not `ok`, or
-missing), run_twice (tasks with more than one successful outcome in the log).
+status), executions_per_s, server_peak_rss_mb (the server process), workers_peak_rss_mb
+(the workers with their python children), and the checks: ok (executions that ended
+`ok` with the right result), lost (started but not `ok`, or missing), run_twice (tasks
+with more than one successful outcome in the log).
 """
 
 from __future__ import annotations
