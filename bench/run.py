@@ -65,16 +65,35 @@ def chain_playbook(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+# Templates make ranges of at most 100,000 items; a longer collection comes from a step.
+MAX_RANGE = 100_000
+RANGE_STEP = "def main(context, args):\n    return list(range(args['n']))\n"
+
+
 def fanout_playbook(n: int, concurrency: int = 64) -> str:
-    """W2: an n-item parallel loop of trivial python items, results collected into a list."""
+    """W2: an n-item parallel loop of trivial python items, results collected into a list
+    (over 100,000 items, the collection is a first step's result, kept in the result
+    store)."""
+    collection = "{{ range(workload.n) | list }}"
+    first = ""
+    if n > MAX_RANGE:
+        collection = "{{ numbers }}"
+        first = f"""  - step: numbers
+    tool:
+      kind: python
+      code: {json.dumps(RANGE_STEP)}
+      args: {{n: "{{{{ workload.n }}}}"}}
+    result: {{as: numbers}}
+    next: fan
+"""
     return f"""apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {{name: bench_fanout}}
 workload: {{n: {n}}}
 workflow:
-  - step: fan
+{first}  - step: fan
     loop:
-      collection: "{{{{ range(workload.n) | list }}}}"
+      collection: "{collection}"
       element: x
       mode: parallel
       max_concurrency: {concurrency}
