@@ -292,15 +292,45 @@ class EmbeddedRuntime:
             self._commit(decisions, now)
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
+        """Commit a turn's decisions, their tasks started first so the write overlaps
+        their run (a chain's next step runs while its dispatch is written).
+
+        Nothing is decided on a dispatch the log does not hold: outcomes are decided by
+        this one thread, after this commit. A crash before the commit loses the dispatch,
+        and the task (which may have run) runs again when its execution resumes, as a crash
+        after a task and before its outcome's commit always could make it."""
+        appends = self._appends(decisions, now)
+        self._dispatch(decisions)
         try:
-            self.store.commit(self._appends(decisions, now))
+            self.store.commit(appends)
         except Exception as exc:
             if not isolatable(exc):
                 raise
             # The store refused the batch for the data of some execution in it.
-            decisions = self._commit_each(decisions, now)
+            written = self._commit_each(decisions, now)
+            self._withdraw(decisions, written)
+            decisions = written
         self._observe(decisions)
-        self._dispatch(decisions)
+
+    def _withdraw(
+        self,
+        dispatched: list[tuple[_Execution, int, Decision]],
+        written: list[tuple[_Execution, int, Decision]],
+    ) -> None:
+        """After a refused batch: cancel the tasks started for decisions that were not
+        written (their executions ended failed instead), and carry out those endings."""
+        kept = {id(decision) for _, _, decision in written}
+        ended = [entry for entry in written if not any(entry[2] is d for _, _, d in dispatched)]
+        for execution, _, decision in dispatched:
+            if id(decision) in kept:
+                continue
+            execution_id = execution.state.execution_id
+            canceled = self._canceled.setdefault(execution_id, set())
+            for command in decision.commands:
+                if isinstance(command, EnqueueTask):
+                    canceled.add(command.task.task_id)
+                    self.tools.cancel(command.task.task_id)
+        self._dispatch(ended)
 
     def _commit_each(
         self, decisions: list[tuple[_Execution, int, Decision]], now: float
