@@ -11,7 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -31,6 +31,10 @@ from noetl.errors import ConfigError
 from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.scripts import script_reader
+
+if TYPE_CHECKING:
+    from noetl.observability.metrics import Metrics
+    from noetl.store import Store
 
 log = logging.getLogger("noetl.server")
 
@@ -164,7 +168,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     loop = threading.Thread(
         target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True
     )
-    loop.start()
+    threads = _started([loop, *_retention(settings, store, metrics, stop)])
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = _Server(config)
 
@@ -185,12 +189,46 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
         stop.set()
-        loop.join(timeout=10)
+        _join(threads)
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
         sessions.close()
         close_store(store, bus)
         click.echo(f"{name} stopped", err=True)
+
+
+def _started(threads: list[threading.Thread]) -> list[threading.Thread]:
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def _retention(
+    settings: Settings, store: Store, metrics: Metrics | None, stop: threading.Event
+) -> list[threading.Thread]:
+    """The retention job's thread (`retention.enabled`; else none), not started yet."""
+    if not settings.retention.enabled:
+        return []
+    from noetl.runtime.retention import RetentionJob, RetentionPolicy
+
+    job = RetentionJob(
+        store,
+        RetentionPolicy.of(settings),
+        interval_s=settings.retention.interval_s,
+        metrics=metrics,
+    )
+    thread = threading.Thread(target=job.serve, args=(stop,), name="noetl-retention", daemon=True)
+    log.info(
+        "retention on: executions finished over %s ago are pruned every %g s",
+        settings.retention.older_than,
+        settings.retention.interval_s,
+    )
+    return [thread]
 
 
 def _warn_about_auth(settings: Settings, host: str, tokens: list[Any]) -> None:
