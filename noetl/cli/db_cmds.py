@@ -111,11 +111,12 @@ def db_prune(*, settings: Settings, dry_run: bool) -> None:
         click.echo(f"{where}: another process is pruning this database; nothing done")
         return
     verb = "would delete" if dry_run else "deleted"
-    click.echo(
-        f"{where}: {'dry run: ' if dry_run else ''}{report.executions} execution(s) finished "
-        f"before {_when(now - policy.older_than_s)}"
-        + ("" if dry_run else f", in {report.batches} batch(es)")
-    )
+    cutoff = _when(now - policy.older_than_s)
+    head = f"{report.executions} execution(s) that finished before {cutoff}"
+    if dry_run:
+        click.echo(f"{where}: dry run: would prune {head}")
+    else:
+        click.echo(f"{where}: pruned {head}, in {report.batches} batch(es)")
     for table, count in report.rows.items():
         click.echo(f"  {table:<16} {count:>10} row(s) {verb}")
     click.echo(f"  {'total':<16} {report.total:>10} row(s) {verb}")
