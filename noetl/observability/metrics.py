@@ -279,6 +279,9 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_plugin_errors_total",
         "noetl_sink_tasks_completed_total",
         "noetl_sink_retries_total",
+        "noetl_retention_pruned_rows_total",
+        "noetl_retention_pruned_executions_total",
+        "noetl_retention_last_prune_timestamp_seconds",
         *STORE_GAUGE_NAMES,
     }
 )
