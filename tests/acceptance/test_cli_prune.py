@@ -110,6 +110,10 @@ def test_dry_run_then_prune_while_an_execution_runs(tmp_path: Path) -> None:
     listed_all = noetl("exec", "list", "--db", db, "--json", clean_env=True)
     statuses = {i["execution_id"]: i["status"] for i in json.loads(listed_all.stdout)["items"]}
     assert statuses[done] == "ok"  # the tombstone keeps its status
+    pruned_at = {i["execution_id"]: i["pruned_at"] for i in json.loads(listed_all.stdout)["items"]}
+    assert pruned_at[done] is not None and list(pruned_at.values()).count(None) == 1
+    table = noetl("exec", "list", "--db", db, clean_env=True).stdout.splitlines()
+    assert [line.endswith("(history pruned)") for line in table] == [False, True]
 
 
 def test_a_bad_duration_is_refused(tmp_path: Path) -> None:

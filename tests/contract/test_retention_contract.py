@@ -148,6 +148,9 @@ def test_fencing_tokens_keep_growing_across_a_prune(store: Store) -> None:
     finish(store, "f", ExecutionStatus.CANCELED)
     assert store.prune(CUTOFF, dead_letters_before=NEVER).executions == 1
     assert store.get_task("f.a") is None
+    # The holder of the lease taken before the prune has lost it.
+    assert not store.heartbeat("f.a", stale.token).alive
+    assert not store.complete("f.a", stale.token, {"status": "ok"})
 
     # The same task queued again (what reopening the execution would do) starts above
     # every token handed out before the prune: the old holder stays fenced off.

@@ -102,6 +102,7 @@ def test_the_job_prunes_finished_history_and_leaves_running_executions_alone(
     listed = httpx.get(f"{cluster.url}/api/executions", headers=cluster.headers, timeout=30)
     tombstone = {e["execution_id"]: e for e in listed.json()["items"]}[quick_id]
     assert tombstone["status"] == "ok" and tombstone["finished_at"] is not None
+    assert tombstone["pruned_at"] >= tombstone["finished_at"]
 
     # Passes ran while the long execution ran: it is whole, and finishes ok.
     assert status_of(cluster, long_id).json()["status"] == "running"
