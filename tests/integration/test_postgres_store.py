@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from noetl.core import Event, Task
+from noetl.core import Event, ExecutionStatus, Task
 from noetl.store import (
     Append,
     ExecutionRecord,
@@ -32,6 +32,7 @@ from noetl.store import (
     schema_status,
 )
 from noetl.store.base import Enqueue, InputKind
+from noetl.store.managers.retention import RETENTION_LOCK
 from noetl.store.migrate import Migration, discover, migrate_postgres
 from tests.helpers.cli import noetl
 
@@ -675,3 +676,26 @@ def test_maintain_vacuums_the_queue_tables(pg_store: PostgresStore, pg_database:
             "WHERE relname IN ('task_queue', 'inbox') ORDER BY relname"
         ).fetchall()
     assert rows == [("inbox", 1), ("task_queue", 1)]
+
+
+def test_one_prune_at_a_time_per_database(pg_database: str) -> None:
+    store = PostgresStore(pg_database)
+    try:
+        record = ExecutionRecord("old", "demo", None, "name: demo\n")
+        start = [Event(1, "workflow.started", "old", 1.0, payload={})]
+        store.create_execution(record, Append("old", 0, start, now=1.0))
+        end = [Event(2, "workflow.finished", "old", 2.0, payload={})]
+        store.commit([Append("old", 1, end, status=ExecutionStatus.OK, now=1000.0)])
+        with psycopg.connect(pg_database, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (RETENTION_LOCK,))
+            busy = store.prune(2000.0, dead_letters_before=0.0)
+            dry = store.prune(2000.0, dead_letters_before=0.0, dry_run=True)
+            assert busy.skipped and dry.skipped and busy.total == busy.executions == 0
+            assert len(store.load_events("old")) == 2
+            other.execute("SELECT pg_advisory_unlock(%s)", (RETENTION_LOCK,))
+        done = store.prune(2000.0, dead_letters_before=0.0)
+        assert not done.skipped and done.executions == 1 and done.rows["event_log"] == 2
+        # The lock went back with the prune: the next one is not skipped either.
+        assert not store.prune(2000.0, dead_letters_before=0.0).skipped
+    finally:
+        store.close()

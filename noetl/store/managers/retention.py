@@ -9,9 +9,6 @@ short: the queue and the inbox stay live during a prune of millions of rows.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from noetl.store.connector import Connector
 from noetl.store.records import PRUNED_TABLES, PruneReport
 
@@ -45,32 +42,13 @@ class Retention:
             "dlq_before": self._db.ts(dead_letters_before),
             "limit": batch,
         }
-        with self._exclusive() as mine:
+        with self._db.exclusive(RETENTION_LOCK) as mine:
             if not mine:
-                return PruneReport(
-                    rows=dict.fromkeys(PRUNED_TABLES, 0), dry_run=dry_run, skipped=True
-                )
+                rows = dict.fromkeys(PRUNED_TABLES, 0)
+                return PruneReport(rows=rows, dry_run=dry_run, skipped=True)
             if dry_run:
                 return self._count(params)
             return self._delete(params, batch)
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[bool]:
-        """Whether this prune may run: PostgreSQL, if no other session holds the
-        retention lock (held on a connection of its own until the prune ends); SQLite
-        always (each batch holds the write lock)."""
-        if self._db.dialect != "postgres":
-            yield True
-            return
-        key = {"key": RETENTION_LOCK}
-        with self._db.session() as db:
-            row = db.fetch_one("retention_lock", key)
-            mine = row is not None and bool(row[0])
-            try:
-                yield mine
-            finally:
-                if mine:
-                    db.fetch_one("retention_unlock", key)
 
     def _count(self, params: dict[str, object]) -> PruneReport:
         with self._db.session() as db:

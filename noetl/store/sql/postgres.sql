@@ -283,14 +283,6 @@ DELETE FROM task_checkpoint WHERE task_id = %(task_id)s
 
 -- --- retention (noetl.store.managers.retention) ------------------------------------------
 
--- One prune at a time per database: a session-level advisory lock, held for the whole
--- prune on a connection of its own (the batches commit on others).
--- name: retention_lock
-SELECT pg_try_advisory_lock(%(key)s)
-
--- name: retention_unlock
-SELECT pg_advisory_unlock(%(key)s)
-
 -- Finished executions not pruned yet, oldest first. SKIP LOCKED: one being written to
 -- (a late commit, a replay taking its row) is left for the next pass; the row lock keeps
 -- it from being written while its history goes.
