@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.acceptance.test_cli_exec_local import OK, run
+from tests.acceptance.test_cli_exec_local import FAILS, OK, run
 from tests.conftest import ROOT
 from tests.helpers.cli import cli_env, noetl
 
@@ -122,3 +122,21 @@ def test_a_bad_duration_is_refused(tmp_path: Path) -> None:
     assert proc.returncode != 0
     assert "is not a duration" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_a_dead_letter_of_a_pruned_execution_says_so_on_replay(tmp_path: Path) -> None:
+    db = tmp_path / "noetl.db"
+    failed = run(tmp_path, db, "fails", FAILS)
+    listed = noetl("dlq", "list", "--db", db, "--json", clean_env=True)
+    (entry,) = json.loads(listed.stdout)["items"]
+    time.sleep(1.1)
+    assert noetl("db", "prune", "--older-than", "1s", "--db", db, clean_env=True).returncode == 0
+
+    replay = noetl("dlq", "replay", entry["message_id"], "--db", db, clean_env=True)
+    assert replay.returncode == 1
+    assert f"execution {failed} has finished and its history was pruned on" in replay.stderr
+    assert "Traceback" not in replay.stderr
+    # Still pending (it waits for an operator), and it can be discarded.
+    discard = noetl("dlq", "discard", entry["message_id"], "--reason", "pruned", "--db", db,
+                    clean_env=True)  # fmt: skip
+    assert discard.returncode == 0, discard.stderr
