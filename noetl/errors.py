@@ -9,7 +9,8 @@
     │   └── SessionConflictError  a session changed since it was read (noetl.sessions)
     ├── AuthenticationError    no credential, or one that is unknown, expired or revoked
     ├── PermissionDeniedError  a valid credential whose role is too low
-    ├── store errors (noetl.core.errors): ConcurrencyError, NotFoundError,
+    ├── store errors (noetl.core.errors): ConcurrencyError, NotFoundError (and its
+    │   HistoryPrunedError: retention deleted the execution's history),
     │   StoreUnavailableError (retryable when the database is only busy)
     ├── RetryableError         transient: a retry may succeed
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget

@@ -1,4 +1,5 @@
-"""`noetl db init | migrate | status`: create, upgrade and inspect the database schema.
+"""`noetl db init | migrate | status | prune`: create, upgrade and inspect the database
+schema; delete the history of executions that finished long ago.
 
 The same `--db` / `NOETL_DB` (`db.url` in the configuration) as every other command: a
 SQLite file or a PostgreSQL URL.
@@ -8,11 +9,13 @@ it on purpose (before a rollout, from a deploy job) and for seeing where a datab
 
 from __future__ import annotations
 
+import time
+
 import click
 
-from noetl.cli.settings import db_option, with_settings
+from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
-from noetl.store import display_url, migrate_schema, schema_status
+from noetl.store import display_url, migrate_schema, open_store, schema_status
 from noetl.store.migrate import Migration
 
 
@@ -72,3 +75,52 @@ def db_status(*, settings: Settings) -> None:
     click.echo(f"database: {display_url(db)}")
     click.echo(f"applied:  {applied}")
     click.echo(f"pending:  {_labels(status.pending) or 'none'}")
+
+
+@db_group.command("prune")
+@setting_option(
+    "retention.older_than",
+    "--older-than",
+    help="Prune executions that finished over this long ago: 30d, 12h, 90m.",
+)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@setting_option(
+    "retention.batch",
+    "--batch",
+    type=click.IntRange(1, 100_000),
+    help="Executions per transaction.",
+)
+@db_option
+@with_settings
+def db_prune(*, settings: Settings, dry_run: bool) -> None:
+    """Delete the history of executions that FINISHED before the cutoff: their queue
+    rows, inputs, events, step states, results and checkpoints, and their dead letters
+    settled over dlq.retention_days ago. Each keeps a tombstone (id, playbook, status,
+    times, when it was pruned). Running executions are never touched."""
+    from noetl.runtime.retention import RetentionPolicy
+
+    policy = RetentionPolicy.of(settings)
+    now = time.time()
+    store = open_store(settings.db.url)
+    try:
+        report = policy.prune(store, now=now, dry_run=dry_run)
+    finally:
+        store.close()
+    where = display_url(settings.db.url)
+    if report.skipped:
+        click.echo(f"{where}: another process is pruning this database; nothing done")
+        return
+    verb = "would delete" if dry_run else "deleted"
+    cutoff = _when(now - policy.older_than_s)
+    head = f"{report.executions} execution(s) that finished before {cutoff}"
+    if dry_run:
+        click.echo(f"{where}: dry run: would prune {head}")
+    else:
+        click.echo(f"{where}: pruned {head}, in {report.batches} batch(es)")
+    for table, count in report.rows.items():
+        click.echo(f"  {table:<16} {count:>10} row(s) {verb}")
+    click.echo(f"  {'total':<16} {report.total:>10} row(s) {verb}")
+
+
+def _when(epoch: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(epoch))

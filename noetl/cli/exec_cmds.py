@@ -418,6 +418,7 @@ def list_cmd(
     for item in found:
         created = _clock(float(item.get("created_at") or 0))[:19]
         name = item.get("playbook_path") or item.get("playbook_name") or "-"
-        click.echo(f"{item['execution_id']}  {item['status']:<9} {created}  {name}")
+        pruned = "  (history pruned)" if item.get("pruned_at") is not None else ""
+        click.echo(f"{item['execution_id']}  {item['status']:<9} {created}  {name}{pruned}")
     if not found:
         click.echo("no executions", err=True)

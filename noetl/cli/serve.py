@@ -152,7 +152,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     loop = threading.Thread(
         target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True
     )
-    loop.start()
+    threads = _started([loop, *_retention(settings, store, metrics, stop)])
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = _Server(config)
 
@@ -178,12 +178,46 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     finally:
         stop_sink_runner(sink_runner)  # its writes finish first, the loop still running
         stop.set()
-        loop.join(timeout=10)
+        _join(threads)
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
         sessions.close()
         close_store(store, bus)
         click.echo(f"{name} stopped", err=True)
+
+
+def _started(threads: list[threading.Thread]) -> list[threading.Thread]:
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _join(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join(timeout=10)
+
+
+def _retention(
+    settings: Settings, store: Store, metrics: Metrics | None, stop: threading.Event
+) -> list[threading.Thread]:
+    """The retention job's thread (`retention.enabled`; else none), not started yet."""
+    if not settings.retention.enabled:
+        return []
+    from noetl.runtime.retention import RetentionJob, RetentionPolicy
+
+    job = RetentionJob(
+        store,
+        RetentionPolicy.of(settings),
+        interval_s=settings.retention.interval_s,
+        metrics=metrics,
+    )
+    thread = threading.Thread(target=job.serve, args=(stop,), name="noetl-retention", daemon=True)
+    log.info(
+        "retention on: executions finished over %s ago are pruned every %g s",
+        settings.retention.older_than,
+        settings.retention.interval_s,
+    )
+    return [thread]
 
 
 def _orchestrator(

@@ -47,6 +47,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     "dsl.strict": ("NOETL_STRICT_DSL_VALIDATION", "NOETL_STRICT_VALIDATION"),
     "dsl.v2_enabled": ("NOETL_DSL_V2_ENABLED",),
     "sinks.in_worker": ("NOETL_EXECUTE_SINKS_IN_WORKER",),
+    "retention.older_than": ("NOETL_RETENTION_DAYS",),
 }
 # Variables that look like a section's but belong to something else.
 FOREIGN = frozenset({"NOETL_SERVER_URL"})  # the server the `exec` commands talk to

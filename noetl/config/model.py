@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from noetl.config.durations import parse_duration
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import check_key
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN
@@ -122,6 +123,29 @@ class DlqSettings(Section):
     enabled: bool = True
     topic: Annotated[str, Field(min_length=1, max_length=256)] = "noetl-dlq"
     retention_days: Annotated[int, Field(ge=1)] = 30
+
+
+class RetentionSettings(Section):
+    """The server's retention job (`noetl db prune` on a timer): every `interval_s` it
+    deletes the history of executions that finished over `older_than` ago (30d, 12h, 90m;
+    a bare number is days), `batch` executions per transaction. Off by default."""
+
+    enabled: bool = False
+    older_than: str = "30d"
+    interval_s: Annotated[float, Field(ge=1, le=7 * 86400)] = 3600.0
+    batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+    @field_validator("older_than", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        if isinstance(value, str | int | float) and not isinstance(value, bool):
+            parse_duration(value)
+            return str(value).strip()
+        return value
+
+    @property
+    def older_than_s(self) -> float:
+        return parse_duration(self.older_than)
 
 
 class TracingSettings(Section):
@@ -422,6 +446,7 @@ class Settings(Section):
     retries: RetriesSettings = RetriesSettings()
     timeouts: TimeoutsSettings = TimeoutsSettings()
     dlq: DlqSettings = DlqSettings()
+    retention: RetentionSettings = RetentionSettings()
     tracing: TracingSettings = TracingSettings()
     metrics: MetricsSettings = MetricsSettings()
     logging: LoggingSettings = LoggingSettings()

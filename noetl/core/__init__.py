@@ -6,7 +6,12 @@ store keeps it, workers and tools run and report it). It imports nothing of NoET
 `noetl.errors`, so importing it never pulls in the engine, a store adapter or a tool.
 """
 
-from noetl.core.errors import ConcurrencyError, NotFoundError, StoreUnavailableError
+from noetl.core.errors import (
+    ConcurrencyError,
+    HistoryPrunedError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from noetl.core.types import (
     CancelTasks,
     Command,
@@ -31,6 +36,7 @@ __all__ = [
     "Event",
     "EventType",
     "ExecutionStatus",
+    "HistoryPrunedError",
     "NotFoundError",
     "Outcome",
     "RequeueTask",

@@ -9,12 +9,14 @@ its public surface. See `noetl.errors` for the whole error tree.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 from noetl.errors import NoetlError
 
 __all__ = [
     "UNDECODABLE_ERROR",
     "ConcurrencyError",
+    "HistoryPrunedError",
     "NotFoundError",
     "StoreUnavailableError",
 ]
@@ -43,6 +45,23 @@ class ConcurrencyError(NoetlError):
 
 class NotFoundError(NoetlError):
     """No such execution."""
+
+
+class HistoryPrunedError(NotFoundError):
+    """The execution finished and retention (`noetl db prune`) deleted its history: its
+    events, steps, tasks and inputs are gone; only a tombstone of its row is kept (id,
+    playbook, status, times, `pruned_at`). A NotFoundError, so every caller that handles
+    a missing execution handles it; its message says when the history went."""
+
+    def __init__(self, execution_id: str, pruned_at: float) -> None:
+        when = datetime.fromtimestamp(pruned_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+        super().__init__(
+            f"execution {execution_id} has finished and its history was pruned on {when} "
+            "(retention): its events, steps and tasks are gone, only its status and times "
+            "are kept"
+        )
+        self.execution_id = execution_id
+        self.pruned_at = pruned_at
 
 
 class StoreUnavailableError(NoetlError):

@@ -182,13 +182,14 @@ class Decider:
     def load(self, execution_id: str) -> Cached | None:
         """The execution's state: the cached one as it is (a commit on a stale state fails
         with ConcurrencyError, and the caller forgets it), or one folded from the log.
-        None when the execution does not exist."""
+        None when the execution does not exist, or retention deleted its history (its
+        playbook and events are gone: nothing can be decided for it)."""
         with self._lock:
             cached = self._states.get(execution_id)
         if cached is not None:
             return cached
         record = self.store.get_execution(execution_id)
-        if record is None:
+        if record is None or record.pruned_at is not None:
             return None
         engine = self.engine(
             record.playbook_text,

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from noetl.core import Event, NotFoundError, Task
+from noetl.core import Event, HistoryPrunedError, NotFoundError, Task
 from noetl.decision.workloads import context_with_workload
 from noetl.dsl.limits import check_data
 from noetl.engine import Engine, ExecutionState, fold
@@ -249,9 +249,13 @@ class DeadLetterQueue:
             raise ConflictError(f"cannot replay {entry.message_id}: {refusal}")
 
     def state(self, execution_id: str) -> tuple[Engine, ExecutionState]:
+        """The execution's engine and state, folded from its log; NotFoundError when there
+        is no such execution, HistoryPrunedError when retention deleted its history."""
         record = self.store.get_execution(execution_id)
         if record is None:
             raise NotFoundError(f"execution {execution_id} not found")
+        if record.pruned_at is not None:
+            raise HistoryPrunedError(execution_id, record.pruned_at)
         engine: Engine = self._engine_of(record)
         state = fold(engine.new_state(execution_id), self.store.load_events(execution_id))
         return engine, state

@@ -198,6 +198,22 @@ class Metrics:
         self.sink_retries = counter(
             "noetl_sink_retries_total", "Sink write attempts after the first", ["sink", "sink_type"]
         )
+        # --- retention (the server's job, noetl.runtime.retention) ----------------------
+        self.pruned_rows = counter(
+            "noetl_retention_pruned_rows_total",
+            "Rows deleted by retention, by table",
+            ["table"],
+        )
+        self.pruned_executions = Counter(
+            "noetl_retention_pruned_executions_total",
+            "Finished executions whose history retention deleted (tombstones made)",
+            registry=r,
+        )
+        self.last_prune = Gauge(
+            "noetl_retention_last_prune_timestamp_seconds",
+            "When this process last completed a retention pass (epoch seconds; 0: never)",
+            registry=r,
+        )
         self._heartbeat: Family[Gauge] | None = None
         self._heartbeat_lock = threading.Lock()
 
@@ -263,6 +279,9 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_plugin_errors_total",
         "noetl_sink_tasks_completed_total",
         "noetl_sink_retries_total",
+        "noetl_retention_pruned_rows_total",
+        "noetl_retention_pruned_executions_total",
+        "noetl_retention_last_prune_timestamp_seconds",
         *STORE_GAUGE_NAMES,
     }
 )

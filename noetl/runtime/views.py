@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, TypeVar
 
-from noetl.core import Event, EventType, NotFoundError
+from noetl.core import Event, EventType, HistoryPrunedError, NotFoundError
 from noetl.decision.records import RunResult
 from noetl.dsl.graph import EdgeSource, Graph, build_graph
 from noetl.dsl.validate import load_playbook_text
@@ -143,14 +143,19 @@ def iter_events(
 
 
 def load_view(store: Store, execution_id: str) -> ExecutionView | None:
-    """The execution's view, or None if there is no such execution."""
+    """The execution's view, or None if there is no such execution; HistoryPrunedError
+    if retention deleted its history."""
     record = store.get_execution(execution_id)
     if record is None:
         return None
+    if record.pruned_at is not None:
+        raise HistoryPrunedError(execution_id, record.pruned_at)
     entry = _Entry.new(record)
     try:
         entry.catch_up(store)
-    except NotFoundError:  # deleted between the two reads
+    except NotFoundError as exc:  # deleted (pruned) between the two reads
+        if isinstance(exc, HistoryPrunedError):
+            raise
         return None
     return entry.view(record)
 
@@ -203,10 +208,13 @@ class ViewCache:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
 
     def read(self, execution_id: str, use: Callable[[ExecutionView], T]) -> T | None:
-        """`use(view)` on the execution's current view; None if there is no such execution."""
+        """`use(view)` on the execution's current view; None if there is no such execution,
+        HistoryPrunedError if retention deleted its history."""
         record = self.store.get_execution(execution_id)
-        if record is None:
+        if record is None or record.pruned_at is not None:
             self._forget(execution_id)
+            if record is not None and record.pruned_at is not None:
+                raise HistoryPrunedError(execution_id, record.pruned_at)
             return None
         with self._lock:
             entry = self._entries.get(execution_id)
@@ -217,8 +225,10 @@ class ViewCache:
         with entry.lock:
             try:
                 entry.catch_up(self.store)
-            except NotFoundError:  # deleted between the two reads
+            except NotFoundError as exc:  # deleted (pruned) between the two reads
                 self._forget(execution_id)
+                if isinstance(exc, HistoryPrunedError):
+                    raise
                 return None
             self._remember(execution_id, entry)
             return use(entry.view(record))

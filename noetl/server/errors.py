@@ -5,6 +5,7 @@
     PlaybookError                  422 invalid_playbook  (with every diagnostic)
     TooComplexError                422 too_complex       (the plan's score, complexity.refuse)
     RequestValidationError         422 invalid_request   (naming each bad field)
+    HistoryPrunedError             410 pruned            (retention deleted its history)
     NotFoundError                  404 not_found
     ConfigError                    400 bad_config
     ConcurrencyError               409 conflict          (retry)
@@ -30,7 +31,12 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
+from noetl.core import (
+    ConcurrencyError,
+    HistoryPrunedError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from noetl.credentials.keys import CredentialKeyError
 from noetl.dsl.limits import MAX_DEPTH
 from noetl.errors import (
@@ -118,6 +124,10 @@ async def _not_found(_: Request, exc: Exception) -> JSONResponse:
     return error_response(404, "not_found", str(exc))
 
 
+async def _pruned(_: Request, exc: Exception) -> JSONResponse:
+    return error_response(410, "pruned", str(exc))
+
+
 async def _config(_: Request, exc: Exception) -> JSONResponse:
     return error_response(400, "bad_config", str(exc))
 
@@ -194,6 +204,7 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _validation)
     app.add_exception_handler(PlaybookError, _playbook)
     app.add_exception_handler(TooComplexError, _too_complex)
+    app.add_exception_handler(HistoryPrunedError, _pruned)
     app.add_exception_handler(NotFoundError, _not_found)
     app.add_exception_handler(ConfigError, _config)
     app.add_exception_handler(CredentialKeyError, _no_key)

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from noetl.core import Event, ExecutionStatus, NotFoundError
+from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
 from noetl.store._rows import (
     DLQ_COLUMNS,
     EventRow,
@@ -57,6 +57,15 @@ class MemoryAdmin:
 
     # --- reading executions -------------------------------------------------------------
 
+    def _check_present(self, execution_id: str) -> None:
+        """Under the lock: NotFoundError when there is no such execution,
+        HistoryPrunedError when only its tombstone is left."""
+        row = self._executions.get(execution_id)
+        if row is None:
+            raise NotFoundError(f"execution {execution_id} not found")
+        if row.get("pruned_at") is not None:
+            raise HistoryPrunedError(execution_id, row["pruned_at"])
+
     def get_compiled(self, execution_id: str) -> str | None:
         with self._lock:
             return self._compiled.get(execution_id)
@@ -68,10 +77,12 @@ class MemoryAdmin:
         check_page(limit)
         with self._lock:
             rows = self._events.get(execution_id)
-            if rows is None:
-                raise NotFoundError(f"execution {execution_id} not found")
-            # seq is gapless from 1, so seq n sits at index n - 1.
-            start = max(after_seq, 0)
+            if not rows:
+                self._check_present(execution_id)
+                return []
+            # seq is gapless from the first kept event (1, unless a prune dropped those
+            # before), so seq n sits at index n - first.
+            start = max(after_seq - rows[0][1] + 1, 0)
             selected = rows[start:] if limit is None else rows[start : start + limit]
         return [event_from_row(execution_id, row[1:]) for row in selected]
 
@@ -102,8 +113,9 @@ class MemoryAdmin:
     def get_steps(self, execution_id: str) -> dict[str, dict[str, Any]]:
         with self._lock:
             steps = self._steps.get(execution_id)
-            if steps is None:
-                raise NotFoundError(f"execution {execution_id} not found")
+            if not steps:
+                self._check_present(execution_id)
+                return {}
             return {step: loads(status) for step, status in steps.items()}
 
     def queued_tasks(self, execution_id: str) -> dict[tuple[str, str], int]:
@@ -166,6 +178,9 @@ class MemoryAdmin:
                 raise NotFoundError(f"no dead-letter entry {message_id}")
             if row["status"] != DeadLetterStatus.PENDING:
                 return False
+            pruned_at = self._executions[row["execution_id"]].get("pruned_at")
+            if pruned_at is not None:
+                raise HistoryPrunedError(row["execution_id"], pruned_at)
             now = self._clock()
             row.update(status=DeadLetterStatus.REPLAYED.value, updated_at=now)
             row["replays"] += 1

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from noetl.store._rows import loads
@@ -46,3 +47,12 @@ class MemoryCheckpoints:
     def drop(self, task_id: str) -> None:
         with self._lock:
             self._rows.pop(task_id, None)
+
+    def forget(self, execution_ids: Collection[str], *, dry_run: bool = False) -> int:
+        """Drop the checkpoints of `execution_ids` (retention); how many (would) go."""
+        with self._lock:
+            gone = [task for task, row in self._rows.items() if row.execution_id in execution_ids]
+            if not dry_run:
+                for task_id in gone:
+                    del self._rows[task_id]
+        return len(gone)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Collection
 from typing import Any
 
 from noetl.store._rows import dumps, loads
@@ -32,3 +33,12 @@ class MemoryResults:
         with self._lock:
             mine = [r.bytes for r in self._results.values() if r.execution_id == execution_id]
         return len(mine), sum(mine)
+
+    def forget(self, execution_ids: Collection[str], *, dry_run: bool = False) -> int:
+        """Drop the results of `execution_ids` (retention); how many (would) go."""
+        with self._lock:
+            gone = [ref for ref, r in self._results.items() if r.execution_id in execution_ids]
+            if not dry_run:
+                for ref in gone:
+                    del self._results[ref]
+        return len(gone)

@@ -238,6 +238,17 @@ class PgSession(_Values):
         else:
             self.conn.execute(NOTIFY[channel])
 
+    @contextmanager
+    def exclusive(self, key: int) -> Iterator[bool]:
+        """The session advisory lock `key` on this session's connection, for the block."""
+        row = self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+        mine = row is not None and bool(row[0])
+        try:
+            yield mine
+        finally:
+            if mine:
+                self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
 
 class PgConnector(_Values):
     """The store's pool of autocommit connections; thread-safe."""
@@ -309,6 +320,16 @@ class PgConnector(_Values):
     def notify(self, channel: str) -> None:
         with self.connection() as conn:
             conn.execute(NOTIFY[channel])
+
+    @contextmanager
+    def exclusive(self, key: int) -> Iterator[bool]:
+        """The session advisory lock `key` on a pooled connection held for the block (the
+        block's own calls run on other connections)."""
+        with (
+            self.connection() as conn,
+            PgSession(conn, in_transaction=False).exclusive(key) as mine,
+        ):
+            yield mine
 
     @contextmanager
     def connection(self) -> Iterator[Conn]:

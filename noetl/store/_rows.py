@@ -375,6 +375,7 @@ def record_from_row(row: Mapping[str, Any]) -> ExecutionRecord:
         parent_execution_id=row["parent_execution_id"],
         last_seq=row["last_seq"],
         context=loads(row["context"]),
+        pruned_at=row.get("pruned_at"),
     )
 
 

@@ -59,6 +59,11 @@ class _Values:
     def notify(self, channel: str) -> None:
         """No notifications in SQLite: waiters poll."""
 
+    @contextmanager
+    def exclusive(self, key: int) -> Iterator[bool]:
+        """Always granted: each write transaction holds the file's write lock."""
+        yield True
+
 
 class SqliteSession(_Values):
     """The connector's calls on the connection, with one `now` for all of them."""

@@ -11,7 +11,12 @@ port per kind of caller, `Store` their union); this module names them all in one
 
 from __future__ import annotations
 
-from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
+from noetl.core import (
+    ConcurrencyError,
+    HistoryPrunedError,
+    NotFoundError,
+    StoreUnavailableError,
+)
 from noetl.store.ports import (
     AdminPort,
     CatalogPort,
@@ -20,6 +25,7 @@ from noetl.store.ports import (
     InboxPort,
     InputHolder,
     LeasePort,
+    RetentionPort,
     Store,
     WaitPort,
     WorkerRegistryPort,
@@ -36,6 +42,7 @@ from noetl.store.records import (
     InputKind,
     Lease,
     PlaybookRecord,
+    PruneReport,
     Requeue,
     StoreStats,
     TaskStatus,
@@ -56,6 +63,7 @@ __all__ = [
     "ExecutionPort",
     "ExecutionRecord",
     "Heartbeat",
+    "HistoryPrunedError",
     "InboxPort",
     "Input",
     "InputHolder",
@@ -64,7 +72,9 @@ __all__ = [
     "LeasePort",
     "NotFoundError",
     "PlaybookRecord",
+    "PruneReport",
     "Requeue",
+    "RetentionPort",
     "Store",
     "StoreStats",
     "StoreUnavailableError",

@@ -52,6 +52,13 @@ class Connector(Protocol):
         """Wake those waiting on `channel` ("tasks" or "inputs") after what was written
         commits; a no-op where the database has no notifications."""
 
+    def exclusive(self, key: int) -> AbstractContextManager[bool]:
+        """Whether this process may run a database-wide job named by `key` for the block,
+        one process at a time: PostgreSQL, True if it took the session advisory lock `key`
+        (held, on a connection of its own, until the block ends), False if another session
+        holds it; SQLite always True (each write transaction holds the file's write lock,
+        which serializes the writers already). Nothing waits for the lock."""
+
     def ts(self, seconds: float) -> Any:
         """Epoch seconds as the database stores a time."""
 

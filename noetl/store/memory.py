@@ -19,6 +19,7 @@ from noetl.store._memory_admin import MemoryAdmin
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._memory_checkpoints import MemoryCheckpoints
 from noetl.store._memory_results import MemoryResults
+from noetl.store._memory_retention import MemoryRetention
 from noetl.store._rows import (
     CHANNELS,
     DLQ_COLUMNS,
@@ -55,7 +56,7 @@ from noetl.store.base import (
 )
 
 
-class MemoryStore(MemoryAdmin):
+class MemoryStore(MemoryAdmin, MemoryRetention):
     """Store kept in dicts; thread-safe; nothing survives the process."""
 
     def __init__(self, *, clock: Clock = time.time) -> None:
@@ -159,7 +160,8 @@ class MemoryStore(MemoryAdmin):
         for task_id, execution_id, step, pool, priority, attempt, payload, delay in item.enqueue:
             old = self._tasks.get(task_id)
             # Enqueueing an id again (a step run again) reuses the row: the token keeps
-            # growing, so a holder of the old lease stays fenced off.
+            # growing, so a holder of the old lease stays fenced off. A new row starts at
+            # the execution's floor (its highest token a prune deleted).
             self._tasks[task_id] = {
                 "task_id": task_id,
                 "execution_id": execution_id,
@@ -168,7 +170,11 @@ class MemoryStore(MemoryAdmin):
                 "priority": priority,
                 "status": TaskStatus.QUEUED,
                 "attempt": attempt,
-                "lease_token": 0 if old is None else old["lease_token"],
+                "lease_token": (
+                    self._executions[execution_id].get("token_floor", 0)
+                    if old is None
+                    else old["lease_token"]
+                ),
                 "lease_expires_at": None,
                 "worker_id": None,
                 "cancel_requested": False,

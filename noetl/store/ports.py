@@ -2,8 +2,9 @@
 
 A caller is typed against the role it plays: a worker against `LeasePort` (and
 `WorkerRegistryPort`), the engine runtime against `ExecutionPort` and `InboxPort`, the
-API's admin pages against `DeadLetterPort`, `CatalogPort` and `AdminPort`. `Store` is
-every role at once: each adapter implements it, and passes the contract suite as one.
+API's admin pages against `DeadLetterPort`, `CatalogPort` and `AdminPort`, retention
+against `RetentionPort`. `Store` is every role at once: each adapter implements it, and
+passes the contract suite as one.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from noetl.store.records import (
     InputKind,
     Lease,
     PlaybookRecord,
+    PruneReport,
     StoredResult,
     StoreStats,
     WorkerRecord,
@@ -340,6 +342,34 @@ class AdminPort(Protocol):
         """Counts for the metrics exporter (a few grouped queries; called per scrape)."""
 
 
+class RetentionPort(Protocol):
+    """Deleting the history of executions that finished long ago (`noetl db prune`, the
+    server's retention job)."""
+
+    def prune(
+        self,
+        finished_before: float,
+        *,
+        dead_letters_before: float,
+        batch: int = 1000,
+        dry_run: bool = False,
+    ) -> PruneReport:
+        """For every execution that finished (ok, fail, canceled) before `finished_before`
+        (epoch seconds) and is not pruned yet: delete its task_queue, inbox,
+        execution_input, event_log, step_state, result_store and task_checkpoint rows, and
+        keep its execution row as a tombstone (`pruned_at` set, context emptied, its
+        highest fencing token kept as the floor of any task of it queued again). Also
+        delete the dead letters of pruned executions that an operator settled (replayed,
+        discarded) before `dead_letters_before`; pending ones stay. Running executions
+        are never touched.
+
+        Works in transactions of at most `batch` executions, oldest first, so locks are
+        short. `dry_run`: count what would go, delete nothing. PostgreSQL: one prune at a
+        time per database (an advisory lock); another finds it taken and returns
+        `skipped`. Reading a pruned execution's events or steps then raises
+        HistoryPrunedError."""
+
+
 class Store(
     LeasePort,
     WorkerRegistryPort,
@@ -348,6 +378,7 @@ class Store(
     DeadLetterPort,
     CatalogPort,
     AdminPort,
+    RetentionPort,
     Protocol,
 ):
     """Persistence of executions and their event logs: every role port at once."""

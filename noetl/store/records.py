@@ -38,6 +38,8 @@ class ExecutionRecord:
     parent_execution_id: str | None = None
     last_seq: int = 0
     context: dict[str, Any] = field(default_factory=dict)
+    # Set when retention deleted its history (`Store.prune`): the row is a tombstone.
+    pruned_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,3 +288,35 @@ class StoreStats:
     tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
     inputs: tuple[int, float | None] = (0, None)
     executions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+# The tables a prune deletes from, in the order it deletes (`PruneReport.rows`).
+PRUNED_TABLES = (
+    "task_queue",
+    "inbox",
+    "execution_input",
+    "event_log",
+    "step_state",
+    "result_store",
+    "task_checkpoint",
+    "dlq",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class PruneReport:
+    """What a prune did (or, with `dry_run`, would do): how many executions it made
+    tombstones of, and the rows it deleted per table (every table of PRUNED_TABLES, 0
+    included). `skipped`: another process was pruning the same database (PostgreSQL's
+    advisory lock), so this one did nothing. `batches`: transactions committed."""
+
+    executions: int = 0
+    rows: Mapping[str, int] = field(default_factory=dict)
+    dry_run: bool = False
+    skipped: bool = False
+    batches: int = 0
+
+    @property
+    def total(self) -> int:
+        """Rows deleted (or that would be) in every table."""
+        return sum(self.rows.values())

@@ -13,6 +13,7 @@ ROLES = (
     ports.DeadLetterPort,
     ports.CatalogPort,
     ports.AdminPort,
+    ports.RetentionPort,
 )
 
 

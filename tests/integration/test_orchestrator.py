@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import collections
+import time
 from pathlib import Path
 
 from noetl.core import ExecutionStatus
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore
-from noetl.store.base import Store
+from noetl.store.base import InputKind, Store
 
 TWO_STEPS = """\
 apiVersion: noetl.io/v2
@@ -89,4 +90,34 @@ def test_one_commit_for_inputs_of_many_executions(tmp_path: Path) -> None:
     assert work(store) == 5
     assert orchestrator.run_once() == 5
     assert all(store.get_execution(i).status is ExecutionStatus.OK for i in ids)  # type: ignore[union-attr]
+    store.close()
+
+
+def test_a_prune_between_turns_leaves_running_executions_whole(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    orchestrator = Orchestrator(store, owner="a", input_lease_s=0.0)
+    done = orchestrator.start_execution(TWO_STEPS)
+    for _ in range(3):
+        work(store)
+        orchestrator.run_once()
+    assert store.get_execution(done).status is ExecutionStatus.OK  # type: ignore[union-attr]
+    running = orchestrator.start_execution(TWO_STEPS)
+    assert work(store) == 1  # its first task reported, not decided yet
+
+    report = store.prune(time.time() + 60, dead_letters_before=0.0)
+    assert report.executions == 1
+    # A late input for the pruned execution is dropped, not decided (nor retried forever).
+    store.post_input(done, InputKind.CANCEL, {"by": "test"})
+    for _ in range(3):
+        orchestrator.run_once()
+        work(store)
+    orchestrator.run_once()
+
+    record = store.get_execution(running)
+    assert record is not None and record.status is ExecutionStatus.OK
+    started = collections.Counter(
+        e.step for e in store.load_events(running) if e.type == "step.started"
+    )
+    assert started == {"s1": 1, "s2": 1}
+    assert store.claim_inputs("check", lease_s=1.0) == []
     store.close()

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 
-from noetl.core import Event, Task
+from noetl.core import Event, ExecutionStatus, Task
 from noetl.store import (
     Append,
     ExecutionRecord,
@@ -32,6 +32,7 @@ from noetl.store import (
     schema_status,
 )
 from noetl.store.base import Enqueue, InputKind
+from noetl.store.managers.retention import RETENTION_LOCK
 from noetl.store.migrate import Migration, discover, migrate_postgres
 from tests.helpers.cli import noetl
 
@@ -54,6 +55,8 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("updated_at", TZ, "NO"),
         ("finished_at", TZ, "YES"),
         ("created_order", "bigint", "NO"),
+        ("pruned_at", TZ, "YES"),
+        ("token_floor", "bigint", "NO"),
     ],
     "execution_input": [
         ("execution_id", "text", "NO"),
@@ -191,7 +194,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 }
 ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
-    " 0008_checkpoints"
+    " 0008_checkpoints, 0009_retention"
 )
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -295,12 +298,13 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0006_credentials",
         "0007_results",
         "0008_checkpoints",
+        "0009_retention",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7, 8], [], 8)
+    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7, 8, 9], [], 9)
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -335,8 +339,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -370,9 +374,9 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
     assert f"applied {ALL_MIGRATIONS}" in first.stdout
-    assert "already initialized (schema version 8)" in second.stdout
+    assert "already initialized (schema version 9)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 8" in migrate.stdout
+    assert "at schema version 9" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",
@@ -672,3 +676,26 @@ def test_maintain_vacuums_the_queue_tables(pg_store: PostgresStore, pg_database:
             "WHERE relname IN ('task_queue', 'inbox') ORDER BY relname"
         ).fetchall()
     assert rows == [("inbox", 1), ("task_queue", 1)]
+
+
+def test_one_prune_at_a_time_per_database(pg_database: str) -> None:
+    store = PostgresStore(pg_database)
+    try:
+        record = ExecutionRecord("old", "demo", None, "name: demo\n")
+        start = [Event(1, "workflow.started", "old", 1.0, payload={})]
+        store.create_execution(record, Append("old", 0, start, now=1.0))
+        end = [Event(2, "workflow.finished", "old", 2.0, payload={})]
+        store.commit([Append("old", 1, end, status=ExecutionStatus.OK, now=1000.0)])
+        with psycopg.connect(pg_database, autocommit=True) as other:
+            other.execute("SELECT pg_advisory_lock(%s)", (RETENTION_LOCK,))
+            busy = store.prune(2000.0, dead_letters_before=0.0)
+            dry = store.prune(2000.0, dead_letters_before=0.0, dry_run=True)
+            assert busy.skipped and dry.skipped and busy.total == busy.executions == 0
+            assert len(store.load_events("old")) == 2
+            other.execute("SELECT pg_advisory_unlock(%s)", (RETENTION_LOCK,))
+        done = store.prune(2000.0, dead_letters_before=0.0)
+        assert not done.skipped and done.executions == 1 and done.rows["event_log"] == 2
+        # The lock went back with the prune: the next one is not skipped either.
+        assert not store.prune(2000.0, dead_letters_before=0.0).skipped
+    finally:
+        store.close()

@@ -30,6 +30,8 @@ EXPECTED_COLUMNS = {
         ("created_at", "REAL", 1, 0),
         ("updated_at", "REAL", 1, 0),
         ("finished_at", "REAL", 0, 0),
+        ("pruned_at", "REAL", 0, 0),
+        ("token_floor", "INTEGER", 1, 0),
     ],
     "execution_input": [
         ("execution_id", "TEXT", 0, 1),
@@ -180,6 +182,10 @@ EXPECTED_INDEXES = {
     ("session_expires_idx", "session", (("expires_at", 0),)),
     ("result_store_execution_idx", "result_store", (("execution_id", 0),)),
     ("task_checkpoint_execution_idx", "task_checkpoint", (("execution_id", 0),)),
+    ("execution_prunable_idx", "execution", (("finished_at", 0),)),
+    ("dlq_settled_idx", "dlq", (("updated_at", 0),)),
+    ("task_queue_execution_idx", "task_queue", (("execution_id", 0),)),
+    ("inbox_execution_idx", "inbox", (("execution_id", 0),)),
 }
 
 
@@ -327,6 +333,7 @@ def test_packaged_migrations() -> None:
         (6, "credentials"),
         (7, "results"),
         (8, "checkpoints"),
+        (9, "retention"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -371,7 +378,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -408,7 +415,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -421,7 +428,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (8)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (9)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -9,13 +9,23 @@ import pytest
 
 from noetl.store import managers
 from noetl.store.queries import QUERIES, parse, read
+from noetl.store.records import PRUNED_TABLES
 
 
 def _used_by_managers() -> set[str]:
-    """The query names the managers (written once for both dialects) ask for."""
+    """The query names the managers (written once for both dialects) ask for: named as
+    they are, or one per table a prune deletes from (`f"prune_{table}"`)."""
     call = re.compile(r"\b(?:execute|fetch_one|fetch_all)\(\s*\"(\w+)\"")
+    per_table = re.compile(r"\b(?:execute|fetch_one|fetch_all)\(\s*f\"(\w+)\{table\}\"")
     folder = Path(managers.__file__).parent
-    return {name for path in folder.glob("*.py") for name in call.findall(path.read_text())}
+    names = set()
+    for path in folder.glob("*.py"):
+        text = path.read_text()
+        names.update(call.findall(text))
+        names.update(
+            f"{prefix}{table}" for prefix in per_table.findall(text) for table in PRUNED_TABLES
+        )
+    return names
 
 
 def test_both_dialects_define_the_managers_queries_and_only_those() -> None:

@@ -15,7 +15,7 @@ from noetl.server.deps import Deps
 from noetl.server.routes.executions import ExecutionId
 from noetl.server.schemas.common import ErrorBody
 from noetl.server.schemas.executions import ExecutionPlaybook
-from noetl.store.base import NotFoundError, Store
+from noetl.store.base import HistoryPrunedError, NotFoundError, Store
 
 router = APIRouter(
     prefix="/api/executions", tags=["executions"], dependencies=[Depends(authenticate)]
@@ -53,6 +53,8 @@ def get_execution_playbook(execution_id: ExecutionId, deps: Deps) -> ExecutionPl
     record = deps.store.get_execution(execution_id)
     if record is None:
         raise NotFoundError(f"execution {execution_id} not found")
+    if record.pruned_at is not None:  # its text went with its history
+        raise HistoryPrunedError(execution_id, record.pruned_at)
     version, latest = catalog_match(deps.store, record.playbook_path, record.playbook_text)
     return ExecutionPlaybook(
         execution_id=execution_id,

@@ -137,6 +137,7 @@ def list_executions(
             updated_at=r.updated_at,
             finished_at=r.finished_at,
             parent_execution_id=r.parent_execution_id,
+            pruned_at=r.pruned_at,
         )
         for r in records[:limit]
     ]

@@ -54,6 +54,8 @@ class ExecutionSummary(Response):
     updated_at: float
     finished_at: float | None
     parent_execution_id: str | None
+    # When retention deleted its history (the row is a tombstone); null: it is whole.
+    pruned_at: float | None = None
 
 
 class ExecutionList(Response):

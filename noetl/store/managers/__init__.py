@@ -1,7 +1,7 @@
 """The store's domain logic, written once over a connector (`noetl.store.connector`).
 
 Each manager holds one part of the store: the catalog and the workers, the dead-letter
-queue, the reads of executions (parts of the store itself, sharing its connector), and
+queue, the reads of executions, retention (parts of the store itself, sharing its connector), and
 the API tokens, the sessions, the credentials, the result store and the checkpoint store
 (the store's `tokens`, `sessions`, `credentials`, `results` and `checkpoints`). `SqlStore`
 is what the SQLite and PostgreSQL adapters have in common; each adds its connector, the
@@ -19,9 +19,10 @@ from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
 from noetl.store.managers.executions import Executions
 from noetl.store.managers.results import Results
+from noetl.store.managers.retention import Retention
 
 
-class SqlStore(Catalog, DeadLetters, Executions):
+class SqlStore(Catalog, DeadLetters, Executions, Retention):
     """The managers of a SQL store, over its connector `db`."""
 
     def __init__(self, db: Connector) -> None:

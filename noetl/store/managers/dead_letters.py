@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.core import NotFoundError
+from noetl.core import HistoryPrunedError, NotFoundError
 from noetl.store._rows import DLQ_COLUMNS, check_page, dead_letter_from_row
 from noetl.store.connector import Connector, Row
 from noetl.store.records import DeadLetter, DeadLetterStatus
@@ -74,7 +74,8 @@ class DeadLetters:
 
     def post_replay(self, message_id: str, payload: dict[str, Any]) -> bool:
         """Mark a pending entry replayed and post its REPLAY input, in one transaction;
-        False when it is not pending, NotFoundError when there is no such entry."""
+        False when it is not pending, NotFoundError when there is no such entry,
+        HistoryPrunedError when its execution's history was pruned."""
         params = {"message_id": message_id, "payload": self._db.json_in(payload)}
         with self._db.transaction() as tx:
             row = tx.fetch_one("dead_letter_status", params)
@@ -82,6 +83,8 @@ class DeadLetters:
                 raise NotFoundError(f"no dead-letter entry {message_id}")
             if row[0] != DeadLetterStatus.PENDING:
                 return False
+            if row[2] is not None:
+                raise HistoryPrunedError(row[1], tx.epoch(row[2]))
             tx.execute("mark_replayed", params)
             tx.execute("post_replay_input", {**params, "execution_id": row[1]})
             tx.notify("inputs")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.core import Event, ExecutionStatus, NotFoundError
+from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
 from noetl.store._rows import check_page
 from noetl.store.connector import Connector, Row
 from noetl.store.records import ExecutionRecord
@@ -31,12 +31,18 @@ class Executions:
             created_at=epoch(row[8]),
             updated_at=epoch(row[9]),
             finished_at=None if row[10] is None else epoch(row[10]),
+            pruned_at=None if row[11] is None else epoch(row[11]),
         )
 
     @staticmethod
     def _missing(db: Connector, execution_id: str) -> None:
-        if db.fetch_one("execution_exists", {"execution_id": execution_id}) is None:
+        """NotFoundError when there is no such execution, HistoryPrunedError when only
+        its tombstone is left; nothing when it exists."""
+        row = db.fetch_one("execution_exists", {"execution_id": execution_id})
+        if row is None:
             raise NotFoundError(f"execution {execution_id} not found")
+        if row[0] is not None:
+            raise HistoryPrunedError(execution_id, db.epoch(row[0]))
 
     def get_compiled(self, execution_id: str) -> str | None:
         row = self._db.fetch_one("compiled_playbook", {"execution_id": execution_id})

@@ -100,8 +100,11 @@ SELECT step_id, count(*) FROM dlq
 WHERE execution_id = %(execution_id)s AND status = 'pending' GROUP BY step_id
 
 -- Locks the entry: two replays (or a replay and a discard) decide one after the other.
+-- KEY SHARE on the execution: a prune (FOR UPDATE ... SKIP LOCKED) passes it by meanwhile.
 -- name: dead_letter_status
-SELECT status, execution_id FROM dlq WHERE message_id = %(message_id)s FOR UPDATE
+SELECT d.status, d.execution_id, e.pruned_at FROM dlq d
+JOIN execution e ON e.execution_id = d.execution_id
+WHERE d.message_id = %(message_id)s FOR UPDATE OF d FOR KEY SHARE OF e
 
 -- name: mark_replayed
 UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = now()
@@ -205,27 +208,27 @@ SELECT seq, type, ts, step, payload FROM event_log
 WHERE execution_id = %(execution_id)s AND seq > %(after_seq)s ORDER BY seq LIMIT %(limit)s
 
 -- name: execution_exists
-SELECT 1 FROM execution WHERE execution_id = %(execution_id)s
+SELECT pruned_at FROM execution WHERE execution_id = %(execution_id)s
 
 -- name: get_execution
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = %(execution_id)s
 
 -- name: list_executions
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
 
 -- name: list_executions_by_status
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.status = %(status)s
 ORDER BY e.created_at DESC, e.created_order DESC LIMIT %(limit)s OFFSET %(offset)s
 
@@ -277,3 +280,101 @@ WHERE task_id = %(task_id)s
 
 -- name: drop_checkpoint
 DELETE FROM task_checkpoint WHERE task_id = %(task_id)s
+
+-- --- retention (noetl.store.managers.retention) ------------------------------------------
+
+-- Finished executions not pruned yet, oldest first. SKIP LOCKED: one being written to
+-- (a late commit, a replay taking its row) is left for the next pass; the row lock keeps
+-- it from being written while its history goes.
+-- name: prunable_executions
+SELECT execution_id FROM execution
+WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s
+ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
+
+-- The fencing floor: the highest token of the rows about to go, kept on the tombstone.
+-- name: keep_token_floor
+UPDATE execution x SET token_floor = GREATEST(x.token_floor, m.top)
+FROM (SELECT execution_id, max(lease_token) AS top FROM task_queue
+      WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+      GROUP BY execution_id) AS m
+WHERE x.execution_id = m.execution_id
+
+-- The history of a batch of executions (`ids`: a JSON array of their ids).
+-- name: prune_task_queue
+DELETE FROM task_queue WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_inbox
+DELETE FROM inbox WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_execution_input
+DELETE FROM execution_input WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_event_log
+DELETE FROM event_log WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_step_state
+DELETE FROM step_state WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_result_store
+DELETE FROM result_store WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: prune_task_checkpoint
+DELETE FROM task_checkpoint WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- name: tombstone_executions
+UPDATE execution SET pruned_at = now(), context = '{}'
+WHERE execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+
+-- Dead letters an operator settled before `before`, of pruned executions; pending ones
+-- wait for their operator.
+-- name: prune_dlq
+DELETE FROM dlq WHERE message_id IN (
+    SELECT d.message_id FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
+    WHERE d.status <> 'pending' AND d.updated_at < %(dlq_before)s AND e.pruned_at IS NOT NULL
+    LIMIT %(limit)s)
+
+-- A dry run's counts: what a prune would delete now.
+-- name: count_prunable_executions
+SELECT count(*) FROM execution
+WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s
+
+-- name: count_prunable_task_queue
+SELECT count(*) FROM task_queue WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_inbox
+SELECT count(*) FROM inbox WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_execution_input
+SELECT count(*) FROM execution_input WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_event_log
+SELECT count(*) FROM event_log WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_step_state
+SELECT count(*) FROM step_state WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_result_store
+SELECT count(*) FROM result_store WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_task_checkpoint
+SELECT count(*) FROM task_checkpoint WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s)
+
+-- name: count_prunable_dlq
+SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
+WHERE d.status <> 'pending' AND d.updated_at < %(dlq_before)s
+  AND (e.pruned_at IS NOT NULL
+       OR (e.status <> 'running' AND e.finished_at < %(before)s))

@@ -50,11 +50,15 @@ ON CONFLICT (execution_id, step) DO UPDATE SET
 
 -- Queue changes are timed by now(): the database clock at the start of the transaction.
 -- A task id enqueued again (a step called again) re-queues its row and keeps its
--- lease_token, so the fencing token only grows and an older lease stays fenced off.
+-- lease_token, so the fencing token only grows and an older lease stays fenced off. A new
+-- row starts at its execution's token_floor (the highest token of its rows a prune
+-- deleted), so that holds across a prune too. (A subquery, not a join: the rows keep the
+-- order of the arrays, which is their queue_order.)
 -- name: enqueue_all
 INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
-                        not_before, status, created_at, updated_at)
-SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now()
+                        not_before, status, created_at, updated_at, lease_token)
+SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now(),
+       COALESCE((SELECT x.token_floor FROM execution x WHERE x.execution_id = u.e), 0)
 FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], %b::text[],
             %b::float8[]) AS u(t, e, st, pl, pr, a, p, d)
 ON CONFLICT (task_id) DO UPDATE SET

@@ -95,7 +95,9 @@ SELECT step_id, count(*) FROM dlq
 WHERE execution_id = :execution_id AND status = 'pending' GROUP BY step_id
 
 -- name: dead_letter_status
-SELECT status, execution_id FROM dlq WHERE message_id = :message_id
+SELECT d.status, d.execution_id, e.pruned_at FROM dlq d
+JOIN execution e ON e.execution_id = d.execution_id
+WHERE d.message_id = :message_id
 
 -- name: mark_replayed
 UPDATE dlq SET status = 'replayed', replays = replays + 1, updated_at = :now
@@ -200,27 +202,27 @@ WHERE execution_id = :execution_id AND seq > :after_seq ORDER BY seq
 LIMIT ifnull(:limit, -1)
 
 -- name: execution_exists
-SELECT 1 FROM execution WHERE execution_id = :execution_id
+SELECT pruned_at FROM execution WHERE execution_id = :execution_id
 
 -- name: get_execution
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = :execution_id
 
 -- name: list_executions
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 ORDER BY e.created_at DESC, e.rowid DESC LIMIT :limit OFFSET :offset
 
 -- name: list_executions_by_status
-SELECT e.execution_id, e.playbook_name, e.playbook_path, i.playbook_text, e.status,
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
-       e.finished_at
-FROM execution e JOIN execution_input i ON i.execution_id = e.execution_id
+       e.finished_at, e.pruned_at
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.status = :status
 ORDER BY e.created_at DESC, e.rowid DESC LIMIT :limit OFFSET :offset
 
@@ -270,3 +272,99 @@ WHERE task_id = :task_id
 
 -- name: drop_checkpoint
 DELETE FROM task_checkpoint WHERE task_id = :task_id
+
+-- --- retention (noetl.store.managers.retention) ------------------------------------------
+
+-- Finished executions not pruned yet, oldest first (the batch's transaction holds the
+-- write lock: nothing writes to them meanwhile).
+-- name: prunable_executions
+SELECT execution_id FROM execution
+WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
+ORDER BY finished_at LIMIT :limit
+
+-- The fencing floor: the highest token of the rows about to go, kept on the tombstone.
+-- name: keep_token_floor
+UPDATE execution SET token_floor = max(token_floor, (
+    SELECT coalesce(max(t.lease_token), 0) FROM task_queue t
+    WHERE t.execution_id = execution.execution_id))
+WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- The history of a batch of executions (`ids`: a JSON array of their ids).
+-- name: prune_task_queue
+DELETE FROM task_queue WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_inbox
+DELETE FROM inbox WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_execution_input
+DELETE FROM execution_input WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_event_log
+DELETE FROM event_log WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_step_state
+DELETE FROM step_state WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_result_store
+DELETE FROM result_store WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: prune_task_checkpoint
+DELETE FROM task_checkpoint WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- name: tombstone_executions
+UPDATE execution SET pruned_at = :now, context = '{}'
+WHERE execution_id IN (SELECT value FROM json_each(:ids))
+
+-- Dead letters an operator settled before `before`, of pruned executions; pending ones
+-- wait for their operator.
+-- name: prune_dlq
+DELETE FROM dlq WHERE message_id IN (
+    SELECT d.message_id FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
+    WHERE d.status <> 'pending' AND d.updated_at < :dlq_before AND e.pruned_at IS NOT NULL
+    LIMIT :limit)
+
+-- A dry run's counts: what a prune would delete now.
+-- name: count_prunable_executions
+SELECT count(*) FROM execution
+WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
+
+-- name: count_prunable_task_queue
+SELECT count(*) FROM task_queue WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_inbox
+SELECT count(*) FROM inbox WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_execution_input
+SELECT count(*) FROM execution_input WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_event_log
+SELECT count(*) FROM event_log WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_step_state
+SELECT count(*) FROM step_state WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_result_store
+SELECT count(*) FROM result_store WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_task_checkpoint
+SELECT count(*) FROM task_checkpoint WHERE execution_id IN (
+    SELECT execution_id FROM execution
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
+
+-- name: count_prunable_dlq
+SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
+WHERE d.status <> 'pending' AND d.updated_at < :dlq_before
+  AND (e.pruned_at IS NOT NULL
+       OR (e.status <> 'running' AND e.finished_at < :before))

@@ -35,12 +35,18 @@ ON CONFLICT (execution_id, step) DO UPDATE SET
 
 -- ?1 task_id ?2 execution_id ?3 step ?4 pool ?5 priority ?6 attempt ?7 payload ?8 delay ?9 now
 -- Enqueueing an id again (a step run again) reuses the row and keeps its lease_token, so
--- the fencing token still only grows and a holder of an older lease stays fenced off.
+-- the fencing token still only grows and a holder of an older lease stays fenced off. A
+-- new row starts at its execution's token_floor (the highest token of its rows a prune
+-- deleted), so that holds across a prune too.
 -- name: enqueue
 INSERT INTO task_queue (
     task_id, execution_id, step, pool, priority, status, attempt, lease_token,
     cancel_requested, not_before, payload, created_at, updated_at
-) VALUES (?1, ?2, ?3, ?4, ?5, 'queued', ?6, 0, 0, ?9 + ?8, ?7, ?9, ?9)
+) VALUES (
+    ?1, ?2, ?3, ?4, ?5, 'queued', ?6,
+    COALESCE((SELECT token_floor FROM execution WHERE execution_id = ?2), 0),
+    0, ?9 + ?8, ?7, ?9, ?9
+)
 ON CONFLICT (task_id) DO UPDATE SET
     execution_id = excluded.execution_id,
     step = excluded.step,
