@@ -290,6 +290,20 @@ class EmbeddedRuntime:
             decisions.extend(self._aborted(execution_id, exc, now))
         if decisions:
             self._commit(decisions, now)
+        self._forget(batch)
+
+    def _forget(self, batch: list[tuple[Task, Outcome]]) -> None:
+        """Let go of the tasks this turn finished (a long loop's would pile up): a task no
+        longer in flight is needed by nothing; a replay brings its own."""
+        for task, _ in batch:
+            execution = self._executions.get(task.execution_id)
+            tasks = self._tasks.get(task.execution_id)
+            if (
+                tasks is not None
+                and execution is not None
+                and task.task_id not in execution.state.tasks
+            ):
+                tasks.pop(task.task_id, None)
 
     def _commit(self, decisions: list[tuple[_Execution, int, Decision]], now: float) -> None:
         """Commit a turn's decisions, their tasks started first so the write overlaps
