@@ -42,6 +42,7 @@ from noetl.store._pg_connector import (
     connect,
     epoch,
     parse_dsn,
+    pipelined_transaction,
     ts,
 )
 from noetl.store._pg_holder import PgHolder
@@ -192,7 +193,7 @@ class PostgresStore(SqlStore, PgQueue):
         row["compiled"] = compiled
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
-            with conn.transaction():
+            with pipelined_transaction(conn):
                 if conn.execute(SQL["insert_execution"], row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
@@ -208,7 +209,7 @@ class PostgresStore(SqlStore, PgQueue):
         if not prepared:
             return
         with self._connection() as conn, conn.pipeline():
-            with conn.transaction():
+            with pipelined_transaction(conn):
                 self._apply(conn, prepared)
             if self._wakes_workers(prepared):
                 conn.execute(NOTIFY_TASKS)
@@ -230,7 +231,7 @@ class PostgresStore(SqlStore, PgQueue):
         rows: list[tuple[Any, ...]] = []
         try:
             with self._connection() as conn, conn.pipeline():
-                with conn.transaction():
+                with pipelined_transaction(conn):
                     # Sent together with the row lock of `_apply`: one round trip for both.
                     done = conn.execute(SQL["done"], (task_id, token))
                     self._apply(conn, [prepared], held=done)
