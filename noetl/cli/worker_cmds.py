@@ -44,7 +44,7 @@ def worker_group() -> None:
     "--concurrency",
     type=click.IntRange(1, 512),
     help="Tasks run at once.",
-    default_text="16 per core, 8 to 64, within memory",
+    default_text="16 per core, 8 to 32, within memory",
 )
 @setting_option(
     "worker.python_processes",

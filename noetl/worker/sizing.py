@@ -18,9 +18,10 @@ from dataclasses import dataclass
 SLOTS_PER_CORE = 16
 PROCESSES_PER_CORE = 2
 MIN_SLOTS = 8
-# Each slot may hold a database connection: a default that stays well under PostgreSQL's
-# max_connections (100 by default) for a server and a couple of workers per machine.
-MAX_SLOTS = 64
+# Each slot may hold a database connection (a worker's pool is its slots plus 4): a
+# default that keeps a server and two workers under PostgreSQL's max_connections (100 by
+# default). More slots did not help on 2 cores (64 ran as 32).
+MAX_SLOTS = 32
 MIN_PROCESSES = 2
 # Memory set aside per python child and per slot, under the machine's memory.
 PROCESS_BYTES = 256 << 20

@@ -14,8 +14,8 @@ GB = 1 << 30
     [
         (1, Sizing(concurrency=16, python_processes=2)),
         (2, Sizing(concurrency=32, python_processes=4)),
-        (4, Sizing(concurrency=64, python_processes=8)),
-        (32, Sizing(concurrency=64, python_processes=64)),
+        (4, Sizing(concurrency=32, python_processes=8)),
+        (32, Sizing(concurrency=32, python_processes=32)),
     ],
 )
 def test_slots_and_processes_grow_with_the_cores(cores: int, expected: Sizing) -> None:
