@@ -251,7 +251,7 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
     n: int,
     workers: int,
     admin_dsn: str,
-    concurrency: int = 32,
+    concurrency: int | None = None,
     cpu_report: bool = False,
     bus: str | None = None,
 ) -> dict[str, Any]:
@@ -264,22 +264,24 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
         token, _ = issue_token(store.tokens, role=Role.OPERATOR, name="bench", now=time.time())
         port = _free_port()
         on_bus = ["--bus", bus] if bus else []
+        # No --concurrency: the worker's own defaults, chosen from the machine, as a user
+        # runs it.
+        slots = (
+            []
+            if concurrency is None
+            else [
+                "--concurrency",
+                str(concurrency),
+                "--python-processes",
+                str(min(concurrency, PYTHON_PROCESSES)),
+            ]
+        )
         procs = [
             _spawn(["server", "start", "--port", str(port), *on_bus], db, Path(tmp) / "server.log")
         ]
         procs += [
             _spawn(
-                [
-                    "worker",
-                    "start",
-                    "--concurrency",
-                    str(concurrency),
-                    "--python-processes",
-                    str(min(concurrency, PYTHON_PROCESSES)),
-                    "--poll",
-                    "0.2",
-                    *on_bus,
-                ],
+                ["worker", "start", *slots, "--poll", "0.2", *on_bus],
                 db,
                 Path(tmp) / f"w{i}.log",
             )
@@ -367,7 +369,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument(
-        "--concurrency", type=int, default=32, help="postgres mode: tasks at once per worker"
+        "--concurrency",
+        type=int,
+        default=None,
+        help="postgres mode: tasks at once per worker (with up to 4 python processes); "
+        "default: the worker's own defaults, chosen from the machine",
     )
     parser.add_argument("--n", type=int, default=None, help="steps (chain) or items (fanout)")
     parser.add_argument("--json", action="store_true", help="print JSON only")

@@ -28,6 +28,7 @@ from noetl.scripts import script_reader
 from noetl.store import open_store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig, default_worker_id
+from noetl.worker.sizing import size_worker, this_machine
 from noetl.worker.tools import default_registry
 
 
@@ -43,7 +44,7 @@ def worker_group() -> None:
     "--concurrency",
     type=click.IntRange(1, 512),
     help="Tasks run at once.",
-    default_text="CPU count",
+    default_text="16 per core, 8 to 32, within memory",
 )
 @setting_option(
     "worker.python_processes",
@@ -51,7 +52,7 @@ def worker_group() -> None:
     type=click.IntRange(1, 512),
     help="Child processes that run python tasks. Fewer than the concurrency suits short "
     "tasks: the slots keep the queue busy, the processes the CPU.",
-    default_text="the concurrency",
+    default_text="2 per core, within memory and the concurrency",
 )
 @setting_option(
     "worker.lease_s",
@@ -104,8 +105,12 @@ def worker_start(*, settings: Settings) -> None:
     setup_logging(settings, "INFO")
     config = settings.worker
     pool = config.pool
-    count = config.concurrency or os.cpu_count() or 2
-    processes = min(config.python_processes or count, count)
+    sizing = size_worker(
+        this_machine(),
+        concurrency=config.concurrency,
+        python_processes=config.python_processes,
+    )
+    count, processes = sizing.concurrency, sizing.python_processes
     worker_id = default_worker_id(pool)
     roots = settings.roots(data_dir(os.environ))
     # Metrics are recorded only where they can be scraped.
@@ -185,7 +190,8 @@ def worker_start(*, settings: Settings) -> None:
             signal.signal(signal.SIGTERM, _on_signal)
             signal.signal(signal.SIGINT, _on_signal)
             click.echo(
-                f"worker {worker.worker_id} started (pool {pool}, concurrency {count}; "
+                f"worker {worker.worker_id} started (pool {pool}, concurrency {count}, "
+                f"{processes} python processes; "
                 f"file sink root {roots.sinks}, playbooks root {roots.playbooks})",
                 err=True,
             )

@@ -42,6 +42,7 @@ from noetl.store._pg_connector import (
     connect,
     epoch,
     parse_dsn,
+    pipelined_transaction,
     ts,
 )
 from noetl.store._pg_holder import PgHolder
@@ -94,6 +95,13 @@ Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
 # --- values ------------------------------------------------------------------------------
+
+
+def _arrays(
+    rows: list[tuple[Any, ...]], width: int, *, time_columns: tuple[int, ...] = ()
+) -> list[list[Any]]:
+    """`columns` of rows that may be none (then `width` empty arrays)."""
+    return columns(rows, time_columns=time_columns) if rows else [[] for _ in range(width)]
 
 
 def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
@@ -192,7 +200,7 @@ class PostgresStore(SqlStore, PgQueue):
         row["compiled"] = compiled
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
-            with conn.transaction():
+            with pipelined_transaction(conn):
                 if conn.execute(SQL["insert_execution"], row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
@@ -208,7 +216,7 @@ class PostgresStore(SqlStore, PgQueue):
         if not prepared:
             return
         with self._connection() as conn, conn.pipeline():
-            with conn.transaction():
+            with pipelined_transaction(conn):
                 self._apply(conn, prepared)
             if self._wakes_workers(prepared):
                 conn.execute(NOTIFY_TASKS)
@@ -227,26 +235,30 @@ class PostgresStore(SqlStore, PgQueue):
         """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
         transaction of two round trips (see `Store.complete_and_commit`)."""
         prepared = prepare(append, pg_dumps)
-        rows: list[tuple[Any, ...]] = []
+        leased = frozenset(lease)
         try:
             with self._connection() as conn, conn.pipeline():
-                with conn.transaction():
+                with pipelined_transaction(conn):
                     # Sent together with the row lock of `_apply`: one round trip for both.
                     done = conn.execute(SQL["done"], (task_id, token))
-                    self._apply(conn, [prepared], held=done)
-                    if lease:
-                        cur = conn.execute(
-                            SQL["lease_ids"],
-                            (worker_id, float(lease_s), list(lease), prepared.execution_id),
-                        )
-                if self._wakes_workers([prepared], frozenset(lease)):
+                    written = self._apply(
+                        conn,
+                        [prepared],
+                        held=done,
+                        lease=leased,
+                        worker_id=worker_id,
+                        lease_s=lease_s,
+                    )
+                if self._wakes_workers([prepared], leased):
                     conn.execute(NOTIFY_TASKS)
                 # The writes, the leases, COMMIT and a notification went out together.
-                if lease:
-                    rows = cur.fetchall()
+                rows = written.fetchall() if leased else []
         except _LeaseLost:
             return None
-        self._announce([prepared], frozenset(lease))
+        self._announce([prepared], leased)
+        # In the order asked for (RETURNING keeps none).
+        order = {task_id: index for index, task_id in enumerate(lease)}
+        rows.sort(key=lambda row: order[row[0]])
         return [
             lease_from_row(
                 {
@@ -257,7 +269,7 @@ class PostgresStore(SqlStore, PgQueue):
                     "worker_id": holder,
                 }
             )
-            for payload, attempt, lease_token, expires, holder in rows
+            for _, payload, attempt, lease_token, expires, holder in rows
         ]
 
     def _apply(
@@ -266,11 +278,15 @@ class PostgresStore(SqlStore, PgQueue):
         prepared: list[PreparedAppend],
         *,
         held: Cursor | None = None,
-    ) -> None:
+        lease: frozenset[str] = frozenset(),
+        worker_id: str | None = None,
+        lease_s: float = 30.0,
+    ) -> Cursor:
         """Check every expected_seq under the executions' row locks, then queue every write
         (in pipeline mode: they go out with the commit). `held`: the cursor of a statement
         sent before the lock whose empty answer means "the worker's lease is gone"
-        (_LeaseLost, raised before anything is written)."""
+        (_LeaseLost, raised before anything is written). `lease`, `worker_id`, `lease_s`:
+        tasks leased at once (`_write`); the returned cursor yields them."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
         locked = conn.execute(SQL["lock_executions"], (ids,))
@@ -292,8 +308,7 @@ class PostgresStore(SqlStore, PgQueue):
         consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
         if behind or consumed:
             raise stale_all(behind, consumed)
-        with conn.cursor() as cur:
-            self._write(cur, prepared)
+        return self._write(conn, prepared, lease=lease, worker_id=worker_id, lease_s=lease_s)
 
     def _announce(
         self, prepared: list[PreparedAppend], leased: frozenset[str] = frozenset()
@@ -322,11 +337,18 @@ class PostgresStore(SqlStore, PgQueue):
         )
 
     @staticmethod
-    def _write(cur: Cursor, prepared: list[PreparedAppend]) -> None:
-        """Queue the writes of every append: one statement per kind of row."""
+    def _write(
+        conn: Conn,
+        prepared: list[PreparedAppend],
+        *,
+        lease: frozenset[str] = frozenset(),
+        worker_id: str | None = None,
+        lease_s: float = 30.0,
+    ) -> Cursor:
+        """Queue the writes of every append: events, executions, steps and tasks in one
+        statement (`write_all`), the rarer queue and dead-letter writes after it. Tasks in
+        `lease` are leased to `worker_id` at once; the returned cursor yields them."""
         events = [row for item in prepared for row in item.events]
-        if events:
-            cur.execute(SQL["insert_events"], columns(events, time_columns=(3,)), binary=True)
         # Appends to one execution chain: its row ends as the last one leaves it.
         rows: dict[str, tuple[Any, ...]] = {}
         for item in prepared:
@@ -345,29 +367,37 @@ class PostgresStore(SqlStore, PgQueue):
                 finished,
                 context,
             )
-        cur.execute(SQL["update_executions"], columns(list(rows.values())), binary=True)
         steps = {
             (e, step): (e, step, status, ts(now))
             for item in prepared
             for e, step, status, now in item.steps
         }
-        if steps:
-            cur.execute(SQL["upsert_steps"], columns(list(steps.values())), binary=True)
         tasks = {row[0]: row for item in prepared for row in item.enqueue}
-        if tasks:
-            cur.execute(
-                SQL["enqueue_all"],
-                columns([(*row[:7], float(row[7])) for row in tasks.values()]),
-                binary=True,
-            )
-        for item in prepared:
-            if item.requeue or item.cancel_tasks or item.timers:
-                _write_queue(cur, item)
-            if item.dead_letters or item.dead_letter_status:
-                dlq.write(cur, item)
-        done = [(input_id, item.execution_id) for item in prepared for input_id in item.inputs_done]
-        if done:
-            cur.execute(SQL["delete_all_inputs"], columns(done))
+        written = conn.cursor()
+        written.execute(
+            SQL["write_all"],
+            [
+                *_arrays(events, 6, time_columns=(3,)),
+                *_arrays(list(rows.values()), 6),
+                *_arrays(list(steps.values()), 4),
+                *_arrays([(*row[:7], float(row[7]), row[0] in lease) for row in tasks.values()], 9),
+                worker_id,
+                float(lease_s),
+            ],
+            binary=True,
+        )
+        with conn.cursor() as cur:
+            for item in prepared:
+                if item.requeue or item.cancel_tasks or item.timers:
+                    _write_queue(cur, item)
+                if item.dead_letters or item.dead_letter_status:
+                    dlq.write(cur, item)
+            done = [
+                (input_id, item.execution_id) for item in prepared for input_id in item.inputs_done
+            ]
+            if done:
+                cur.execute(SQL["delete_all_inputs"], columns(done))
+        return written
 
     # --- input holders and notifications ----------------------------------------------------
 

@@ -370,6 +370,34 @@ def test_complete_and_commit_finishes_appends_and_leases_in_one_step(store: Stor
     assert store.heartbeat("e1.b", leases[0].token).alive is True
 
 
+def test_complete_and_commit_leases_a_task_called_again_with_its_next_token(
+    store: Store,
+) -> None:
+    # A step called again by the decision on its own outcome (a cycle): its row is
+    # queued again and leased at once, with a token above every earlier lease's.
+    start(store, Enqueue(make_task("a")))
+    first = claim_one(store, lease_s=LONG_S)
+    again = Append(
+        "e1",
+        1,
+        [Event(2, "tool.processed", "e1", 2.0, "a", {"ok": True})],
+        enqueue=[Enqueue(make_task("a", args={"round": 2})), Enqueue(make_task("b"))],
+        now=2.0,
+    )
+
+    leases = store.complete_and_commit(
+        "e1.a", first.token, again, worker_id="w2", lease=["e1.b", "e1.a"]
+    )
+
+    assert leases is not None
+    assert [(x.task.task_id, x.worker_id) for x in leases] == [("e1.b", "w2"), ("e1.a", "w2")]
+    assert leases[1].task == make_task("a", args={"round": 2})
+    assert leases[1].token > first.token
+    assert store.heartbeat("e1.a", first.token).alive is False
+    assert store.heartbeat("e1.a", leases[1].token).alive is True
+    assert store.claim("w3", limit=10) == []
+
+
 def test_the_solo_hint_travels_with_the_task(store: Store) -> None:
     start(store, Enqueue(make_task("a"), solo=True), Enqueue(make_task("b")))
 

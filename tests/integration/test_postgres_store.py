@@ -24,6 +24,7 @@ import pytest
 from noetl.core import Event, ExecutionStatus, Task
 from noetl.store import (
     Append,
+    ConcurrencyError,
     ExecutionRecord,
     PostgresStore,
     StoreUnavailableError,
@@ -513,6 +514,45 @@ def test_a_value_postgresql_cannot_store_is_a_value_error_and_nothing_is_written
 
     assert pg_store.load_events("e1") == []
     assert pg_store.get_execution("e1") == make_record("e1")
+
+
+def test_refused_commits_leave_no_transaction_open_on_the_connection(pg_database: str) -> None:
+    # One pooled connection: every call below runs on the connection the refusals used.
+    # A commit's BEGIN and COMMIT go out in its pipeline, so a refusal (a stale sequence,
+    # a lost lease, a value the server rejects mid-pipeline) must roll back by itself.
+    store = PostgresStore(pg_database, min_size=1, max_size=1)
+    try:
+        task = make_task("a")
+        store.create_execution(
+            make_record("e1"), Append("e1", 0, [Event(1, "t", "e1", 1.0)], enqueue=[Enqueue(task)])
+        )
+        with pytest.raises(ConcurrencyError):
+            store.create_execution(make_record("e1"))
+        (lease,) = store.claim("w1")
+        with pytest.raises(ConcurrencyError):
+            store.commit([Append("e1", 0, [Event(1, "t", "e1", 2.0)])])
+        with pytest.raises(ValueError, match="cannot store a value"):
+            store.commit([Append("e1", 1, [Event(2, "t", "e1", 2.0, None, {"x": float("nan")})])])
+        lost = Append("e1", 1, [Event(2, "t", "e1", 2.0)], enqueue=[Enqueue(make_task("b"))])
+        refused = store.complete_and_commit("e1.a", lease.token + 1, lost, worker_id="w1")
+        assert refused is None
+
+        follow = Append("e1", 1, [Event(2, "t", "e1", 2.0)], enqueue=[Enqueue(make_task("b"))])
+        leases = store.complete_and_commit(
+            "e1.a", lease.token, follow, worker_id="w1", lease=["e1.b"]
+        )
+
+        assert leases is not None
+        assert [x.task.task_id for x in leases] == ["e1.b"]
+        assert [e.seq for e in store.load_events("e1")] == [1, 2]
+        with psycopg.connect(pg_database, autocommit=True) as conn:
+            states = conn.execute(
+                "SELECT state FROM pg_stat_activity WHERE datname = current_database() "
+                "AND application_name = 'noetl' AND state LIKE 'idle in transaction%'"
+            ).fetchall()
+        assert states == []
+    finally:
+        store.close()
 
 
 def test_an_unreachable_server_is_store_unavailable_without_the_password(pg_dsn: str) -> None:

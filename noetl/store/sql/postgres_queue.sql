@@ -21,52 +21,65 @@ RETURNING execution_id
 -- name: lock_executions
 SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
 
--- Set-based writes: one statement per kind of row for a whole commit (many executions,
--- many events), with the rows passed as arrays. PostgreSQL's cost is per statement far
--- more than per row, so a loop of a thousand items costs a few statements per commit.
--- name: insert_events
-INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
-SELECT e, s, t, ts, st, p::jsonb
-FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
-    AS u(e, s, t, ts, st, p)
-
--- name: update_executions
-UPDATE execution x SET
-    last_seq = u.last_seq,
-    updated_at = u.now,
-    status = COALESCE(u.status, x.status),
-    finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
-    context = COALESCE(u.context::jsonb, x.context)
-FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::text[], %b::timestamptz[],
-            %b::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
-WHERE x.execution_id = u.execution_id
-
--- name: upsert_steps
-INSERT INTO step_state (execution_id, step, status, updated_at)
-SELECT e, st, s::jsonb, ts
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[]) AS u(e, st, s, ts)
-ON CONFLICT (execution_id, step) DO UPDATE SET
-    status = excluded.status, updated_at = excluded.updated_at
-
+-- Set-based writes: the events, executions, step states and tasks of a whole commit (many
+-- executions, many events) in ONE statement, with the rows passed as arrays, each kind of
+-- row a data-modifying CTE (run once and to completion whether or not it is read).
+-- PostgreSQL's and the client's cost is per statement far more than per row, so a loop of
+-- a thousand items costs a few statements per commit.
 -- Queue changes are timed by now(): the database clock at the start of the transaction.
 -- A task id enqueued again (a step called again) re-queues its row and keeps its
 -- lease_token, so the fencing token only grows and an older lease stays fenced off. A new
 -- row starts at its execution's token_floor (the highest token of its rows a prune
--- deleted), so that holds across a prune too. (A subquery, not a join: the rows keep the
--- order of the arrays, which is their queue_order.)
--- name: enqueue_all
-INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
-                        not_before, status, created_at, updated_at, lease_token)
-SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d), 'queued', now(), now(),
-       COALESCE((SELECT x.token_floor FROM execution x WHERE x.execution_id = u.e), 0)
-FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[], %b::text[],
-            %b::float8[]) AS u(t, e, st, pl, pr, a, p, d)
-ON CONFLICT (task_id) DO UPDATE SET
-    execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
-    priority = excluded.priority, status = 'queued', attempt = excluded.attempt,
-    lease_expires_at = NULL, worker_id = NULL, cancel_requested = false,
-    not_before = excluded.not_before, payload = excluded.payload,
-    updated_at = excluded.updated_at
+-- deleted), so that holds across a prune too. Tasks flagged `l` are leased at once to worker %s (the deciding worker's next tasks,
+-- `complete_and_commit`): inserted as leased with token 1, or, for a task id enqueued
+-- again, leased with its next token; the leased rows come back.
+-- name: write_all
+WITH ev AS (
+    INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
+    SELECT e, s, t, ts, st, p::jsonb
+    FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
+        AS u(e, s, t, ts, st, p)
+), ex AS (
+    UPDATE execution x SET
+        last_seq = u.last_seq,
+        updated_at = u.now,
+        status = COALESCE(u.status, x.status),
+        finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
+        context = COALESCE(u.context::jsonb, x.context)
+    FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::text[], %b::timestamptz[],
+                %b::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
+    WHERE x.execution_id = u.execution_id
+), st AS (
+    INSERT INTO step_state (execution_id, step, status, updated_at)
+    SELECT e, st, s::jsonb, ts
+    FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[]) AS u(e, st, s, ts)
+    ON CONFLICT (execution_id, step) DO UPDATE SET
+        status = excluded.status, updated_at = excluded.updated_at
+), tq AS (
+    INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
+                            not_before, status, lease_token, worker_id, lease_expires_at,
+                            created_at, updated_at)
+    SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d),
+           CASE WHEN l THEN 'leased' ELSE 'queued' END,
+           COALESCE((SELECT x.token_floor FROM execution x WHERE x.execution_id = u.e), 0)
+               + CASE WHEN l THEN 1 ELSE 0 END,
+           CASE WHEN l THEN w.worker_id END,
+           CASE WHEN l THEN now() + make_interval(secs => w.lease_s) END, now(), now()
+    FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[],
+                %b::text[], %b::float8[], %b::bool[]) AS u(t, e, st, pl, pr, a, p, d, l),
+         (SELECT %s::text AS worker_id, %s::float8 AS lease_s) AS w
+    ON CONFLICT (task_id) DO UPDATE SET
+        execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
+        priority = excluded.priority, status = excluded.status, attempt = excluded.attempt,
+        lease_token = task_queue.lease_token
+            + CASE WHEN excluded.status = 'leased' THEN 1 ELSE 0 END,
+        lease_expires_at = excluded.lease_expires_at, worker_id = excluded.worker_id,
+        cancel_requested = false, not_before = excluded.not_before, payload = excluded.payload,
+        updated_at = excluded.updated_at
+    RETURNING task_id, status, payload::text, attempt, lease_token, lease_expires_at, worker_id
+)
+SELECT task_id, payload, attempt, lease_token, lease_expires_at, worker_id
+FROM tq WHERE status = 'leased'
 
 -- The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
 -- name: consumed_inputs
@@ -144,14 +157,6 @@ SELECT execution_id, 'outcome', %s::jsonb, now() FROM done
 UPDATE task_queue SET status = 'done', updated_at = now()
 WHERE task_id = %s AND lease_token = %s AND status = 'leased'
 RETURNING 1
-
--- Tasks just enqueued by the deciding worker, leased to it in the same transaction.
--- name: lease_ids
-UPDATE task_queue SET
-    status = 'leased', lease_token = lease_token + 1, worker_id = %s,
-    lease_expires_at = now() + make_interval(secs => %s), updated_at = now()
-WHERE task_id = ANY(%b::text[]) AND execution_id = %s AND status = 'queued'
-RETURNING payload::text, attempt, lease_token, lease_expires_at, worker_id
 
 -- name: heartbeat
 UPDATE task_queue SET
