@@ -30,9 +30,9 @@ from croniter import croniter
 
 __all__ = [
     "Catchup",
+    "Due",
     "Overlap",
     "TickSpec",
-    "Due",
     "due_ticks",
     "next_ticks",
     "parse_duration",
@@ -128,7 +128,9 @@ class TickSpec:
         zone(self.timezone)
 
 
-def ticks_after(spec: TickSpec, after: float, *, until: float, limit: int = MAX_TICKS) -> list[float]:
+def ticks_after(
+    spec: TickSpec, after: float, *, until: float, limit: int = MAX_TICKS
+) -> list[float]:
     """The ticks t with after < t <= until (and within start/end), oldest first, at most
     `limit` of them."""
     lower = after if spec.start is None else max(after, spec.start - 1e-6)

@@ -12,7 +12,14 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticCustomError
 
 from noetl.core.ticks import Catchup, Overlap, TickSpec, parse_duration, valid_cron, zone
@@ -45,7 +52,9 @@ class Trigger(BaseModel):
     def _cron(cls, value: str | None) -> str | None:
         if value is not None and not valid_cron(value):
             raise PydanticCustomError(
-                "cron", "'{value}' is not a cron expression (5 fields, 6 with seconds)", {"value": value}
+                "cron",
+                "'{value}' is not a cron expression (5 fields, 6 with seconds)",
+                {"value": value},
             )
         return value
 
