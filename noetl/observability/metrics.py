@@ -198,6 +198,22 @@ class Metrics:
         self.sink_retries = counter(
             "noetl_sink_retries_total", "Sink write attempts after the first", ["sink", "sink_type"]
         )
+        # --- schedules (the scheduler loop of `noetl server start` / `noetl ui`) -----------
+        self.schedule_ticks = counter(
+            "noetl_schedule_ticks_total",
+            "Ticks of schedules decided by this process, by outcome (started|skipped|"
+            "buffered|failed|missed: dropped by the catch-up policy)",
+            ["schedule", "outcome"],
+        )
+        self.schedule_tick_lag = Family(
+            Gauge(
+                "noetl_schedule_tick_lag_seconds",
+                "How late the schedule's last tick started: its execution's start minus the "
+                "tick's time",
+                ["schedule"],
+                registry=r,
+            )
+        )
         self._heartbeat: Family[Gauge] | None = None
         self._heartbeat_lock = threading.Lock()
 
@@ -263,6 +279,8 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_plugin_errors_total",
         "noetl_sink_tasks_completed_total",
         "noetl_sink_retries_total",
+        "noetl_schedule_ticks_total",
+        "noetl_schedule_tick_lag_seconds",
         *STORE_GAUGE_NAMES,
     }
 )
