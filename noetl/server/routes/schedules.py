@@ -7,7 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query
 from fastapi import status as http
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
@@ -22,6 +22,7 @@ from noetl.server.deps import Deps
 from noetl.server.schemas.common import ErrorBody
 from noetl.server.schemas.schedules import (
     ScheduleCreate,
+    ScheduleDeleted,
     ScheduleDetail,
     ScheduleList,
     ScheduleOut,
@@ -204,12 +205,12 @@ def run_now(name: Name, deps: Deps) -> ScheduleRun:
     "/{name:path}",
     summary="Delete a schedule and its ticks",
     dependencies=[requires(Role.OPERATOR)],
-    status_code=http.HTTP_204_NO_CONTENT,
+    response_model=ScheduleDeleted,
     responses=_NOT_FOUND,
 )
-def delete_schedule(name: Name, deps: Deps) -> Response:
+def delete_schedule(name: Name, deps: Deps) -> ScheduleDeleted:
     """A schedule from a playbook's triggers comes back when the playbook is registered
     again with them."""
     if not deps.store.schedules.delete(name):
         raise NotFoundError(f"schedule {name!r} does not exist")
-    return Response(status_code=http.HTTP_204_NO_CONTENT)
+    return ScheduleDeleted(name=name, deleted=True)

@@ -56,3 +56,8 @@ class ScheduleRun(Response):
     name: str
     execution_id: str | None = Field(description="None when the start failed: see `error`")
     error: str | None = None
+
+
+class ScheduleDeleted(Response):
+    name: str
+    deleted: bool
