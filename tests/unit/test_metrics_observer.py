@@ -222,7 +222,7 @@ def test_buckets_and_names_are_the_documented_ones() -> None:
     # come from the store)
     from_store = set(STORE_GAUGE_NAMES) - {"noetl_worker_heartbeat_timestamp"}  # a worker's too
     assert exported == ALL_METRIC_NAMES - from_store
-    assert len(exported) == 24
+    assert len(exported) == 26
 
 
 def test_two_registries_do_not_share_values() -> None:
