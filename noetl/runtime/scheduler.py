@@ -32,7 +32,7 @@ from datetime import datetime
 from typing import Any
 
 from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
-from noetl.core.ticks import Overlap, due_ticks, zone
+from noetl.core.ticks import Overlap, due_ticks, next_ticks, zone
 from noetl.decision.records import new_execution_id
 from noetl.dsl.render import Renderer
 from noetl.dsl.triggers import Trigger, trigger_spec
@@ -98,6 +98,7 @@ class Scheduler:
         self.metrics = metrics
         self._renderer = Renderer()
         self._triggers: dict[str, Trigger] = {}
+        self._next_due: float | None = None  # the earliest next tick of any schedule
 
     # --- the loop ------------------------------------------------------------------------
 
@@ -109,15 +110,21 @@ class Scheduler:
                 self.run_once()
             except Exception:
                 log.exception("scheduler turn failed; trying again")
-            deadline = time.monotonic() + self.options.poll_s
+            # Woken at the next tick when it comes before the next poll, so a tick starts
+            # on time rather than up to a poll late.
+            wait = self.options.poll_s
+            if self._next_due is not None:
+                wait = min(wait, max(0.0, self._next_due - self.clock()) + 0.005)
+            deadline = time.monotonic() + wait
             while not should_stop() and time.monotonic() < deadline:
-                time.sleep(min(0.1, self.options.poll_s))
+                time.sleep(min(0.1, wait))
 
     def run_once(self) -> int:
         """Look at every schedule once: claim and start its due ticks, start buffered
         ticks whose turn came, recover ticks left pending. Returns how many ticks this
         scheduler claimed."""
         claimed = 0
+        self._next_due = None
         for schedule in self.store.schedules.all():
             if not schedule.paused:
                 claimed += self._look_at(schedule)
@@ -143,7 +150,11 @@ class Scheduler:
         last = self.store.schedules.last_tick(schedule.name)
         cursor = schedule.created_at if last is None else max(last.tick, schedule.created_at)
         now = self.clock()
-        due = due_ticks(trigger_spec(trigger), cursor, now, grace=self.options.grace)
+        spec = trigger_spec(trigger)
+        due = due_ticks(spec, cursor, now, grace=self.options.grace)
+        upcoming = next_ticks(spec, now, 1)
+        if upcoming and (self._next_due is None or upcoming[0] < self._next_due):
+            self._next_due = upcoming[0]
         claimed = 0
         for index, tick in enumerate(due.fire):
             if self._claim(schedule, trigger, tick, dropped=due.dropped if index == 0 else 0):
