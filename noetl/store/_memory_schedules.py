@@ -18,6 +18,7 @@ class MemorySchedules:
         self._clock = clock
         self._schedules: dict[str, ScheduleRecord] = {}
         self._ticks: dict[tuple[str, int], TickRecord] = {}
+        self._deliveries: dict[tuple[str, str], str] = {}
 
     def put(self, record: ScheduleRecord) -> ScheduleRecord:
         with self._lock:
@@ -27,6 +28,7 @@ class MemorySchedules:
                 record,
                 spec=copy.deepcopy(record.spec),
                 paused=record.paused if kept is None else kept.paused,
+                token_hash=None if kept is None else kept.token_hash,
                 created_at=now if kept is None else kept.created_at,
                 updated_at=now,
             )
@@ -57,7 +59,24 @@ class MemorySchedules:
         with self._lock:
             for key in [k for k in self._ticks if k[0] == name]:
                 del self._ticks[key]
+            for delivery in [k for k in self._deliveries if k[0] == name]:
+                del self._deliveries[delivery]
             return self._schedules.pop(name, None) is not None
+
+    def set_token(self, name: str, token_hash: str | None) -> bool:
+        with self._lock:
+            kept = self._schedules.get(name)
+            if kept is None:
+                return False
+            self._schedules[name] = dataclasses.replace(
+                kept, token_hash=token_hash, updated_at=self._clock()
+            )
+            return True
+
+    def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
+        with self._lock:
+            kept = self._deliveries.setdefault((schedule, key), execution_id)
+        return kept, kept == execution_id
 
     def claim_tick(self, tick: TickRecord) -> bool:
         key = (tick.schedule, tick.tick_ms)

@@ -105,7 +105,16 @@ class ScheduleStore(Protocol):
         """Pause or resume; False when there is no such schedule."""
 
     def delete(self, name: str) -> bool:
-        """Forget the schedule and its ticks; False when there is none."""
+        """Forget the schedule, its ticks and deliveries; False when there is none."""
+
+    def set_token(self, name: str, token_hash: str | None) -> bool:
+        """Set (None: remove) the hash of the token of the schedule's webhook; False when
+        there is no such schedule. `put` keeps it."""
+
+    def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
+        """Claim a webhook delivery by its idempotency key for `execution_id`: (that id,
+        True) for the first claim of the key, (the id the first claim recorded, False)
+        for every repeat."""
 
     def claim_tick(self, tick: TickRecord) -> bool:
         """Write the tick's row unless one with its key exists: True for the one caller

@@ -312,6 +312,7 @@ class ScheduleRecord:
     paused: bool = False
     created_at: float = 0.0
     updated_at: float = 0.0
+    token_hash: str | None = None  # SHA-256 of its webhook's token; None: no webhook
 
 
 @dataclass(frozen=True, slots=True)

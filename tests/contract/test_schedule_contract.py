@@ -98,3 +98,24 @@ def test_manual_ticks_are_apart_and_delete_forgets_ticks(store: Store) -> None:
     assert store.schedules.ticks("pb:often") == []
     # the same ticks can be claimed again by a schedule made anew
     assert store.schedules.claim_tick(tick(2000)) is True
+
+
+def test_a_webhook_token_is_kept_across_puts(store: Store) -> None:
+    store.schedules.put(ScheduleRecord("hook", "pb", {"name": "hook", "webhook": True}))
+    assert store.schedules.set_token("hook", "abc123") is True
+    again = store.schedules.put(ScheduleRecord("hook", "pb", {"name": "hook", "webhook": True}))
+    assert again.token_hash == "abc123"
+    assert store.schedules.set_token("hook", None) is True
+    got = store.schedules.get("hook")
+    assert got is not None and got.token_hash is None
+    assert store.schedules.set_token("nope", "x") is False
+
+
+def test_a_delivery_key_is_claimed_once(store: Store) -> None:
+    store.schedules.put(ScheduleRecord("hook", "pb", {"name": "hook", "webhook": True}))
+    assert store.schedules.claim_delivery("hook", "k-1", "ex-1") == ("ex-1", True)
+    assert store.schedules.claim_delivery("hook", "k-1", "ex-2") == ("ex-1", False)
+    assert store.schedules.claim_delivery("hook", "k-2", "ex-3") == ("ex-3", True)
+    assert store.schedules.claim_delivery("other", "k-1", "ex-4") == ("ex-4", True)
+    store.schedules.delete("hook")
+    assert store.schedules.claim_delivery("hook", "k-1", "ex-5") == ("ex-5", True)

@@ -196,6 +196,13 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("paused", "boolean", "NO"),
         ("created_at", TZ, "NO"),
         ("updated_at", TZ, "NO"),
+        ("token_hash", "text", "YES"),
+    ],
+    "schedule_delivery": [
+        ("schedule", "text", "NO"),
+        ("idempotency_key", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("received_at", TZ, "NO"),
     ],
     "schedule_tick": [
         ("schedule", "text", "NO"),
@@ -231,6 +238,7 @@ EXPECTED_PRIMARY_KEYS = {
     "task_checkpoint": ["task_id"],
     "schedule": ["name"],
     "schedule_tick": ["schedule", "tick_ms"],
+    "schedule_delivery": ["schedule", "idempotency_key"],
 }
 
 

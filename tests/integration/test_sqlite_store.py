@@ -158,6 +158,13 @@ EXPECTED_COLUMNS = {
         ("paused", "INTEGER", 1, 0),
         ("created_at", "REAL", 1, 0),
         ("updated_at", "REAL", 1, 0),
+        ("token_hash", "TEXT", 0, 0),
+    ],
+    "schedule_delivery": [
+        ("schedule", "TEXT", 1, 1),
+        ("idempotency_key", "TEXT", 1, 2),
+        ("execution_id", "TEXT", 1, 0),
+        ("received_at", "REAL", 1, 0),
     ],
     "schedule_tick": [
         ("schedule", "TEXT", 1, 1),

@@ -18,10 +18,17 @@ class Schedules:
         self._db = db
 
     def _schedule(self, row: Row) -> ScheduleRecord:
-        name, path, source, spec, paused, created_at, updated_at = row
+        name, path, source, spec, paused, created_at, updated_at, token_hash = row
         epoch = self._db.epoch
         return ScheduleRecord(
-            name, path, loads(spec), source, bool(paused), epoch(created_at), epoch(updated_at)
+            name,
+            path,
+            loads(spec),
+            source,
+            bool(paused),
+            epoch(created_at),
+            epoch(updated_at),
+            token_hash,
         )
 
     def _tick(self, row: Row) -> TickRecord:
@@ -69,7 +76,21 @@ class Schedules:
     def delete(self, name: str) -> bool:
         with self._db.transaction() as tx:
             tx.execute("delete_schedule_ticks", {"name": name})
+            tx.execute("delete_schedule_deliveries", {"name": name})
             return tx.execute("delete_schedule", {"name": name}) > 0
+
+    def set_token(self, name: str, token_hash: str | None) -> bool:
+        return self._db.execute("set_schedule_token", {"name": name, "token_hash": token_hash}) > 0
+
+    def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
+        """One INSERT that writes nothing when the key exists, then the id kept."""
+        params = {"schedule": schedule, "key": key, "execution_id": execution_id}
+        with self._db.transaction() as tx:
+            if tx.execute("claim_delivery", params) > 0:
+                return execution_id, True
+            row = tx.fetch_one("get_delivery", params)
+        assert row is not None
+        return str(row[0]), False
 
     def claim_tick(self, tick: TickRecord) -> bool:
         """One INSERT that writes nothing when the key exists (see the module)."""

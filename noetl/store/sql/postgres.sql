@@ -290,11 +290,13 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: get_schedule
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at FROM schedule
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+FROM schedule
 WHERE name = %(name)s
 
 -- name: list_schedules
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at FROM schedule
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+FROM schedule
 ORDER BY name
 
 -- name: pause_schedule
@@ -334,3 +336,19 @@ ORDER BY tick_ms LIMIT %(limit)s
 -- Only from the status the caller saw: of two servers moving one tick on, one does.
 UPDATE schedule_tick SET status = %(status)s, error = %(error)s, updated_at = now()
 WHERE schedule = %(schedule)s AND tick_ms = %(tick_ms)s AND status = %(expect)s
+
+-- name: set_schedule_token
+UPDATE schedule SET token_hash = %(token_hash)s, updated_at = now() WHERE name = %(name)s
+
+-- name: delete_schedule_deliveries
+DELETE FROM schedule_delivery WHERE schedule = %(name)s
+
+-- A delivery's key admits one row: the first request with it wins, a repeat reads it.
+-- name: claim_delivery
+INSERT INTO schedule_delivery (schedule, idempotency_key, execution_id, received_at)
+VALUES (%(schedule)s, %(key)s, %(execution_id)s, now())
+ON CONFLICT (schedule, idempotency_key) DO NOTHING
+
+-- name: get_delivery
+SELECT execution_id FROM schedule_delivery
+WHERE schedule = %(schedule)s AND idempotency_key = %(key)s

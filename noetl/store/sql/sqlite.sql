@@ -283,11 +283,13 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: get_schedule
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at FROM schedule
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+FROM schedule
 WHERE name = :name
 
 -- name: list_schedules
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at FROM schedule
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+FROM schedule
 ORDER BY name
 
 -- name: pause_schedule
@@ -327,3 +329,19 @@ ORDER BY tick_ms LIMIT :limit
 -- Only from the status the caller saw: of two servers moving one tick on, one does.
 UPDATE schedule_tick SET status = :status, error = :error, updated_at = :now
 WHERE schedule = :schedule AND tick_ms = :tick_ms AND status = :expect
+
+-- name: set_schedule_token
+UPDATE schedule SET token_hash = :token_hash, updated_at = :now WHERE name = :name
+
+-- name: delete_schedule_deliveries
+DELETE FROM schedule_delivery WHERE schedule = :name
+
+-- A delivery's key admits one row: the first request with it wins, a repeat reads it.
+-- name: claim_delivery
+INSERT INTO schedule_delivery (schedule, idempotency_key, execution_id, received_at)
+VALUES (:schedule, :key, :execution_id, :now)
+ON CONFLICT (schedule, idempotency_key) DO NOTHING
+
+-- name: get_delivery
+SELECT execution_id FROM schedule_delivery
+WHERE schedule = :schedule AND idempotency_key = :key

@@ -5,6 +5,8 @@
 -- (the first INSERT wins). The row records the execution id BEFORE the execution starts,
 -- so a server that dies between the claim and the start leaves a `pending` tick another
 -- server starts with that same id (an execution id exists once): never lost, never doubled.
+-- `token_hash` is the SHA-256 of the token that may start it through its webhook
+-- (`POST /api/triggers/{name}`), none until one is made.
 -- Mirrors migrations/sqlite/0010_schedules.sql.
 CREATE TABLE schedule (
     name           text PRIMARY KEY,
@@ -13,7 +15,8 @@ CREATE TABLE schedule (
     spec           text NOT NULL,
     paused         boolean NOT NULL DEFAULT false,
     created_at     timestamptz NOT NULL,
-    updated_at     timestamptz NOT NULL
+    updated_at     timestamptz NOT NULL,
+    token_hash     text
 );
 CREATE INDEX schedule_playbook_idx ON schedule (playbook_path);
 
@@ -30,3 +33,13 @@ CREATE TABLE schedule_tick (
     PRIMARY KEY (schedule, tick_ms)
 );
 CREATE INDEX schedule_tick_status_idx ON schedule_tick (status) WHERE status IN ('pending', 'buffered');
+
+-- A webhook's deliveries by their Idempotency-Key: the first request with a key claims it
+-- with the execution id it starts; a repeat answers that execution instead of another.
+CREATE TABLE schedule_delivery (
+    schedule         text NOT NULL,
+    idempotency_key  text NOT NULL,
+    execution_id     text NOT NULL,
+    received_at      timestamptz NOT NULL,
+    PRIMARY KEY (schedule, idempotency_key)
+);
