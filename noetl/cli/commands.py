@@ -85,7 +85,7 @@ COMMANDS: dict[str, Entry] = {
     "schedule": Entry(
         "noetl.cli.schedule_cmds:schedule_group",
         "Schedules that start registered playbooks by themselves: create, list, pause, "
-        "resume, delete, run-now.",
+        "resume, delete, run-now, token.",
     ),
     "schema": Entry(
         "noetl.cli.dsl_cmds:schema_cmd", "Print the JSON Schema of the playbook language."

@@ -24,7 +24,7 @@ def _url(name: str, action: str = "") -> str:
 @click.group("schedule")
 def schedule_group() -> None:
     """Schedules that start registered playbooks by themselves: create, list, pause,
-    resume, delete, run-now.
+    resume, delete, run-now, token.
 
     On a server (--server): any number of servers may share a database, and each tick
     starts once (docs/schedules.md)."""
@@ -35,6 +35,7 @@ def schedule_group() -> None:
 @click.option("--playbook", "path", required=True, help="Catalog path of the playbook.")
 @click.option("--cron", help="Cron expression (5 fields; 6 with seconds last).")
 @click.option("--every", help="Fixed interval: 30s, 5m, 1h30m.")
+@click.option("--webhook", is_flag=True, help="No time table: started by its webhook only.")
 @click.option("--timezone", help="IANA time zone the cron is read in (default UTC).")
 @click.option("--start", help="First time it may tick (ISO 8601).")
 @click.option("--end", help="Last time it may tick (ISO 8601).")
@@ -54,7 +55,8 @@ def schedule_group() -> None:
 @json_option
 @server_option
 def create_cmd(*, name: str, path: str, as_json: bool, server: Server, **given: Any) -> None:
-    """Create (or replace) the schedule NAME starting PLAYBOOK on --cron or --every."""
+    """Create (or replace) the schedule NAME starting PLAYBOOK on --cron, --every or
+    --webhook."""
     trigger = {k: v for k, v in given.items() if v not in (None, False)}
     if "workload" in trigger:
         try:
@@ -162,3 +164,14 @@ def run_now_cmd(*, name: str, as_json: bool, server: Server) -> None:
         click.echo(f"started {data['execution_id']}")
     if not data.get("execution_id"):
         raise click.ClickException(f"{name} did not start: {data.get('error')}")
+
+
+@schedule_group.command("token")
+@click.argument("name")
+@server_option
+def token_cmd(*, name: str, server: Server) -> None:
+    """Make a new token for NAME's webhook (POST /api/triggers/NAME); it is shown once, and
+    the old one stops working. Needs the admin role."""
+    with Client(server) as client:
+        data = client.post(_url(name, "token"))
+    click.echo(data["token"])

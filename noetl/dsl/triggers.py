@@ -38,6 +38,10 @@ class Trigger(BaseModel):
     name: Annotated[str, StringConstraints(pattern=TRIGGER_NAME, max_length=128)]
     cron: str | None = Field(default=None, description="5 fields (6: seconds last)")
     every: Duration | None = None
+    webhook: bool = Field(
+        default=False,
+        description="no time table: started by POST /api/triggers/{schedule} with its token",
+    )
     timezone: str = Field(default="UTC", description="IANA zone the cron is read in")
     start: datetime | None = None
     end: datetime | None = None
@@ -79,8 +83,10 @@ class Trigger(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> Trigger:
-        if (self.cron is None) == (self.every is None):
-            raise PydanticCustomError("trigger", "a trigger has exactly one of cron and every")
+        if (self.cron is not None) + (self.every is not None) + self.webhook != 1:
+            raise PydanticCustomError(
+                "trigger", "a trigger has exactly one of cron, every and webhook: true"
+            )
         start, end = _epoch(self.start), _epoch(self.end)
         if start is not None and end is not None and end < start:
             raise PydanticCustomError("trigger", "end is before start")
@@ -95,8 +101,10 @@ def _epoch(value: datetime | None) -> float | None:
     return value.timestamp()
 
 
-def trigger_spec(trigger: Trigger) -> TickSpec:
-    """The tick arithmetic's view of a trigger."""
+def trigger_spec(trigger: Trigger) -> TickSpec | None:
+    """The tick arithmetic's view of a trigger; None for a webhook (no time table)."""
+    if trigger.webhook:
+        return None
     return TickSpec(
         cron=trigger.cron,
         every=None if trigger.every is None else parse_duration(trigger.every),

@@ -151,6 +151,8 @@ class Scheduler:
         cursor = schedule.created_at if last is None else max(last.tick, schedule.created_at)
         now = self.clock()
         spec = trigger_spec(trigger)
+        if spec is None:
+            return 0  # a webhook: started by its requests only
         due = due_ticks(spec, cursor, now, grace=self.options.grace)
         upcoming = next_ticks(spec, now, 1)
         if upcoming and (self._next_due is None or upcoming[0] < self._next_due):

@@ -34,6 +34,7 @@ from noetl.server.routes import (
     sessions,
     steps,
     tokens,
+    triggers,
     ui,
     workers,
 )
@@ -120,6 +121,7 @@ def create_app(
     app.include_router(credentials.router)
     app.include_router(sessions.router)
     app.include_router(schedules.router)
+    app.include_router(triggers.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)
     app.include_router(ui.console_router())

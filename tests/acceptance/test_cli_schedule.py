@@ -9,6 +9,8 @@ import sqlite3
 import time
 from pathlib import Path
 
+import httpx
+
 from tests.distributed.cluster import Cluster, free_port, wait_until
 from tests.helpers.auth import token_in_database
 from tests.helpers.cli import noetl
@@ -79,6 +81,22 @@ def test_schedules_on_the_embedded_database(tmp_path: Path) -> None:
         assert gone.returncode != 0 and "does not exist" in gone.stderr
         missing = noetl("schedule", "run-now", "nightly", env=env)
         assert missing.returncode != 0
+
+        hook = noetl(
+            "schedule", "create", "hook", "--playbook", "jobs/ticker", "--webhook", env=env
+        )
+        assert hook.returncode == 0, hook.stderr
+        token = noetl("schedule", "token", "hook", env=env).stdout.strip()
+        assert token.startswith("nwh_")
+        started = httpx.post(
+            f"{cluster.url}/api/triggers/hook",
+            json={"at": "from the hook"},
+            headers={"Authorization": f"Bearer {token}", "Idempotency-Key": "k1"},
+            timeout=10,
+        )
+        assert started.status_code == 201, started.text
+        done = cluster.wait_finished(started.json()["execution_id"], timeout=30)
+        assert done["status"] == "ok"
     finally:
         cluster.stop_all()
     # every tick started once, one after another

@@ -104,3 +104,53 @@ def test_a_bad_trigger_or_playbook_is_refused(client: TestClient) -> None:
     )
     assert invalid.status_code == 422
     assert "timezone" in invalid.text
+
+
+HOOK = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: hooked, path: etl/hooked}
+workload: {ref: null}
+triggers:
+  - name: push
+    webhook: true
+    workload: {ref: "{{ request.body.ref }}"}
+workflow:
+  - step: start
+    tool: {kind: noop, args: {ref: "{{ workload.ref }}"}}
+"""
+
+
+def test_a_webhook_starts_once_per_idempotency_key(client: TestClient) -> None:
+    register(client, HOOK)
+    listed = client.get("/api/schedules").json()["items"]
+    assert [(i["name"], i["next_ticks"]) for i in listed] == [("etl/hooked:push", [])]
+    url = "/api/triggers/etl/hooked:push"
+    anonymous = {"Authorization": ""}
+    # no token made yet: refused, as with a wrong one (no hint of which schedules exist)
+    assert client.post(url, json={}, headers=anonymous).status_code == 401
+    made = client.post("/api/schedules/etl/hooked:push/token")
+    assert made.status_code == 201, made.text
+    token = made.json()["token"]
+    assert token.startswith("nwh_")
+    bearer = {"Authorization": f"Bearer {token}"}
+    assert (
+        client.post(url, json={}, headers={"Authorization": "Bearer nwh_wrong"}).status_code == 401
+    )
+    assert client.post("/api/triggers/etl/none:x", headers=bearer).status_code == 401
+    keyed = {**bearer, "Idempotency-Key": "delivery-1"}
+    first = client.post(url, json={"ref": "main"}, headers=keyed)
+    assert first.status_code == 201, first.text
+    again = client.post(url, json={"ref": "other"}, headers=keyed)
+    assert again.status_code == 200
+    assert again.json() == {**first.json(), "replayed": True}
+    other = client.post(url, json={"ref": "dev"}, headers={**bearer, "Idempotency-Key": "d-2"})
+    assert other.status_code == 201
+    assert other.json()["execution_id"] != first.json()["execution_id"]
+    events = client.get(f"/api/executions/{first.json()['execution_id']}/events").json()
+    items = events["items"] if isinstance(events, dict) else events
+    assert items[0]["payload"]["workload"]["ref"] == "main"
+    # an API token is not a webhook token
+    assert client.post(url, json={}).status_code == 401
+    client.post("/api/schedules/etl/hooked:push/pause")
+    assert client.post(url, json={}, headers=bearer).status_code == 409

@@ -17,6 +17,7 @@ from noetl.core import NotFoundError
 from noetl.core.ticks import next_ticks, zone
 from noetl.dsl.triggers import Trigger, trigger_spec
 from noetl.runtime.scheduler import Scheduler
+from noetl.runtime.webhooks import new_webhook_token
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.schemas.common import ErrorBody
@@ -28,6 +29,7 @@ from noetl.server.schemas.schedules import (
     ScheduleOut,
     ScheduleRun,
     TickOut,
+    WebhookToken,
 )
 from noetl.store.base import ScheduleRecord, TickRecord
 
@@ -65,9 +67,10 @@ def _out(deps: Deps, record: ScheduleRecord, count: int) -> dict[str, Any]:
         trigger = None  # kept by an older build: shown, never ticks
     timezone = "UTC" if trigger is None else trigger.timezone
     upcoming: list[str] = []
-    if trigger is not None and not record.paused and count:
+    spec = None if trigger is None else trigger_spec(trigger)
+    if spec is not None and not record.paused and count:
         after = max(deps.clock(), record.created_at)
-        upcoming = [_iso(t, timezone) for t in next_ticks(trigger_spec(trigger), after, count)]
+        upcoming = [_iso(t, timezone) for t in next_ticks(spec, after, count)]
     last = deps.store.schedules.last_tick(record.name)
     return {
         "name": record.name,
@@ -199,6 +202,20 @@ def run_now(name: Name, deps: Deps) -> ScheduleRun:
         last = deps.store.schedules.last_tick(name, manual=True)
         error = None if last is None else last.error
     return ScheduleRun(name=name, execution_id=execution_id, error=error)
+
+
+@router.post(
+    "/{name:path}/token",
+    summary="Make a new token for the schedule's webhook (the old one stops working)",
+    dependencies=[requires(Role.ADMIN)],
+    status_code=http.HTTP_201_CREATED,
+    response_model=WebhookToken,
+    responses=_NOT_FOUND,
+)
+def make_token(name: Name, deps: Deps) -> WebhookToken:
+    """The token is shown once; `POST /api/triggers/{name}` with `Authorization: Bearer
+    <token>` starts the schedule's playbook."""
+    return WebhookToken(name=name, token=new_webhook_token(deps.orchestrator, name))
 
 
 @router.delete(

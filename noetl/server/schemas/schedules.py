@@ -61,3 +61,14 @@ class ScheduleRun(Response):
 class ScheduleDeleted(Response):
     name: str
     deleted: bool
+
+
+class WebhookToken(Response):
+    name: str
+    token: str = Field(description="shown once: only its SHA-256 is kept")
+
+
+class WebhookStarted(Response):
+    name: str
+    execution_id: str
+    replayed: bool = Field(description="a repeated Idempotency-Key: the first execution")
