@@ -71,7 +71,11 @@ def _out(deps: Deps, record: ScheduleRecord, count: int) -> dict[str, Any]:
     if spec is not None and not record.paused and count:
         after = max(deps.clock(), record.created_at)
         upcoming = [_iso(t, timezone) for t in next_ticks(spec, after, count)]
-    last = deps.store.schedules.last_tick(record.name)
+    # The newest tick decided, of the time table or run by hand.
+    found = [
+        deps.store.schedules.last_tick(record.name, manual=manual) for manual in (False, True)
+    ]
+    last = max((t for t in found if t is not None), key=lambda t: t.claimed_at, default=None)
     return {
         "name": record.name,
         "path": record.playbook_path,

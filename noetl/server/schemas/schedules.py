@@ -41,7 +41,7 @@ class ScheduleOut(Response):
     created_at: float
     updated_at: float
     next_ticks: list[str] = Field(description="the next ticks (ISO 8601), none while paused")
-    last_tick: TickOut | None = None
+    last_tick: TickOut | None = Field(None, description="the newest tick, run now included")
 
 
 class ScheduleList(Response):
