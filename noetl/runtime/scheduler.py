@@ -264,7 +264,7 @@ class Scheduler:
     def _start_buffered(self) -> None:
         for tick in self.store.schedules.ticks_with(TickStatus.BUFFERED):
             schedule = self.store.schedules.get(tick.schedule)
-            if schedule is None or self._running(tick.schedule):
+            if schedule is None or schedule.paused or self._running(tick.schedule):
                 continue
             if self.store.schedules.move_tick(
                 tick.schedule, tick.tick_ms, TickStatus.PENDING, expect=TickStatus.BUFFERED
