@@ -29,6 +29,7 @@ class MemorySchedules:
                 spec=copy.deepcopy(record.spec),
                 paused=record.paused if kept is None else kept.paused,
                 token_hash=None if kept is None else kept.token_hash,
+                token_sealed=None if kept is None else kept.token_sealed,
                 created_at=now if kept is None else kept.created_at,
                 updated_at=now,
             )
@@ -63,13 +64,13 @@ class MemorySchedules:
                 del self._deliveries[delivery]
             return self._schedules.pop(name, None) is not None
 
-    def set_token(self, name: str, token_hash: str | None) -> bool:
+    def set_token(self, name: str, token_hash: str | None, *, sealed: str | None = None) -> bool:
         with self._lock:
             kept = self._schedules.get(name)
             if kept is None:
                 return False
             self._schedules[name] = dataclasses.replace(
-                kept, token_hash=token_hash, updated_at=self._clock()
+                kept, token_hash=token_hash, token_sealed=sealed, updated_at=self._clock()
             )
             return True
 

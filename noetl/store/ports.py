@@ -107,9 +107,10 @@ class ScheduleStore(Protocol):
     def delete(self, name: str) -> bool:
         """Forget the schedule, its ticks and deliveries; False when there is none."""
 
-    def set_token(self, name: str, token_hash: str | None) -> bool:
-        """Set (None: remove) the hash of the token of the schedule's webhook; False when
-        there is no such schedule. `put` keeps it."""
+    def set_token(self, name: str, token_hash: str | None, *, sealed: str | None = None) -> bool:
+        """Set (None: remove) the hash of the token of the schedule's webhook, and the
+        token encrypted (`sealed`, to check HMAC signatures); False when there is no such
+        schedule. `put` keeps them."""
 
     def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
         """Claim a webhook delivery by its idempotency key for `execution_id`: (that id,

@@ -313,6 +313,7 @@ class ScheduleRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     token_hash: str | None = None  # SHA-256 of its webhook's token; None: no webhook
+    token_sealed: str | None = None  # the token, encrypted (`<key id>:<Fernet token>`)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,12 +102,12 @@ def test_manual_ticks_are_apart_and_delete_forgets_ticks(store: Store) -> None:
 
 def test_a_webhook_token_is_kept_across_puts(store: Store) -> None:
     store.schedules.put(ScheduleRecord("hook", "pb", {"name": "hook", "webhook": True}))
-    assert store.schedules.set_token("hook", "abc123") is True
+    assert store.schedules.set_token("hook", "abc123", sealed="k1:gAAA") is True
     again = store.schedules.put(ScheduleRecord("hook", "pb", {"name": "hook", "webhook": True}))
-    assert again.token_hash == "abc123"
+    assert (again.token_hash, again.token_sealed) == ("abc123", "k1:gAAA")
     assert store.schedules.set_token("hook", None) is True
     got = store.schedules.get("hook")
-    assert got is not None and got.token_hash is None
+    assert got is not None and got.token_hash is None and got.token_sealed is None
     assert store.schedules.set_token("nope", "x") is False
 
 

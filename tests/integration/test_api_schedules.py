@@ -3,12 +3,16 @@ makes its schedules; list (with next ticks), create, pause, resume, run now, del
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from noetl import __version__
+from noetl.credentials.keys import Keyring, new_key
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.store import SqliteStore
@@ -154,3 +158,61 @@ def test_a_webhook_starts_once_per_idempotency_key(client: TestClient) -> None:
     assert client.post(url, json={}).status_code == 401
     client.post("/api/schedules/etl/hooked:push/pause")
     assert client.post(url, json={}, headers=bearer).status_code == 409
+
+
+def test_a_webhook_takes_a_signature_of_its_body(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "signed.db")
+    app = create_app(
+        store,
+        Orchestrator(store, owner="test"),
+        version=__version__,
+        credential_keys=Keyring([new_key()]),
+    )
+    with TestClient(app, headers=auth_headers(store)) as client:
+        register(client, HOOK)
+        token = client.post("/api/schedules/etl/hooked:push/token").json()["token"]
+        raw = json.dumps({"ref": "signed"}).encode()
+        good = "sha256=" + hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
+        url = "/api/triggers/etl/hooked:push"
+        plain = {"Authorization": "", "Content-Type": "application/json"}
+        signed = client.post(url, content=raw, headers={**plain, "X-NoETL-Signature": good})
+        assert signed.status_code == 201, signed.text
+        forged = "sha256=" + hmac.new(b"nwh_guess", raw, hashlib.sha256).hexdigest()
+        assert (
+            client.post(
+                url, content=raw, headers={**plain, "X-NoETL-Signature": forged}
+            ).status_code
+            == 401
+        )
+        tampered = json.dumps({"ref": "other"}).encode()
+        assert (
+            client.post(
+                url, content=tampered, headers={**plain, "X-NoETL-Signature": good}
+            ).status_code
+            == 401
+        )
+        assert (
+            client.post(
+                url, content=b"[1]", headers={"Authorization": f"Bearer {token}"}
+            ).status_code
+            == 422
+        )
+    store.close()
+
+
+def test_without_the_credentials_key_only_the_token_works(client: TestClient) -> None:
+    register(client, HOOK)
+    token = client.post("/api/schedules/etl/hooked:push/token").json()["token"]
+    raw = b"{}"
+    good = "sha256=" + hmac.new(token.encode(), raw, hashlib.sha256).hexdigest()
+    url = "/api/triggers/etl/hooked:push"
+    denied = client.post(url, content=raw, headers={"Authorization": "", "X-NoETL-Signature": good})
+    assert denied.status_code == 401  # the token was not kept: nothing to check it with
+    lacking = client.post(url, content=raw, headers={"Authorization": f"Bearer {token}"})
+    assert lacking.status_code == 422  # the trigger's workload reads request.body.ref
+    assert "ref" in lacking.json()["message"]
+    raw = b'{"ref": "main"}'
+    assert (
+        client.post(url, content=raw, headers={"Authorization": f"Bearer {token}"}).status_code
+        == 201
+    )

@@ -197,6 +197,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("created_at", TZ, "NO"),
         ("updated_at", TZ, "NO"),
         ("token_hash", "text", "YES"),
+        ("token_sealed", "text", "YES"),
     ],
     "schedule_delivery": [
         ("schedule", "text", "NO"),

@@ -159,6 +159,7 @@ EXPECTED_COLUMNS = {
         ("created_at", "REAL", 1, 0),
         ("updated_at", "REAL", 1, 0),
         ("token_hash", "TEXT", 0, 0),
+        ("token_sealed", "TEXT", 0, 0),
     ],
     "schedule_delivery": [
         ("schedule", "TEXT", 1, 1),

@@ -72,9 +72,7 @@ def _out(deps: Deps, record: ScheduleRecord, count: int) -> dict[str, Any]:
         after = max(deps.clock(), record.created_at)
         upcoming = [_iso(t, timezone) for t in next_ticks(spec, after, count)]
     # The newest tick decided, of the time table or run by hand.
-    found = [
-        deps.store.schedules.last_tick(record.name, manual=manual) for manual in (False, True)
-    ]
+    found = [deps.store.schedules.last_tick(record.name, manual=manual) for manual in (False, True)]
     last = max((t for t in found if t is not None), key=lambda t: t.claimed_at, default=None)
     return {
         "name": record.name,
@@ -218,8 +216,10 @@ def run_now(name: Name, deps: Deps) -> ScheduleRun:
 )
 def make_token(name: Name, deps: Deps) -> WebhookToken:
     """The token is shown once; `POST /api/triggers/{name}` with `Authorization: Bearer
-    <token>` starts the schedule's playbook."""
-    return WebhookToken(name=name, token=new_webhook_token(deps.orchestrator, name))
+    <token>`, or with `X-NoETL-Signature: sha256=<HMAC-SHA256 of the body keyed by the
+    token>` (only while `credentials.key` is set: the token is kept encrypted with it),
+    starts the schedule's playbook."""
+    return WebhookToken(name=name, token=new_webhook_token(deps.orchestrator, name, deps.keyring))
 
 
 @router.delete(

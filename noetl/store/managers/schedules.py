@@ -18,7 +18,7 @@ class Schedules:
         self._db = db
 
     def _schedule(self, row: Row) -> ScheduleRecord:
-        name, path, source, spec, paused, created_at, updated_at, token_hash = row
+        name, path, source, spec, paused, created_at, updated_at, token_hash, sealed = row
         epoch = self._db.epoch
         return ScheduleRecord(
             name,
@@ -29,6 +29,7 @@ class Schedules:
             epoch(created_at),
             epoch(updated_at),
             token_hash,
+            sealed,
         )
 
     def _tick(self, row: Row) -> TickRecord:
@@ -79,8 +80,9 @@ class Schedules:
             tx.execute("delete_schedule_deliveries", {"name": name})
             return tx.execute("delete_schedule", {"name": name}) > 0
 
-    def set_token(self, name: str, token_hash: str | None) -> bool:
-        return self._db.execute("set_schedule_token", {"name": name, "token_hash": token_hash}) > 0
+    def set_token(self, name: str, token_hash: str | None, *, sealed: str | None = None) -> bool:
+        params = {"name": name, "token_hash": token_hash, "token_sealed": sealed}
+        return self._db.execute("set_schedule_token", params) > 0
 
     def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
         """One INSERT that writes nothing when the key exists, then the id kept."""

@@ -290,12 +290,14 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: get_schedule
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
 FROM schedule
 WHERE name = %(name)s
 
 -- name: list_schedules
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
 FROM schedule
 ORDER BY name
 
@@ -338,7 +340,8 @@ UPDATE schedule_tick SET status = %(status)s, error = %(error)s, updated_at = no
 WHERE schedule = %(schedule)s AND tick_ms = %(tick_ms)s AND status = %(expect)s
 
 -- name: set_schedule_token
-UPDATE schedule SET token_hash = %(token_hash)s, updated_at = now() WHERE name = %(name)s
+UPDATE schedule SET token_hash = %(token_hash)s, token_sealed = %(token_sealed)s,
+    updated_at = now() WHERE name = %(name)s
 
 -- name: delete_schedule_deliveries
 DELETE FROM schedule_delivery WHERE schedule = %(name)s

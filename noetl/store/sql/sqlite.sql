@@ -283,12 +283,14 @@ ON CONFLICT (name) DO UPDATE SET
     updated_at = excluded.updated_at
 
 -- name: get_schedule
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
 FROM schedule
 WHERE name = :name
 
 -- name: list_schedules
-SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
 FROM schedule
 ORDER BY name
 
@@ -331,7 +333,8 @@ UPDATE schedule_tick SET status = :status, error = :error, updated_at = :now
 WHERE schedule = :schedule AND tick_ms = :tick_ms AND status = :expect
 
 -- name: set_schedule_token
-UPDATE schedule SET token_hash = :token_hash, updated_at = :now WHERE name = :name
+UPDATE schedule SET token_hash = :token_hash, token_sealed = :token_sealed,
+    updated_at = :now WHERE name = :name
 
 -- name: delete_schedule_deliveries
 DELETE FROM schedule_delivery WHERE schedule = :name

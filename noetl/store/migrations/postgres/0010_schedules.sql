@@ -6,7 +6,9 @@
 -- so a server that dies between the claim and the start leaves a `pending` tick another
 -- server starts with that same id (an execution id exists once): never lost, never doubled.
 -- `token_hash` is the SHA-256 of the token that may start it through its webhook
--- (`POST /api/triggers/{name}`), none until one is made.
+-- (`POST /api/triggers/{name}`), none until one is made; `token_sealed` the token itself,
+-- encrypted with the credentials key (`<key id>:<Fernet token>`), kept only when that key
+-- is set, to check HMAC signatures of webhook requests.
 -- Mirrors migrations/sqlite/0010_schedules.sql.
 CREATE TABLE schedule (
     name           text PRIMARY KEY,
@@ -16,7 +18,8 @@ CREATE TABLE schedule (
     paused         boolean NOT NULL DEFAULT false,
     created_at     timestamptz NOT NULL,
     updated_at     timestamptz NOT NULL,
-    token_hash     text
+    token_hash     text,
+    token_sealed   text
 );
 CREATE INDEX schedule_playbook_idx ON schedule (playbook_path);
 

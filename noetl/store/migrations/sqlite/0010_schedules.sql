@@ -6,7 +6,9 @@
 -- so a process that dies between the claim and the start leaves a `pending` tick another
 -- starts with that same id (an execution id exists once). Times are epoch seconds.
 -- `token_hash` is the SHA-256 of the token that may start it through its webhook
--- (`POST /api/triggers/{name}`), none until one is made.
+-- (`POST /api/triggers/{name}`), none until one is made; `token_sealed` the token itself,
+-- encrypted with the credentials key (`<key id>:<Fernet token>`), kept only when that key
+-- is set, to check HMAC signatures of webhook requests.
 -- Mirrors migrations/postgres/0010_schedules.sql.
 CREATE TABLE schedule (
     name           TEXT PRIMARY KEY,
@@ -16,7 +18,8 @@ CREATE TABLE schedule (
     paused         INTEGER NOT NULL DEFAULT 0,
     created_at     REAL NOT NULL,
     updated_at     REAL NOT NULL,
-    token_hash     TEXT
+    token_hash     TEXT,
+    token_sealed   TEXT
 );
 CREATE INDEX schedule_playbook_idx ON schedule (playbook_path);
 
