@@ -8,10 +8,12 @@ import threading
 
 
 class RssSampler:
-    """Samples the resident memory of this process and its descendants (Linux /proc)."""
+    """Samples the resident memory of a process (`pid`, default this one) and its
+    descendants (Linux /proc)."""
 
-    def __init__(self, interval: float = 0.1) -> None:
+    def __init__(self, interval: float = 0.1, pid: int | None = None) -> None:
         self.interval = interval
+        self.pid = os.getpid() if pid is None else pid
         self.peak_kb = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -30,7 +32,7 @@ class RssSampler:
             self.sample()
 
     def sample(self) -> None:
-        self.peak_kb = max(self.peak_kb, _tree_rss_kb(os.getpid()))
+        self.peak_kb = max(self.peak_kb, _tree_rss_kb(self.pid))
 
 
 def _descendants(pid: int) -> list[int]:

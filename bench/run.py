@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -159,7 +160,7 @@ def _free_port() -> int:
 @contextlib.contextmanager
 def _scratch_database(admin_dsn: str) -> Iterator[str]:
     """A new, empty PostgreSQL database for one benchmark run (dropped afterwards)."""
-    name = f"noetl_bench_{os.getpid()}_{int(time.time())}"
+    name = f"noetl_bench_{os.getpid()}_{int(time.time())}_{uuid.uuid4().hex[:6]}"
     with psycopg.connect(admin_dsn, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:

@@ -264,6 +264,9 @@ def _run(
     if held is not None:
         _release(held, result, as_json=as_json)  # the log before the summary
     if not as_json:
-        facts = gather(runtime.store.load_events(execution_id), lines)
+        from noetl.runtime.views import iter_events  # only for a summary
+
+        # A page at a time: a loop of a million items leaves millions of events.
+        facts = gather(iter_events(runtime.store, execution_id), lines)
         print_summary(Console(soft_wrap=True), result, facts)
     return result

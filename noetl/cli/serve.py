@@ -11,7 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -25,6 +25,7 @@ from noetl.cli.observe import (
     setup_tracing,
 )
 from noetl.cli.settings import db_option, setting_option, with_settings
+from noetl.cli.sink_runner import sink_connections, start_sink_runner, stop_sink_runner
 from noetl.config import Settings
 from noetl.config.extras import check_sessions
 from noetl.errors import ConfigError
@@ -32,6 +33,12 @@ from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.scheduler import Scheduler, SchedulerOptions
 from noetl.scripts import script_reader
+
+if TYPE_CHECKING:
+    from noetl.observability import Observer
+    from noetl.observability.metrics import Metrics
+    from noetl.observability.tracing import Tracing
+    from noetl.store.base import Store
 
 log = logging.getLogger("noetl.server")
 
@@ -114,8 +121,6 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     import uvicorn
 
     from noetl.credentials.keys import Keyring
-    from noetl.observability import observer_for
-    from noetl.observability.trace_context import sampler_of
     from noetl.server.app import create_app
     from noetl.server.auth import Gate
     from noetl.sessions import Sessions, open_session_store
@@ -127,7 +132,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     setup_logging(settings, "INFO")
     tracing = setup_tracing(settings, "noetl-server")
     # Tasks queued by this server's commits are announced on the bus after each commit.
-    store, bus = open_store_with_bus(settings)
+    store, bus = open_store_with_bus(settings, connections=sink_connections(settings))
     try:
         sessions = Sessions(
             open_session_store(settings.sessions, store), ttl_s=settings.sessions.ttl_s
@@ -138,25 +143,8 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     gate = Gate(store.tokens, sessions, enabled=settings.auth.enabled)
     _warn_about_auth(settings, host, store.tokens.all())
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    pool = settings.server_pool
     metrics = new_metrics(store) if settings.metrics.enabled else None
-    orchestrator = Orchestrator(
-        store,
-        owner=owner,
-        pool=pool,
-        observer=observer_for(
-            metrics=metrics,
-            pool=pool,
-            tracing=tracing,
-            load_events=store.load_events,
-            complexity_warn=settings.complexity.warn,
-        ),
-        options=settings.engine_options(),
-        sampler=sampler_of(settings.tracing),
-        # Script files a started playbook names are read here, from playbooks.root.
-        scripts=script_reader(settings.roots(data_dir(os.environ)).playbooks),
-        dsl=settings.dsl.policy(),
-    )
+    orchestrator, observer = _orchestrator(settings, store, owner, metrics, tracing)
     stop = threading.Event()
     scheduler, loops = _loops(settings, orchestrator, metrics, stop)
     app = create_app(
@@ -182,9 +170,14 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         f"(authentication {auth}, sessions in {settings.sessions.backend})",
         err=True,
     )
+    sink_runner = None
     try:
+        sink_runner = start_sink_runner(
+            settings, store, observer=observer, bus=bus, log=lambda t: click.echo(t, err=True)
+        )
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
+        stop_sink_runner(sink_runner)  # its writes finish first, the loop still running
         stop.set()
         for loop in loops:
             loop.join(timeout=10)
@@ -233,6 +226,39 @@ def _loops(
             )
         )
     return scheduler, loops
+
+
+def _orchestrator(
+    settings: Settings,
+    store: Store,
+    owner: str,
+    metrics: Metrics | None,
+    tracing: Tracing | None,
+) -> tuple[Orchestrator, Observer]:
+    """The server's orchestrator over `store`, and the observer it reports to."""
+    from noetl.observability import observer_for
+    from noetl.observability.trace_context import sampler_of
+
+    pool = settings.server_pool
+    observer = observer_for(
+        metrics=metrics,
+        pool=pool,
+        tracing=tracing,
+        load_events=store.load_events,
+        complexity_warn=settings.complexity.warn,
+    )
+    orchestrator = Orchestrator(
+        store,
+        owner=owner,
+        pool=pool,
+        observer=observer,
+        options=settings.engine_options(),
+        sampler=sampler_of(settings.tracing),
+        # Script files a started playbook names are read here, from playbooks.root.
+        scripts=script_reader(settings.roots(data_dir(os.environ)).playbooks),
+        dsl=settings.dsl.policy(),
+    )
+    return orchestrator, observer
 
 
 def _warn_about_auth(settings: Settings, host: str, tokens: list[Any]) -> None:

@@ -100,6 +100,9 @@ def gather(events: Iterable[Event], lines: Mapping[str, int] | None = None) -> d
             elements[(step, payload["index"])] = _element(payload)
         elif kind == EventType.TASK_DEAD_LETTERED and isinstance(payload.get("index"), int):
             dead[(step, payload["index"])] = str(payload.get("task_id"))
+        elif kind == EventType.LOOP_ITERATION_FINISHED and payload.get("ok") is True:
+            # only failed items are shown: keep memory flat over a long loop
+            elements.pop((step, int(payload.get("index") or 0)), None)
         elif (
             kind == EventType.LOOP_ITERATION_FINISHED
             and payload.get("ok") is False

@@ -46,6 +46,7 @@ ALIASES: dict[str, tuple[str, ...]] = {
     # seed 003's rollout flags
     "dsl.strict": ("NOETL_STRICT_DSL_VALIDATION", "NOETL_STRICT_VALIDATION"),
     "dsl.v2_enabled": ("NOETL_DSL_V2_ENABLED",),
+    "sinks.in_worker": ("NOETL_EXECUTE_SINKS_IN_WORKER",),
 }
 # Variables that look like a section's but belong to something else.
 FOREIGN = frozenset({"NOETL_SERVER_URL"})  # the server the `exec` commands talk to

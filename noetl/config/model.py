@@ -409,7 +409,15 @@ class FileSinkSettings(Section):
 
 
 class SinksSettings(Section):
+    """Where sinks run. `in_worker` (NOETL_EXECUTE_SINKS_IN_WORKER), true: in the worker,
+    right after their tool. false: the worker runs the tool only, and the server writes
+    the result in a `sinks` task of `pool`, which each `noetl server start` serves with
+    `concurrency` task slots (for workers that may not reach the sinks' systems)."""
+
     file: FileSinkSettings = FileSinkSettings()
+    in_worker: bool = True
+    pool: Annotated[str, Field(min_length=1)] = "server-sinks"
+    concurrency: Annotated[int, Field(ge=1, le=64)] = 4
 
 
 class PlaybooksSettings(Section):
@@ -471,4 +479,5 @@ class Settings(Section):
             dead_letters=self.dlq.enabled,
             complexity_warn=self.complexity.warn,
             complexity_refuse=self.complexity.refuse,
+            sinks_pool=None if self.sinks.in_worker else self.sinks.pool,
         )

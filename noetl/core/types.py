@@ -61,6 +61,8 @@ class EventType(StrEnum):
     CASE_BRANCH_FINISHED = "case.branch.finished"
     # the step's own task, dispatched once its `on_entry` case is done
     TOOL_STARTED = "tool.started"
+    # a task's sinks handed off to a `sinks` task of their own pool (`Task.sinks_pool`)
+    SINK_STARTED = "sink.started"
 
 
 class ExecutionStatus(StrEnum):
@@ -121,6 +123,11 @@ class Event:
         )
 
 
+# The internal tool kind of a task that runs another task's handed-off sinks
+# (`Task.sinks_pool`; noetl.engine.handoff). Not a kind a playbook may name.
+SINKS_KIND = "sinks"
+
+
 @dataclass(frozen=True, slots=True)
 class Task:
     """A unit of work for a worker: one tool call (one loop item, one attempt).
@@ -137,6 +144,12 @@ class Task:
     `select` is the step's `result.select`: the fields of the result the worker reports,
     after keeping the whole result in the result store (its reference as `_ref`); empty
     for a step without one, and left out of `to_dict` then.
+
+    `sinks_pool`, when set, hands the sinks off: the worker runs the tool only, and the
+    engine then queues a `sinks` task in that pool (the server's, with
+    `sinks.in_worker: false`) that writes the result. `pool` routes a task to a pool of
+    its own instead of its execution's (such a `sinks` task). Both are None for every
+    other task, and left out of `to_dict` then.
 
     `trace` is the W3C `traceparent` of the task's `server.dispatch` span when its execution
     is traced (set by the runtime when it queues the task, see
@@ -161,6 +174,8 @@ class Task:
     pick: Any = None
     trace: str | None = None
     select: tuple[str, ...] = ()
+    sinks_pool: str | None = None
+    pool: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         data = self._fields()
@@ -174,6 +189,10 @@ class Task:
             data["trace"] = self.trace
         if self.select:
             data["select"] = list(self.select)
+        if self.sinks_pool is not None:
+            data["sinks_pool"] = self.sinks_pool
+        if self.pool is not None:
+            data["pool"] = self.pool
         return data
 
     def _fields(self) -> dict[str, Any]:
@@ -210,6 +229,8 @@ class Task:
             pick=data.get("pick"),
             trace=data["trace"] if isinstance(data.get("trace"), str) else None,
             select=tuple(str(name) for name in data.get("select") or ()),
+            sinks_pool=_text(data.get("sinks_pool")),
+            pool=_text(data.get("pool")),
         )
 
 
@@ -305,3 +326,7 @@ class Decision:
 
     events: list[Event]
     commands: list[Command]
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None

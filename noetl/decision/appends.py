@@ -116,7 +116,8 @@ def _queue_changes(
     stamp: Callable[[Task], Task] | None,
 ) -> dict[str, Any]:
     # A task dispatched as the only one in flight is marked `solo`: its worker may decide
-    # what follows it (noetl.worker.runner) instead of reporting to a server.
+    # what follows it (noetl.worker.runner) instead of reporting to a server. A task with
+    # a pool of its own (`Task.pool`: a `sinks` task) is queued there.
     solo = len(state.tasks) == 1 and not state.terminal
     enqueue: list[Enqueue] = []
     requeue: list[Requeue] = []
@@ -125,14 +126,14 @@ def _queue_changes(
     for command in commands:
         if isinstance(command, EnqueueTask):
             task = command.task if stamp is None else stamp(command.task)
-            enqueue.append(Enqueue(task, pool=pool, solo=solo))
+            enqueue.append(Enqueue(task, pool=task.pool or pool, solo=solo))
         elif isinstance(command, RequeueTask):
             if command.task is None:
                 requeue.append(Requeue(command.task_id, command.attempt, command.delay_s))
             else:  # a replay: its (maybe patched) task replaces the row, or makes one
                 task = dataclasses.replace(command.task, attempt=command.attempt)
                 task = task if stamp is None else stamp(task)
-                enqueue.append(Enqueue(task, pool=pool, delay_s=command.delay_s))
+                enqueue.append(Enqueue(task, pool=task.pool or pool, delay_s=command.delay_s))
         elif isinstance(command, CancelTasks):
             cancel.extend(command.task_ids)
         elif isinstance(command, StartTimer):

@@ -53,6 +53,10 @@ DEFAULT_MAX_STEPS = MAX_STEPS
 DEFAULT_MAX_OUTPUT = MAX_OUTPUT
 _SINGLE_EXPR = re.compile(r"^\s*\{\{(?P<expr>.*?)\}\}\s*$", re.DOTALL)
 _MAX_MESSAGE = 500  # an error message quotes user data at most this long
+# `name` or `name.key.key`: read straight from the context when every part is a plain
+# dict's key (what Jinja, data before attributes, would read), without building a context.
+_PATH = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\s*$")
+_MISS = object()
 
 
 class Renderer:
@@ -73,6 +77,7 @@ class Renderer:
         self._expressions: dict[str, Callable[..., Any]] = {}
         self._templates: dict[str, Any] = {}
         self._single: dict[str, str | None] = {}
+        self._paths: dict[str, tuple[str, ...] | None] = {}
 
     def render(self, value: Any, context: Mapping[str, Any], *, field: str = "") -> Any:
         """Render a value (str, dict or list, recursively); other values pass through.
@@ -111,10 +116,9 @@ class Renderer:
         try:
             expr = self._single_expression(text)
             if expr is not None:
-                result = self._expression(expr)(**context)
-                if isinstance(result, StrictUndefined):
-                    str(result)  # raises UndefinedError with the name
-                return _check_size(_to_data(result, self.max_output), self.max_output)
+                return _check_size(
+                    _to_data(self._value(expr, context), self.max_output), self.max_output
+                )
             template = self._templates.get(text)
             if template is None:
                 template = self.env.from_string(text)
@@ -144,6 +148,36 @@ class Renderer:
                 raise TemplateError(output_too_big(self.max_output))
             chunks.append(chunk)
         return "".join(chunks)
+
+    def _value(self, expr: str, context: Mapping[str, Any]) -> Any:
+        """The value of one expression: a plain path read straight from `context`, any
+        other through Jinja."""
+        result = self._lookup(expr, context)
+        if result is _MISS:
+            result = self._expression(expr)(**context)
+        if isinstance(result, StrictUndefined):
+            str(result)  # raises UndefinedError with the name
+        return result
+
+    def _lookup(self, expr: str, context: Mapping[str, Any]) -> Any:
+        """The value of a plain path expression read straight from `context`, or `_MISS`
+        when it is not one, or a part is missing or not a plain dict's key (Jinja then
+        evaluates it, with its own errors and attribute rules)."""
+        if expr in self._paths:
+            path = self._paths[expr]
+        else:
+            path = tuple(expr.strip().split(".")) if _PATH.match(expr) else None
+            self._paths[expr] = path
+        if path is None:
+            return _MISS
+        value: Any = context
+        for part in path:
+            if type(value) is not dict and value is not context:
+                return _MISS
+            value = value.get(part, _MISS)
+            if value is _MISS:
+                return _MISS
+        return value
 
     def _single_expression(self, text: str) -> str | None:
         """The expression of a text that is exactly one `{{ expression }}`, else None."""

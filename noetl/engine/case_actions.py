@@ -204,8 +204,14 @@ def _task(
     pick: Any,
     timeout: int | None,
 ) -> Task:
-    for sink in sinks:
-        secrets |= referenced(sink["spec"])
+    # With sinks run elsewhere (`EngineOptions.sinks_pool`), a branch's tool hands its
+    # sinks off (and their secrets with them); a branch's `noop` write is a sinks-only
+    # task and goes there whole.
+    where = scope.engine.options.sinks_pool if sinks else None
+    whole = where is not None and kind == "noop"
+    if where is None or whole:
+        for sink in sinks:
+            secrets |= referenced(sink["spec"])
     # Its own id and idempotency key (a `retry` branch's tool runs once per round).
     suffix = f"case{branch.index}" if number == 1 else f"case{branch.index}.r{number}"
     if scope.run.run > 1:  # a later run of the step (a cycle of the graph)
@@ -225,4 +231,6 @@ def _task(
         secrets=tuple(sorted(secrets)),
         sinks=sinks,
         pick=pick,
+        sinks_pool=None if whole else where,
+        pool=where if whole else None,
     )

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from noetl.core import EnqueueTask, EventType, StartTimer, StepStatus
 from noetl.dsl.model import Step
+from noetl.dsl.spilled import SpilledResult, is_spilled, lazy
 from noetl.engine import tasks
 from noetl.errors import TemplateError
 
@@ -44,6 +45,17 @@ def begin(turn: Turn, step: Step, bind: dict[str, Any]) -> None:
     except TemplateError as exc:
         turn.finish_step(name, ok=False, error=f"loop.collection: {exc}")
         return
+    if isinstance(items, SpilledResult) or is_spilled(items):
+        # A result kept in the result store: the loop runs over the whole of it, never
+        # over its envelope's fields.
+        spilled = lazy(dict(items), engine.options.resolve)
+        whole = spilled.whole() if isinstance(spilled, SpilledResult) else None
+        if whole is None:
+            ref = items.get("_ref")
+            error = f"loop.collection: the spilled result {ref} cannot be read back here"
+            turn.finish_step(name, ok=False, error=error)
+            return
+        items = whole
     if isinstance(items, dict):
         items = [{"key": k, "value": v} for k, v in items.items()]
     if not isinstance(items, list | tuple):

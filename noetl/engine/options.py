@@ -50,6 +50,10 @@ class EngineOptions:
     * `complexity_warn`, `complexity_refuse`: the scores of an execution's plan
       (`noetl.dsl.complexity`) at which its start is reported too complex (a log event, a
       metric; its dead letters escalated) or refused. None: never.
+    * `sinks_pool`: where sinks run. None (the default): in the worker, right after its
+      tool. A pool: the worker runs the tool only and the sinks run in a `sinks` task of
+      that pool (the server's own, `sinks.in_worker: false`), for deployments whose
+      workers may not reach the sinks' systems (`noetl.engine.handoff`).
     * `resolve`: reads a spilled result back by its reference (the result store's read,
       from the runtime), so templates read its fields (`noetl.dsl.spilled`); results
       are written once and never change, so decisions stay a function of the log. None:
@@ -68,6 +72,7 @@ class EngineOptions:
     dead_letters: bool = True
     complexity_warn: int | None = None
     complexity_refuse: int | None = None
+    sinks_pool: str | None = None
     resolve: Resolve | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:

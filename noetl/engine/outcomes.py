@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from noetl.core import Event, EventType, RequeueTask
-from noetl.engine import attempts, case_chain, cases, loops, variables
+from noetl.engine import attempts, case_chain, cases, handoff, loops, variables
 from noetl.engine.retry import Attempt, RetryAction
 from noetl.errors import TemplateError
 
@@ -73,6 +73,8 @@ def on_outcome(turn: Turn, event: Event, *, lease_lost: bool = False) -> None:
     if attempt > 1:
         payload.setdefault("attempt", attempt)  # a first attempt's payload stays as sent
     turn.emit(EventType.TOOL_PROCESSED, name, payload)
+    if turn.state.deferred and handoff.hand_off(turn, task_id, payload):
+        return  # its sinks run next, in a task of their own (noetl.engine.handoff)
     engine = turn.engine
     step = engine.graph.nodes[name].step
     done = Attempt(task_id, step, index, payload, attempt)

@@ -42,6 +42,9 @@ class ExecutionState:
     attempts: dict[str, int] = field(default_factory=dict)  # tasks past their first attempt
     # Lease expiries of a task since its last outcome (the engine caps them).
     reclaims: dict[str, int] = field(default_factory=dict)
+    # Tasks in flight whose sinks are handed off (`Task.sinks_pool`): what their `sinks`
+    # task needs (noetl.engine.handoff), until it is dispatched or the step finishes.
+    deferred: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Derived indexes kept by the reducer so a decision costs the same in a long workflow:
     parked: dict[str, None] = field(default_factory=dict)
     running: set[str] = field(default_factory=set)
@@ -153,6 +156,7 @@ def _step_started(state: ExecutionState, event: Event) -> None:
     task = event.payload.get("task")
     if task is not None:
         state.tasks[task["task_id"]] = (event.step or "", None)
+        _defer(state, task)
         run.in_flight += 1
 
 
@@ -175,6 +179,7 @@ def _iteration_started(state: ExecutionState, event: Event) -> None:
     task = event.payload.get("task")
     if task is not None:  # no task: the item finished inline (no tool, or a render error)
         state.tasks[task["task_id"]] = (event.step or "", index)
+        _defer(state, task)
         run.in_flight += 1
     run.next_index = max(run.next_index, index + 1)
 
@@ -222,6 +227,10 @@ def _step_finished(state: ExecutionState, event: Event) -> None:
     run.result = payload.get("result")
     run.finished_at = event.ts
     run.items = []  # the collection is not needed any more; keep memory flat
+    if state.deferred:  # a task that failed for good kept its sinks' hand-off
+        name = event.step or ""
+        for task_id in [t for t, task in state.deferred.items() if task["step"] == name]:
+            del state.deferred[task_id]
     saved_as = payload.get("saved_as")
     if saved_as:
         state.context[saved_as] = run.result
@@ -279,6 +288,7 @@ def _retry_started(state: ExecutionState, event: Event) -> None:
 def _task_canceled(state: ExecutionState, event: Event) -> None:
     for task_id in event.payload.get("task_ids", []):
         entry = state.tasks.pop(task_id, None)
+        state.deferred.pop(task_id, None)
         if entry is not None:
             state.steps[entry[0]].in_flight -= 1
 
@@ -346,6 +356,9 @@ def _task_replayed(state: ExecutionState, event: Event) -> None:
     state.tasks[task_id] = (name, index)
     state.attempts.pop(task_id, None)
     state.reclaims.pop(task_id, None)
+    task = event.payload.get("task")
+    if isinstance(task, dict):
+        _defer(state, task)
     run.in_flight += 1
 
 
@@ -382,6 +395,7 @@ def _case_branch_started(state: ExecutionState, event: Event) -> None:
     if task is not None:
         state.tasks[task["task_id"]] = (event.step or "", None)
         run.case.tasks[task["task_id"]] = int(event.payload["branch"])
+        _defer(state, task)
         run.in_flight += 1
 
 
@@ -400,7 +414,42 @@ def _case_branch_finished(state: ExecutionState, event: Event) -> None:
 def _tool_started(state: ExecutionState, event: Event) -> None:
     """The step's own task, dispatched after its `on_entry` case."""
     state.tasks[event.payload["task"]["task_id"]] = (event.step or "", None)
+    _defer(state, event.payload["task"])
     _run(state, event).in_flight += 1
+
+
+def _sink_started(state: ExecutionState, event: Event) -> None:
+    """A task's sinks handed off: its `sinks` task is in flight for the same step, loop
+    item or case branch."""
+    run = _run(state, event)
+    task = event.payload["task"]
+    handed = state.deferred.pop(event.payload["from"], None)
+    index = event.payload.get("index")
+    state.tasks[task["task_id"]] = (event.step or "", None if index is None else int(index))
+    if run.case is not None and handed is not None:
+        branch = run.case.tasks.get(handed["task_id"])
+        if branch is not None:
+            run.case.tasks[task["task_id"]] = branch
+    run.in_flight += 1
+
+
+def _defer(state: ExecutionState, task: dict[str, Any]) -> None:
+    """Keep what a task's `sinks` task needs when its sinks are handed off."""
+    if task.get("sinks_pool"):
+        state.deferred[task["task_id"]] = {key: task.get(key) for key in _HANDED_OFF}
+
+
+# What a `sinks` task takes from the task whose sinks it runs.
+_HANDED_OFF = (
+    "task_id",
+    "step",
+    "key",
+    "index",
+    "context",
+    "sinks",
+    "pick",
+    "sinks_pool",
+)
 
 
 _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
@@ -428,4 +477,5 @@ _HANDLERS: dict[str, Callable[[ExecutionState, Event], None]] = {
     EventType.CASE_BRANCH_STARTED: _case_branch_started,
     EventType.CASE_BRANCH_FINISHED: _case_branch_finished,
     EventType.TOOL_STARTED: _tool_started,
+    EventType.SINK_STARTED: _sink_started,
 }

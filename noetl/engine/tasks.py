@@ -70,8 +70,10 @@ def build(
     secrets: set[str] = set()
     if engine.scan.may_reference_secrets(step.step, kind, spec, args):
         secrets = referenced(rendered_args) | referenced(rendered_spec)
-    for sink in sinks:
-        secrets |= referenced(sink["spec"])
+    sinks_pool = engine.options.sinks_pool if sinks else None
+    if sinks_pool is None:  # sinks handed off take their secrets with them
+        for sink in sinks:
+            secrets |= referenced(sink["spec"])
     # A step's second and later runs (a cycle of the graph) have ids and keys of their own.
     number = state.steps[step.step].run
     name = step.step if number == 1 else f"{step.step}.run{number}"
@@ -105,6 +107,7 @@ def build(
         # The worker needs the pick only to compute what its sinks write.
         pick=step.result.pick if sinks and step.result is not None else None,
         select=tuple(step.result.select) if step.result is not None else (),
+        sinks_pool=sinks_pool,
     )
 
 

@@ -83,7 +83,11 @@ class AttemptFold:
             return
         if event.type == EventType.STEP_CALLED and event.payload.get("run") is not None:
             self.run = int(event.payload["run"])
-        elif event.type in (EventType.STEP_STARTED, EventType.LOOP_ITERATION_STARTED):
+        elif event.type in (
+            EventType.STEP_STARTED,
+            EventType.LOOP_ITERATION_STARTED,
+            EventType.SINK_STARTED,
+        ):
             self.dispatched(event)
         elif event.type == EventType.TASK_REPLAYED:
             self.dispatched(event, replay=True)

@@ -95,7 +95,9 @@ class Continuation:
             now=now,
             playbook=cached.engine.playbook,
         )
-        lease_ids = [item.task.task_id for item in append.enqueue][: max(free(), 0)]
+        # Only its own pool's tasks: a `sinks` task waits for the pool it was queued in.
+        mine = [item.task.task_id for item in append.enqueue if item.pool == decider.pool]
+        lease_ids = mine[: max(free(), 0)]
         leases = self.store.complete_and_commit(
             task.task_id,
             lease.token,

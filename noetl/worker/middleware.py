@@ -192,7 +192,8 @@ class CrashCapture:
 
 class Sinks:
     """After the tool succeeded, its task's sinks write the result (see `noetl.sinks`);
-    a failed synchronous sink fails the task."""
+    a failed synchronous sink fails the task. A task whose sinks are handed off
+    (`Task.sinks_pool`) runs none: a `sinks` task of that pool writes its result."""
 
     def __init__(self, sinks: SinkRegistry | None, observer: Observer) -> None:
         self.sinks = sinks
@@ -200,7 +201,7 @@ class Sinks:
 
     def __call__(self, task: Task, call_next: Handler) -> Outcome:
         outcome = call_next(task)
-        if not (outcome.ok and task.sinks):
+        if not (outcome.ok and task.sinks) or task.sinks_pool is not None:
             return outcome
         report = run_sinks(task, outcome.this, registry=self.sinks, observer=self.observer)
         return report.apply(outcome)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from noetl.core import Outcome, Task
+from noetl.core.types import SINKS_KIND
 from noetl.credentials.scope import SecretProvider
 from noetl.dsl.kinds import plugin_tools
 from noetl.extras import TOOL_EXTRAS
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NoopTool",
     "PythonTool",
+    "SinksTool",
     "Tool",
     "ToolRegistry",
     "UnknownTool",
@@ -70,6 +72,17 @@ class NoopTool:
 
     def run(self, task: Task) -> Outcome:
         return Outcome(task_id=task.task_id, ok=True, this=task.args)
+
+
+class SinksTool:
+    """The tool of a `sinks` task (noetl.engine.handoff): its result is the `this` its
+    tool's worker reported, which the task's sinks then write."""
+
+    kind: str = SINKS_KIND
+    uses_credentials = False
+
+    def run(self, task: Task) -> Outcome:
+        return Outcome(task_id=task.task_id, ok=True, this=task.args.get("this"))
 
 
 class PythonTool:
@@ -405,6 +418,7 @@ def default_registry(
     # httpx, psycopg and duckdb load with the first task of their tool (noetl.tools.lazy).
     builtins: list[Tool] = [
         NoopTool(),
+        SinksTool(),
         PythonTool(python_pool),
         LazyTool("http", "noetl.tools.http:HttpTool"),
         LazyTool("postgres", "noetl.tools.postgres:PostgresTool"),

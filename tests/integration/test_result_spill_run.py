@@ -49,3 +49,45 @@ def test_the_inline_limit_is_a_setting(tmp_path: Path) -> None:
         ).fetchall()
     assert kept == (0,)
     assert len(payload) > ROWS * 1000
+
+
+LOOP_OVER_SPILLED = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: loop_over_spilled}
+workflow:
+  - step: make
+    tool:
+      kind: python
+      spec:
+        code: |
+          def main(context, args):
+              return list(range(3000))
+    result: {as: numbers}
+    next: [fan]
+  - step: fan
+    loop: {in: "{{ numbers }}", iterator: n, mode: parallel, max_concurrency: 64}
+    tool: {kind: noop, args: {n: "{{ n }}"}}
+    result:
+      collect: {into: seen, mode: list}
+"""
+
+
+def test_a_loop_runs_over_the_whole_of_a_spilled_collection(tmp_path: Path) -> None:
+    """A list kept in the result store (over the inline limit) is a loop's collection
+    whole, never its envelope's fields."""
+    playbook = tmp_path / "loop.yaml"
+    playbook.write_text(LOOP_OVER_SPILLED)
+    db = tmp_path / "noetl.db"
+    env = {"NOETL_WORKER_RESULT_INLINE_BYTES": "1024"}
+    proc = noetl("run", playbook, "--db", db, "--json", cwd=tmp_path, env=env, no_traceback=True)
+    assert proc.returncode == 0, proc.stderr
+    with sqlite3.connect(db) as conn:
+        [(context,)] = conn.execute("SELECT context FROM execution").fetchall()
+        [(started,)] = conn.execute(
+            "SELECT payload FROM event_log WHERE type = 'loop.started'"
+        ).fetchall()
+    saved = json.loads(context)
+    assert saved["numbers"]["_spilled"] is True
+    assert len(json.loads(started)["items"]) == 3000
+    assert [entry["n"] for entry in saved["seen"]] == list(range(3000))

@@ -124,7 +124,7 @@ def test_a_tool_that_raises_costs_one_task(
 def test_default_registry_has_the_built_in_tools() -> None:
     pool = FakePool()
     registry = default_registry(cast(PythonPool, pool))
-    assert registry.kinds() == ["duckdb", "http", "noop", "pipeline", "postgres", "python"]
+    assert registry.kinds() == ["duckdb", "http", "noop", "pipeline", "postgres", "python", "sinks"]
     assert isinstance(registry.get("python"), PythonTool)
     task = make_task("python")
     assert registry.run(task).this == "from pool"
