@@ -30,13 +30,14 @@ export async function renderSchedules(ctx) {
   async function act(name, action) {
     try {
       const res = await api(`/api/schedules/${encodeURI(name)}/${action}`, { method: "POST", body: {} });
+      // The table shows the change before the message says it is done.
+      await load();
       if (action === "run") {
         if (res.execution_id) say("ok", `Started `, h("a", { href: href(["executions", res.execution_id]) }, res.execution_id), ".");
         else say("error", `${name} did not start: ${res.error}`);
       } else {
         say("ok", `${name} ${action === "pause" ? "paused" : "resumed"}.`);
       }
-      await load();
     } catch (err) {
       say("error", `${action} refused: ${err.message}`);
     }
