@@ -82,6 +82,11 @@ COMMANDS: dict[str, Entry] = {
         # The python pool's fork server boots while the run imports and reads its playbook.
         prepare="noetl.worker.fork:prestart",
     ),
+    "schedule": Entry(
+        "noetl.cli.schedule_cmds:schedule_group",
+        "Schedules that start registered playbooks by themselves: create, list, pause, "
+        "resume, delete, run-now, token.",
+    ),
     "schema": Entry(
         "noetl.cli.dsl_cmds:schema_cmd", "Print the JSON Schema of the playbook language."
     ),

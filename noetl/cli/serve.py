@@ -31,6 +31,7 @@ from noetl.config.extras import check_sessions
 from noetl.errors import ConfigError
 from noetl.paths import data_dir
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.scheduler import Scheduler, SchedulerOptions
 from noetl.scripts import script_reader
 
 if TYPE_CHECKING:
@@ -85,6 +86,12 @@ auth_option = setting_option(
     help="Require a bearer token on the API (--no-auth: only on a loopback --host).",
 )
 
+scheduler_option = setting_option(
+    "scheduler.enabled",
+    "--scheduler/--no-scheduler",
+    help="Start the ticks of schedules (any number of servers may: each tick starts once).",
+)
+
 
 @click.command("start")
 @setting_option("server.host", "--host", help="Address the API listens on.")
@@ -97,6 +104,7 @@ auth_option = setting_option(
 )
 @bus_option
 @auth_option
+@scheduler_option
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option
@@ -137,6 +145,8 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     owner = f"{socket.gethostname()}:{os.getpid()}"
     metrics = new_metrics(store) if settings.metrics.enabled else None
     orchestrator, observer = _orchestrator(settings, store, owner, metrics, tracing)
+    stop = threading.Event()
+    scheduler, loops = _loops(settings, orchestrator, metrics, stop)
     app = create_app(
         store,
         orchestrator,
@@ -147,22 +157,13 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         max_body_bytes=settings.server.max_body_bytes,
         credential_keys=Keyring(settings.credentials.key),
         dsl=settings.dsl.policy(),
+        scheduler=scheduler,
     )
-    stop = threading.Event()
-    loop = threading.Thread(
-        target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True
-    )
-    threads = _started([loop, *_retention(settings, store, metrics, stop)])
+    for loop in loops:
+        loop.start()
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off")
     server = _Server(config)
-
-    def _on_signal(signum: int, frame: FrameType | None) -> None:
-        if server.should_exit:
-            server.force_exit = True  # a second signal: do not wait for open requests
-        server.should_exit = True
-
-    signal.signal(signal.SIGTERM, _on_signal)
-    signal.signal(signal.SIGINT, _on_signal)
+    _handle_signals(server)
     auth = "on" if settings.auth.enabled else "OFF"
     click.echo(
         f"{name} {owner} listening on http://{host}:{port}{note} "
@@ -178,7 +179,8 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     finally:
         stop_sink_runner(sink_runner)  # its writes finish first, the loop still running
         stop.set()
-        _join(threads)
+        for loop in loops:
+            loop.join(timeout=10)
         if tracing is not None:
             tracing.shutdown()  # exports the spans still queued
         sessions.close()
@@ -186,15 +188,45 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         click.echo(f"{name} stopped", err=True)
 
 
-def _started(threads: list[threading.Thread]) -> list[threading.Thread]:
-    for thread in threads:
-        thread.start()
-    return threads
+def _handle_signals(server: Any) -> None:
+    def _on_signal(signum: int, frame: FrameType | None) -> None:
+        if server.should_exit:
+            server.force_exit = True  # a second signal: do not wait for open requests
+        server.should_exit = True
+
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGINT, _on_signal)
 
 
-def _join(threads: list[threading.Thread]) -> None:
-    for thread in threads:
-        thread.join(timeout=10)
+def _loops(
+    settings: Settings, orchestrator: Orchestrator, metrics: Any, stop: threading.Event
+) -> tuple[Scheduler, list[threading.Thread]]:
+    """The scheduler of this server, and the threads of its loops: the orchestrator's and
+    (unless --no-scheduler; the API still runs schedules now) the scheduler's."""
+    loops = [
+        threading.Thread(
+            target=orchestrator.serve, args=(stop.is_set,), name="noetl-orchestrator", daemon=True
+        )
+    ]
+    scheduler = Scheduler(
+        orchestrator.store,
+        orchestrator,
+        owner=orchestrator.owner,
+        options=SchedulerOptions(
+            grace=settings.scheduler.grace_s,
+            poll_s=settings.scheduler.poll_s,
+            recover_after_s=settings.scheduler.recover_after_s,
+        ),
+        metrics=metrics,
+    )
+    if settings.scheduler.enabled:
+        loops.append(
+            threading.Thread(
+                target=scheduler.serve, args=(stop.is_set,), name="noetl-scheduler", daemon=True
+            )
+        )
+    loops += _retention(settings, orchestrator.store, metrics, stop)
+    return scheduler, loops
 
 
 def _retention(

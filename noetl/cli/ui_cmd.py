@@ -13,7 +13,7 @@ import os
 import click
 
 from noetl.cli.observe import log_options, metrics_options
-from noetl.cli.serve import auth_option, serve
+from noetl.cli.serve import auth_option, scheduler_option, serve
 from noetl.cli.settings import db_option, setting_option, with_settings
 from noetl.config import Settings
 from noetl.store import display_url, sqlite_file
@@ -31,6 +31,7 @@ from noetl.store import display_url, sqlite_file
     default_text="worker.pool",
 )
 @auth_option
+@scheduler_option
 @log_options("INFO")
 @metrics_options(port=False, path=True)
 @db_option

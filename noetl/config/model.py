@@ -306,6 +306,18 @@ class BusSettings(Section):
         return _check_nats_url(value)
 
 
+class SchedulerSettings(Section):
+    """The scheduler loop of `noetl server start` and `noetl ui` (noetl.runtime.scheduler):
+    schedules are looked at every `poll_s`; a tick later than `grace_s` is missed (it
+    fires only by its schedule's catch-up policy); a tick claimed but not started after
+    `recover_after_s` (its server died) is started by another server."""
+
+    enabled: bool = True
+    poll_s: Annotated[float, Field(gt=0, le=60)] = 1.0
+    grace_s: Annotated[float, Field(gt=0, le=86_400)] = 5.0
+    recover_after_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0
+
+
 class WorkerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] = "default"
     concurrency: Slots | None = None
@@ -458,6 +470,7 @@ class Settings(Section):
     sessions: SessionsSettings = SessionsSettings()
     worker: WorkerSettings = WorkerSettings()
     bus: BusSettings = BusSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
     complexity: ComplexitySettings = ComplexitySettings()

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -34,6 +35,7 @@ from noetl.dsl.desugar import (
     desugar_tool,
 )
 from noetl.dsl.rewrite import ShapeError
+from noetl.dsl.triggers import Trigger, unique_triggers
 from noetl.dsl.variables import parse_key
 
 Dialect = Literal["native", "upstream"]
@@ -370,6 +372,10 @@ class Playbook(Model):
     workbook: list[WorkbookTask] = Field(default_factory=list)
     policy: Policy = Field(default_factory=Policy)
     workflow: list[Step] = Field(min_length=1)
+    # Schedules that start the playbook by themselves (noetl.dsl.triggers).
+    triggers: Annotated[list[Trigger], AfterValidator(unique_triggers)] = Field(
+        default_factory=list
+    )
     # How the file was written: set by the loader (a file cannot write it), kept in the
     # model so a validated playbook read back from JSON keeps its dialect's behaviour.
     dialect: SkipJsonSchema[Dialect] = NATIVE

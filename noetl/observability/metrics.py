@@ -214,6 +214,22 @@ class Metrics:
             "When this process last completed a retention pass (epoch seconds; 0: never)",
             registry=r,
         )
+        # --- schedules (the scheduler loop of `noetl server start` / `noetl ui`) -----------
+        self.schedule_ticks = counter(
+            "noetl_schedule_ticks_total",
+            "Ticks of schedules decided by this process, by outcome (started|skipped|"
+            "buffered|failed|missed: dropped by the catch-up policy)",
+            ["schedule", "outcome"],
+        )
+        self.schedule_tick_lag = Family(
+            Gauge(
+                "noetl_schedule_tick_lag_seconds",
+                "How late the schedule's last tick started: its execution's start minus the "
+                "tick's time",
+                ["schedule"],
+                registry=r,
+            )
+        )
         self._heartbeat: Family[Gauge] | None = None
         self._heartbeat_lock = threading.Lock()
 
@@ -282,6 +298,8 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_retention_pruned_rows_total",
         "noetl_retention_pruned_executions_total",
         "noetl_retention_last_prune_timestamp_seconds",
+        "noetl_schedule_ticks_total",
+        "noetl_schedule_tick_lag_seconds",
         *STORE_GAUGE_NAMES,
     }
 )

@@ -16,6 +16,7 @@ from noetl.auth import Role
 from noetl.credentials.keys import Keyring
 from noetl.dsl.policy import DslPolicy
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.scheduler import Scheduler
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
 from noetl.server.deps import Services
@@ -29,9 +30,11 @@ from noetl.server.routes import (
     executions,
     health,
     playbooks,
+    schedules,
     sessions,
     steps,
     tokens,
+    triggers,
     ui,
     workers,
 )
@@ -72,6 +75,7 @@ def create_app(
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
     credential_keys: Keyring | None = None,
     dsl: DslPolicy | None = None,
+    scheduler: Scheduler | None = None,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
@@ -100,6 +104,7 @@ def create_app(
         gate=gate,
         keyring=credential_keys or Keyring(),
         dsl=dsl or DslPolicy(),
+        scheduler=scheduler or Scheduler(store, orchestrator, owner="api", clock=clock),
     )
     install_error_handlers(app)
     # Added last, so outermost: an oversized body is refused before anything reads it.
@@ -115,6 +120,8 @@ def create_app(
     app.include_router(tokens.router)
     app.include_router(credentials.router)
     app.include_router(sessions.router)
+    app.include_router(schedules.router)
+    app.include_router(triggers.router)
     if metrics is not None:
         _serve_metrics(app, metrics, metrics_path)
     app.include_router(ui.console_router())

@@ -49,7 +49,8 @@ PUBLIC_PATHS = frozenset(
     {"/", "/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"}
 )
 # The web console's static pages: public, while the API calls they make are not.
-PUBLIC_PREFIXES = ("/ui",)
+# `/api/triggers`: a schedule's webhook checks its own token (noetl.runtime.webhooks).
+PUBLIC_PREFIXES = ("/ui", "/api/triggers")
 # `last_used_at` of a token is written at most this often (a write per request would
 # serialize reads behind the database's write lock).
 TOKEN_TOUCH_EVERY_S = 60.0

@@ -11,6 +11,7 @@ from fastapi import Depends, Request
 from noetl.credentials.keys import Keyring
 from noetl.dsl.policy import DslPolicy
 from noetl.runtime.orchestrator import Orchestrator
+from noetl.runtime.scheduler import Scheduler
 from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate
 from noetl.store.base import Store
@@ -26,6 +27,7 @@ class Services:
     gate: Gate
     keyring: Keyring  # encrypts what POST /api/credentials stores
     dsl: DslPolicy = field(default_factory=DslPolicy)  # what the catalog accepts
+    scheduler: Scheduler | None = None  # runs schedules now (POST /api/schedules/{name}/run)
 
 
 def services(request: Request) -> Services:

@@ -20,6 +20,7 @@ from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._memory_checkpoints import MemoryCheckpoints
 from noetl.store._memory_results import MemoryResults
 from noetl.store._memory_retention import MemoryRetention
+from noetl.store._memory_schedules import MemorySchedules
 from noetl.store._rows import (
     CHANNELS,
     DLQ_COLUMNS,
@@ -84,6 +85,7 @@ class MemoryStore(MemoryAdmin, MemoryRetention):
         self.credentials = MemoryCredentials(auth_lock)
         self.results = MemoryResults(threading.Lock())
         self.checkpoints = MemoryCheckpoints(threading.Lock(), clock)
+        self.schedules = MemorySchedules(clock)
         self._wakeups = {channel: threading.Condition() for channel in CHANNELS}
         # Tokens of the input holders open on this store (all of them live in this process).
         self._holders = LocalHolders()

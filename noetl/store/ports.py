@@ -25,8 +25,11 @@ from noetl.store.records import (
     Lease,
     PlaybookRecord,
     PruneReport,
+    ScheduleRecord,
     StoredResult,
     StoreStats,
+    TickRecord,
+    TickStatus,
     WorkerRecord,
 )
 
@@ -82,6 +85,64 @@ class CheckpointStore(Protocol):
 
     def drop(self, task_id: str) -> None:
         """Forget the checkpoint of `task_id` (no error when there is none)."""
+
+
+class ScheduleStore(Protocol):
+    """Schedules and their claimed ticks (`store.schedules`).
+
+    A tick is started once however many servers look at it: `claim_tick` writes its row
+    only when none has its key (schedule, tick), with the execution id chosen before the
+    execution is created, so a tick left `pending` by a server that died is started by
+    another with that same id (an execution id exists once)."""
+
+    def put(self, record: ScheduleRecord) -> ScheduleRecord:
+        """Create the schedule, or update its playbook, source and spec (keeping its
+        creation time and paused state); returns it as stored."""
+
+    def get(self, name: str) -> ScheduleRecord | None: ...
+    def all(self) -> list[ScheduleRecord]:
+        """Every schedule, by name."""
+
+    def set_paused(self, name: str, paused: bool) -> bool:
+        """Pause or resume; False when there is no such schedule."""
+
+    def delete(self, name: str) -> bool:
+        """Forget the schedule, its ticks and deliveries; False when there is none."""
+
+    def set_token(self, name: str, token_hash: str | None, *, sealed: str | None = None) -> bool:
+        """Set (None: remove) the hash of the token of the schedule's webhook, and the
+        token encrypted (`sealed`, to check HMAC signatures); False when there is no such
+        schedule. `put` keeps them."""
+
+    def claim_delivery(self, schedule: str, key: str, execution_id: str) -> tuple[str, bool]:
+        """Claim a webhook delivery by its idempotency key for `execution_id`: (that id,
+        True) for the first claim of the key, (the id the first claim recorded, False)
+        for every repeat."""
+
+    def claim_tick(self, tick: TickRecord) -> bool:
+        """Write the tick's row unless one with its key exists: True for the one caller
+        that wrote it, False for every other (nothing written)."""
+
+    def last_tick(self, schedule: str, *, manual: bool = False) -> TickRecord | None:
+        """The newest claimed tick of the time table (`manual`: the newest run-now)."""
+
+    def ticks(self, schedule: str, *, limit: int = 20) -> list[TickRecord]:
+        """The schedule's ticks, newest first."""
+
+    def ticks_with(self, status: TickStatus, *, limit: int = 100) -> list[TickRecord]:
+        """Ticks of every schedule in `status`, oldest first."""
+
+    def move_tick(
+        self,
+        schedule: str,
+        tick_ms: int,
+        status: TickStatus,
+        *,
+        expect: TickStatus,
+        error: str | None = None,
+    ) -> bool:
+        """Set the tick's status (and error) if it is still `expect`: of two callers
+        moving one tick on, one does (True), the other changes nothing (False)."""
 
 
 class WaitPort(Protocol):
@@ -337,6 +398,10 @@ class AdminPort(Protocol):
     @property
     def checkpoints(self) -> CheckpointStore:
         """Progress of tasks that run in parts, kept between attempts, in the same database."""
+
+    @property
+    def schedules(self) -> ScheduleStore:
+        """Schedules and their claimed ticks, in the same database."""
 
     def stats(self) -> StoreStats:
         """Counts for the metrics exporter (a few grouped queries; called per scrape)."""

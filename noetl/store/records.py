@@ -320,3 +320,52 @@ class PruneReport:
     def total(self) -> int:
         """Rows deleted (or that would be) in every table."""
         return sum(self.rows.values())
+
+
+class TickStatus(StrEnum):
+    """Where a claimed tick of a schedule stands (`schedule_tick.status`)."""
+
+    PENDING = "pending"  # claimed, its execution id chosen; the execution not started yet
+    STARTED = "started"  # its execution exists
+    BUFFERED = "buffered"  # waits for the schedule's running execution to end (buffer_one)
+    SKIPPED = "skipped"  # the previous execution still ran (skip, or a buffer already full)
+    FAILED = "failed"  # could not start (the playbook is gone or invalid): see `error`
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleRecord:
+    """One schedule: the playbook it starts (a catalog path) and its trigger (`spec`, the
+    `triggers:` entry as a JSON-able map). `source` is `api` or `playbook` (made from a
+    registered playbook's `triggers:` block). Times are epoch seconds; a schedule's ticks
+    start after its creation."""
+
+    name: str
+    playbook_path: str
+    spec: dict[str, Any]
+    source: str = "api"
+    paused: bool = False
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    token_hash: str | None = None  # SHA-256 of its webhook's token; None: no webhook
+    token_sealed: str | None = None  # the token, encrypted (`<key id>:<Fernet token>`)
+
+
+@dataclass(frozen=True, slots=True)
+class TickRecord:
+    """One decided tick of a schedule; (`schedule`, `tick_ms`) is claimed once. A manual
+    tick (run-now) is not a tick of the schedule's time table."""
+
+    schedule: str
+    tick_ms: int
+    status: TickStatus
+    execution_id: str | None
+    owner: str
+    manual: bool = False
+    error: str | None = None
+    claimed_at: float = 0.0
+    updated_at: float = 0.0
+
+    @property
+    def tick(self) -> float:
+        """The tick's time, epoch seconds."""
+        return self.tick_ms / 1000

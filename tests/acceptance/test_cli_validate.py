@@ -257,6 +257,7 @@ def test_schema_is_a_draft_2020_12_json_schema() -> None:
         "workbook",
         "policy",
         "workflow",
+        "triggers",
     }
     assert set(document["$defs"]["ToolSpecs"]["properties"]) == {
         "artifact",

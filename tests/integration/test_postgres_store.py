@@ -192,10 +192,38 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
         ("body", "text", "NO"),
         ("updated_at", TZ, "NO"),
     ],
+    "schedule": [
+        ("name", "text", "NO"),
+        ("playbook_path", "text", "NO"),
+        ("source", "text", "NO"),
+        ("spec", "text", "NO"),
+        ("paused", "boolean", "NO"),
+        ("created_at", TZ, "NO"),
+        ("updated_at", TZ, "NO"),
+        ("token_hash", "text", "YES"),
+        ("token_sealed", "text", "YES"),
+    ],
+    "schedule_delivery": [
+        ("schedule", "text", "NO"),
+        ("idempotency_key", "text", "NO"),
+        ("execution_id", "text", "NO"),
+        ("received_at", TZ, "NO"),
+    ],
+    "schedule_tick": [
+        ("schedule", "text", "NO"),
+        ("tick_ms", "bigint", "NO"),
+        ("manual", "boolean", "NO"),
+        ("status", "text", "NO"),
+        ("execution_id", "text", "YES"),
+        ("owner", "text", "NO"),
+        ("error", "text", "YES"),
+        ("claimed_at", TZ, "NO"),
+        ("updated_at", TZ, "NO"),
+    ],
 }
 ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
-    " 0008_checkpoints, 0009_retention"
+    " 0008_checkpoints, 0009_retention, 0010_schedules"
 )
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -213,6 +241,9 @@ EXPECTED_PRIMARY_KEYS = {
     "credential": ["name"],
     "result_store": ["ref"],
     "task_checkpoint": ["task_id"],
+    "schedule": ["name"],
+    "schedule_tick": ["schedule", "tick_ms"],
+    "schedule_delivery": ["schedule", "idempotency_key"],
 }
 
 
@@ -300,12 +331,17 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0007_results",
         "0008_checkpoints",
         "0009_retention",
+        "0010_schedules",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
-    assert (status.applied, status.pending, status.version) == ([1, 2, 3, 4, 5, 6, 7, 8, 9], [], 9)
+    assert (status.applied, status.pending, status.version) == (
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        [],
+        10,
+    )
 
 
 def test_a_failing_migration_applies_nothing(pg_empty_database: str) -> None:
@@ -340,8 +376,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -375,9 +411,9 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
     assert f"applied {ALL_MIGRATIONS}" in first.stdout
-    assert "already initialized (schema version 9)" in second.stdout
+    assert "already initialized (schema version 10)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 9" in migrate.stdout
+    assert "at schema version 10" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",

@@ -152,6 +152,34 @@ EXPECTED_COLUMNS = {
         ("body", "TEXT", 1, 0),
         ("updated_at", "REAL", 1, 0),
     ],
+    "schedule": [
+        ("name", "TEXT", 0, 1),
+        ("playbook_path", "TEXT", 1, 0),
+        ("source", "TEXT", 1, 0),
+        ("spec", "TEXT", 1, 0),
+        ("paused", "INTEGER", 1, 0),
+        ("created_at", "REAL", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+        ("token_hash", "TEXT", 0, 0),
+        ("token_sealed", "TEXT", 0, 0),
+    ],
+    "schedule_delivery": [
+        ("schedule", "TEXT", 1, 1),
+        ("idempotency_key", "TEXT", 1, 2),
+        ("execution_id", "TEXT", 1, 0),
+        ("received_at", "REAL", 1, 0),
+    ],
+    "schedule_tick": [
+        ("schedule", "TEXT", 1, 1),
+        ("tick_ms", "INTEGER", 1, 2),
+        ("manual", "INTEGER", 1, 0),
+        ("status", "TEXT", 1, 0),
+        ("execution_id", "TEXT", 0, 0),
+        ("owner", "TEXT", 1, 0),
+        ("error", "TEXT", 0, 0),
+        ("claimed_at", "REAL", 1, 0),
+        ("updated_at", "REAL", 1, 0),
+    ],
     "session": [
         ("session_key", "TEXT", 1, 1),
         ("revision", "INTEGER", 1, 2),
@@ -186,6 +214,8 @@ EXPECTED_INDEXES = {
     ("dlq_settled_idx", "dlq", (("updated_at", 0),)),
     ("task_queue_execution_idx", "task_queue", (("execution_id", 0),)),
     ("inbox_execution_idx", "inbox", (("execution_id", 0),)),
+    ("schedule_playbook_idx", "schedule", (("playbook_path", 0),)),
+    ("schedule_tick_status_idx", "schedule_tick", (("status", 0),)),
 }
 
 
@@ -334,6 +364,7 @@ def test_packaged_migrations() -> None:
         (7, "results"),
         (8, "checkpoints"),
         (9, "retention"),
+        (10, "schedules"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -378,7 +409,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -387,24 +418,24 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
 
 def test_pending_migrations_apply_in_order_once(store: SqliteStore, db_path: Path) -> None:
     later = [
-        Migration(11, "eleventh", "ALTER TABLE extra ADD COLUMN y TEXT;"),
-        Migration(10, "tenth", "CREATE TABLE extra (x INTEGER);"),
+        Migration(21, "twenty_first", "ALTER TABLE extra ADD COLUMN y TEXT;"),
+        Migration(20, "twentieth", "CREATE TABLE extra (x INTEGER);"),
     ]
     conn = raw(db_path)
     try:
         migrations = [*discover("sqlite"), *sorted(later, key=lambda m: m.version)]
-        assert migrate_sqlite(conn, migrations, clock=lambda: 42.0) == [10, 11]
+        assert migrate_sqlite(conn, migrations, clock=lambda: 42.0) == [20, 21]
         assert migrate_sqlite(conn, migrations) == []
         columns = [row[1] for row in conn.execute("PRAGMA table_info(extra)")]
     finally:
         conn.close()
 
     assert columns == ["x", "y"]
-    assert [row for row in migration_rows(db_path) if row[0] >= 10] == [(10, 42.0), (11, 42.0)]
+    assert [row for row in migration_rows(db_path) if row[0] >= 20] == [(20, 42.0), (21, 42.0)]
 
 
 def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: Path) -> None:
-    broken = Migration(10, "broken", "CREATE TABLE half (x);\nCREATE TABLE execution (x);")
+    broken = Migration(20, "broken", "CREATE TABLE half (x);\nCREATE TABLE execution (x);")
     conn = raw(db_path)
     try:
         with pytest.raises(sqlite3.OperationalError, match="already exists"):
@@ -415,7 +446,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8, 9]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -428,7 +459,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (9)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (10)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

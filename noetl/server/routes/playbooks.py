@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from noetl.auth import Role
 from noetl.core import NotFoundError
 from noetl.dsl.validate import load_playbook_text
+from noetl.runtime.schedule_sync import sync_playbook_schedules
 from noetl.server.auth import authenticate, requires
 from noetl.server.deps import Deps
 from noetl.server.redact import redact
@@ -66,6 +67,8 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
             ]
         )
     record = deps.store.register_playbook(path, playbook.metadata.name, body.content, deps.clock())
+    # The triggers block of the version registered last is what the schedules follow.
+    sync_playbook_schedules(deps.store, path, playbook)
     return PlaybookRegistered(
         **_summary(record).model_dump(),
         warnings=[DiagnosticOut.model_validate(d.to_dict()) for d in loaded.warnings],

@@ -368,3 +368,81 @@ SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
 WHERE d.status <> 'pending' AND d.updated_at < :dlq_before
   AND (e.pruned_at IS NOT NULL
        OR (e.status <> 'running' AND e.finished_at < :before))
+
+
+-- --- schedules and their ticks (noetl.store.managers.schedules) ----------------------------
+
+-- name: upsert_schedule
+-- A schedule made again keeps its creation time (where its ticks start) and paused state.
+INSERT INTO schedule (name, playbook_path, source, spec, paused, created_at, updated_at)
+VALUES (:name, :playbook_path, :source, :spec, :paused, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    playbook_path = excluded.playbook_path, source = excluded.source, spec = excluded.spec,
+    updated_at = excluded.updated_at
+
+-- name: get_schedule
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
+FROM schedule
+WHERE name = :name
+
+-- name: list_schedules
+SELECT name, playbook_path, source, spec, paused, created_at, updated_at, token_hash,
+    token_sealed
+FROM schedule
+ORDER BY name
+
+-- name: pause_schedule
+UPDATE schedule SET paused = :paused, updated_at = :now WHERE name = :name
+
+-- name: delete_schedule
+DELETE FROM schedule WHERE name = :name
+
+-- name: delete_schedule_ticks
+DELETE FROM schedule_tick WHERE schedule = :name
+
+-- name: claim_tick
+-- The key (schedule, tick_ms) admits one row: the first claim of a tick wins, any later
+-- one (another server looking at the same schedule) writes nothing.
+INSERT INTO schedule_tick
+    (schedule, tick_ms, manual, status, execution_id, owner, error, claimed_at, updated_at)
+VALUES (:schedule, :tick_ms, :manual, :status, :execution_id, :owner,
+        :error, :now, :now)
+ON CONFLICT (schedule, tick_ms) DO NOTHING
+
+-- name: last_tick
+SELECT schedule, tick_ms, manual, status, execution_id, owner, error, claimed_at, updated_at
+FROM schedule_tick WHERE schedule = :schedule AND manual = :manual
+ORDER BY tick_ms DESC LIMIT 1
+
+-- name: list_ticks
+SELECT schedule, tick_ms, manual, status, execution_id, owner, error, claimed_at, updated_at
+FROM schedule_tick WHERE schedule = :schedule
+ORDER BY tick_ms DESC LIMIT :limit
+
+-- name: ticks_by_status
+SELECT schedule, tick_ms, manual, status, execution_id, owner, error, claimed_at, updated_at
+FROM schedule_tick WHERE status = :status
+ORDER BY tick_ms LIMIT :limit
+
+-- name: update_tick
+-- Only from the status the caller saw: of two servers moving one tick on, one does.
+UPDATE schedule_tick SET status = :status, error = :error, updated_at = :now
+WHERE schedule = :schedule AND tick_ms = :tick_ms AND status = :expect
+
+-- name: set_schedule_token
+UPDATE schedule SET token_hash = :token_hash, token_sealed = :token_sealed,
+    updated_at = :now WHERE name = :name
+
+-- name: delete_schedule_deliveries
+DELETE FROM schedule_delivery WHERE schedule = :name
+
+-- A delivery's key admits one row: the first request with it wins, a repeat reads it.
+-- name: claim_delivery
+INSERT INTO schedule_delivery (schedule, idempotency_key, execution_id, received_at)
+VALUES (:schedule, :key, :execution_id, :now)
+ON CONFLICT (schedule, idempotency_key) DO NOTHING
+
+-- name: get_delivery
+SELECT execution_id FROM schedule_delivery
+WHERE schedule = :schedule AND idempotency_key = :key

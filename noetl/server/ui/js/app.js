@@ -8,6 +8,7 @@ import { renderExecution } from "./views/execution.js";
 import { renderExecutionPlaybook } from "./views/execution_playbook.js";
 import { renderDlqList, renderDlqEntry } from "./views/dlq.js";
 import { renderPlaybooks, renderPlaybook, renderPlaybookEditor } from "./views/playbooks.js";
+import { renderSchedules } from "./views/schedules.js";
 
 const main = document.getElementById("view");
 const banner = document.getElementById("banner");
@@ -31,6 +32,7 @@ function route({ parts, query }) {
   if (section === "playbooks" && id === "new") return ["playbooks", (ctx) => renderPlaybookEditor(ctx, query)];
   if (section === "playbooks" && id === "view") return ["playbooks", (ctx) => renderPlaybook(ctx, query)];
   if (section === "playbooks") return ["playbooks", (ctx) => renderPlaybooks(ctx, query)];
+  if (section === "schedules") return ["schedules", (ctx) => renderSchedules(ctx)];
   return [null, (ctx) => fill(ctx.root, h("h1", {}, "Not found"), h("p", {}, h("a", { href: "#/executions" }, "Executions")))];
 }
 
