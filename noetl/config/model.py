@@ -14,9 +14,10 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from noetl.config.durations import parse_duration
+from noetl.config.jobs import RetentionSettings, SchedulerSettings
+from noetl.config.section import Section
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import check_key
 from noetl.dsl.model import ON_STEP_FAIL_PATTERN
@@ -37,10 +38,6 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 # 0: any free port (the exporter says which).
 AnyPort = Annotated[int, Field(ge=0, le=65535)]
 Slots = Annotated[int, Field(ge=1, le=512)]
-
-
-class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
 class OrchestratorSettings(Section):
@@ -123,29 +120,6 @@ class DlqSettings(Section):
     enabled: bool = True
     topic: Annotated[str, Field(min_length=1, max_length=256)] = "noetl-dlq"
     retention_days: Annotated[int, Field(ge=1)] = 30
-
-
-class RetentionSettings(Section):
-    """The server's retention job (`noetl db prune` on a timer): every `interval_s` it
-    deletes the history of executions that finished over `older_than` ago (30d, 12h, 90m;
-    a bare number is days), `batch` executions per transaction. Off by default."""
-
-    enabled: bool = False
-    older_than: str = "30d"
-    interval_s: Annotated[float, Field(ge=1, le=7 * 86400)] = 3600.0
-    batch: Annotated[int, Field(ge=1, le=100_000)] = 1000
-
-    @field_validator("older_than", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> Any:
-        if isinstance(value, str | int | float) and not isinstance(value, bool):
-            parse_duration(value)
-            return str(value).strip()
-        return value
-
-    @property
-    def older_than_s(self) -> float:
-        return parse_duration(self.older_than)
 
 
 class TracingSettings(Section):
@@ -304,18 +278,6 @@ class BusSettings(Section):
         if value is None or not value.strip():
             return None
         return _check_nats_url(value)
-
-
-class SchedulerSettings(Section):
-    """The scheduler loop of `noetl server start` and `noetl ui` (noetl.runtime.scheduler):
-    schedules are looked at every `poll_s`; a tick later than `grace_s` is missed (it
-    fires only by its schedule's catch-up policy); a tick claimed but not started after
-    `recover_after_s` (its server died) is started by another server."""
-
-    enabled: bool = True
-    poll_s: Annotated[float, Field(gt=0, le=60)] = 1.0
-    grace_s: Annotated[float, Field(gt=0, le=86_400)] = 5.0
-    recover_after_s: Annotated[float, Field(gt=0, le=86_400)] = 10.0
 
 
 class WorkerSettings(Section):

@@ -55,6 +55,7 @@ def test_allowed_keys_follow_the_model() -> None:
         "workbook",
         "policy",
         "workflow",
+        "triggers",
     }
     assert "max_concurrency" in allowed_keys(Playbook, ("workflow", 0, "loop"))
     assert allowed_keys(Playbook, ("workflow", 0, "loop")) == set(Loop.model_fields)

@@ -73,9 +73,9 @@ async def trigger_webhook(
     deps = services(request)
     raw = await request.body()
     proof = Proof(_bearer(authorization), x_noetl_signature, raw)
-    try:
-        delivery = await run_in_threadpool(
-            deliver,
+
+    def start() -> Any:  # parsing the body too stays off the event loop
+        return deliver(
             deps.orchestrator,
             name,
             proof,
@@ -84,6 +84,9 @@ async def trigger_webhook(
             now=deps.clock(),
             keyring=deps.keyring,
         )
+
+    try:
+        delivery = await run_in_threadpool(start)
     except TemplateError as exc:  # the trigger's workload reads what the body lacks
         raise RequestValidationError(
             [{"loc": ("body",), "msg": f"the trigger's {exc}", "type": "value_error"}]
