@@ -61,13 +61,17 @@ def size_worker(
     machine: Machine, *, concurrency: int | None = None, python_processes: int | None = None
 ) -> Sizing:
     """The slots and python processes of a worker on `machine`; values given by the
-    configuration are kept as they are (python processes never above the slots)."""
+    configuration are kept as they are (python processes never above the slots). Slots
+    given without python processes get as many python processes: a worker asked to run N
+    tasks at once runs N python tasks at once."""
     slots = concurrency
     if slots is None:
         slots = min(max(SLOTS_PER_CORE * machine.cores, MIN_SLOTS), MAX_SLOTS)
         if machine.memory_bytes is not None:
             slots = min(slots, max(machine.memory_bytes // SLOT_BYTES, 1))
     processes = python_processes
+    if processes is None and concurrency is not None:
+        processes = concurrency  # as many tasks at once as asked for, python ones too
     if processes is None:
         processes = max(PROCESSES_PER_CORE * machine.cores, MIN_PROCESSES)
         if machine.memory_bytes is not None:

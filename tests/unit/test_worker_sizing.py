@@ -38,6 +38,8 @@ def test_configured_values_are_kept_and_processes_stay_within_the_slots() -> Non
     assert size_worker(machine, concurrency=2) == Sizing(2, 2)
     assert size_worker(machine, python_processes=1) == Sizing(32, 1)
     assert size_worker(machine, concurrency=300, python_processes=3) == Sizing(300, 3)
+    # slots asked for without processes: that many python tasks at once too
+    assert size_worker(machine, concurrency=6) == Sizing(6, 6)
 
 
 def test_this_machine_has_a_core_and_some_memory() -> None:
