@@ -95,7 +95,7 @@ class NatsConsumers:
                     raise
                 except Exception as exc:
                     if not down:  # once per outage
-                        log.warning("%s: NATS unreachable (%s); retrying", where, _why(exc))
+                        log.warning("%s: cannot consume (%s); retrying", where, _why(exc))
                         down = True
                     await asyncio.sleep(backoff(attempt))
                     attempt += 1
@@ -130,12 +130,22 @@ class NatsConsumers:
         except Exception:
             log.exception("nats trigger %s: handling message %s failed", sub.name, key)
             verdict = Verdict.NAK
-        if verdict is Verdict.ACK:
-            await msg.ack_sync()  # confirmed: NATS will not deliver it again
-        elif verdict is Verdict.TERM:
-            await msg.term()
-        else:
-            await msg.nak(delay=self._nak_delay)
+        try:
+            if verdict is Verdict.ACK:
+                await msg.ack_sync()  # confirmed: NATS will not deliver it again
+            elif verdict is Verdict.TERM:
+                await msg.term()
+            else:
+                await msg.nak(delay=self._nak_delay)
+        except (TimeoutError, nats.errors.Error) as exc:
+            # NATS delivers it again after the ack wait; the handler knows it by its key.
+            log.warning(
+                "nats trigger %s: %s of message %s not confirmed (%s)",
+                sub.name,
+                verdict.value,
+                key,
+                _why(exc),
+            )
 
     def close(self) -> None:
         async def stop_all() -> None:
