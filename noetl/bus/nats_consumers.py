@@ -90,7 +90,7 @@ class NatsConsumers:
                     else:
                         log.info("%s: consuming", where)
                     attempt, down = 0, False
-                    await self._fetch_loop(pull, sub)
+                    await self._fetch_loop(nc, pull, sub)
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:
@@ -103,11 +103,15 @@ class NatsConsumers:
             if nc is not None and not nc.is_closed:
                 await nc.close()
 
-    async def _fetch_loop(self, pull: JetStreamContext.PullSubscription, sub: Subscription) -> None:
+    async def _fetch_loop(
+        self, nc: NatsClient, pull: JetStreamContext.PullSubscription, sub: Subscription
+    ) -> None:
         while True:
             try:
                 messages = await pull.fetch(BATCH, timeout=FETCH_WAIT_S)
             except nats.errors.TimeoutError:
+                if not nc.is_connected:  # not an empty subject: NATS went away
+                    raise ConnectionError("disconnected from NATS") from None
                 continue
             for msg in messages:
                 await self._handle(sub, msg)

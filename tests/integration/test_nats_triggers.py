@@ -6,6 +6,7 @@ ones, a paused schedule not consumed."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import Iterator
@@ -25,6 +26,7 @@ from noetl.store import SqliteStore
 from noetl.store.base import TickStatus
 from tests.distributed.cluster import wait_until
 from tests.helpers.nats import add_stream, consumer_state, delete_stream, publish
+from tests.helpers.nats_server import PrivateNats
 
 NAME = "jobs/orders:created"
 
@@ -201,3 +203,34 @@ def test_a_repeated_message_id_starts_one_execution(
         world.triggers.close()
         world.store.close()
         delete_stream(nats_url, stream)
+
+
+def test_nats_away_is_retried_and_logged_once(
+    tmp_path: Path, subject: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = PrivateNats(tmp_path)
+    server.start()
+    world = World(tmp_path / "noetl.db", server.url, subject, None)
+    try:
+        consume(world)
+        publish(server.url, subject, [b'{"n": 1}'])
+        wait_until(lambda: len(world.ticks(TickStatus.STARTED)) == 1, 30, "one execution")
+        with caplog.at_level(logging.INFO, logger="noetl.triggers"):
+            server.stop()
+            time.sleep(4)  # several retries
+            world.scheduler.run_once()  # the scheduler goes on meanwhile
+            server.start()
+            wait_until(
+                lambda: any("consuming again" in r.getMessage() for r in caplog.records),
+                30,
+                "the consumer back",
+            )
+        outage = [r for r in caplog.records if "cannot consume" in r.getMessage()]
+        assert len(outage) == 1, [r.getMessage() for r in caplog.records]
+        publish(server.url, subject, [b'{"n": 2}'])
+        wait_until(lambda: len(world.ticks(TickStatus.STARTED)) == 2, 30, "the next execution")
+        assert sorted(w["n"] for w in world.workloads()) == [1, 2]  # type: ignore[type-var]
+    finally:
+        world.triggers.close()
+        world.store.close()
+        server.stop()
