@@ -28,6 +28,8 @@ from tests.distributed.cluster import wait_until
 from tests.helpers.nats import add_stream, consumer_state, delete_stream, publish
 from tests.helpers.nats_server import PrivateNats
 
+pytestmark = [pytest.mark.services]
+
 NAME = "jobs/orders:created"
 
 
