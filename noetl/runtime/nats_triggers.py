@@ -108,7 +108,9 @@ class NatsTriggers:
         if not wanted and self._consumers is None:
             return
         if not installed("nats"):
-            self._warn_once("extra", needs_extra("a nats trigger is not consumed", "nats"))
+            names = ", ".join(sub.name for sub in wanted)
+            what = f"nats triggers not consumed ({names}): consuming a NATS subject"
+            self._warn_once("extra", needs_extra(what, "nats"))
             return
         if self._consumers is None:
             self._consumers = self._open(self.handle)

@@ -5,7 +5,11 @@ between the claim and the start), which schedules are consumed."""
 from __future__ import annotations
 
 import json
+import logging
+import sys
 from collections.abc import Callable, Collection
+
+import pytest
 
 from noetl.bus.subscriptions import Message, Subscription, Verdict
 from noetl.decision.records import new_execution_id
@@ -159,3 +163,20 @@ def test_without_any_url_nothing_is_consumed() -> None:
     assert schedule is not None
     world.triggers.sync([(schedule, Trigger.model_validate(schedule.spec))])
     assert world.consumers is None
+
+
+def test_without_the_nats_extra_the_server_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    world = World()
+    monkeypatch.setitem(sys.modules, "nats", None)  # not importable
+    schedule = world.store.schedules.get(NAME)
+    assert schedule is not None
+    for _ in range(3):
+        world.triggers.sync([(schedule, Trigger.model_validate(schedule.spec))])
+    assert world.consumers is None
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert said == [
+        f"nats triggers not consumed ({NAME}): consuming a NATS subject, which needs an "
+        "extra: pip install 'noetl[nats]'"
+    ]
