@@ -236,3 +236,25 @@ def test_nats_away_is_retried_and_logged_once(
         world.triggers.close()
         world.store.close()
         server.stop()
+
+
+def test_two_servers_share_the_messages_each_starts_once(world: World, subject: str) -> None:
+    other = NatsTriggers(
+        Orchestrator(world.store, owner="server-b"),
+        owner="server-b",
+        default_url=world.url,
+        clock=time.time,
+        ack_wait_s=5,
+    )
+    scheduler_b = Scheduler(world.store, other.orchestrator, owner="server-b", events=other)
+    try:
+        consume(world)
+        scheduler_b.run_once()  # the same durable consumer, from a second connection
+        publish(world.url, subject, [json.dumps({"n": n}).encode() for n in range(40)])
+        wait_until(lambda: len(world.ticks(TickStatus.STARTED)) >= 40, 60, "40 executions")
+        time.sleep(0.5)
+        assert sorted(w["n"] for w in world.workloads()) == list(range(40))  # type: ignore[type-var]
+        owners = {t.owner for t in world.store.schedules.ticks(NAME, limit=100)}
+        assert owners <= {"server-a", "server-b"}
+    finally:
+        other.close()
