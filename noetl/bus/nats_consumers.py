@@ -206,6 +206,15 @@ async def _bind(js: JetStreamContext, sub: Subscription) -> JetStreamContext.Pul
         filter_subject=sub.subject,
         max_ack_pending=1000,
     )
+    try:
+        found = await js.consumer_info(stream, durable_name(sub.name))
+    except js_errors.NotFoundError:
+        pass
+    else:  # made for an earlier version of the trigger: brought to this one
+        kept = found.config
+        if kept.filter_subject != sub.subject or kept.ack_wait != sub.ack_wait_s:
+            await js.add_consumer(stream, config=config)
+            log.info("nats trigger %s: consumer updated", sub.name)
     return await js.pull_subscribe(
         sub.subject, durable=durable_name(sub.name), stream=stream, config=config
     )

@@ -148,3 +148,17 @@ def consumer_state(url: str, stream: str, durable: str) -> dict[str, int]:
             await nc.close()
 
     return asyncio.run(asyncio.wait_for(info(), 10))
+
+
+def consumer_config(url: str, stream: str, durable: str) -> str | None:
+    """The subject a consumer is filtered on."""
+
+    async def info() -> str | None:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            found = await nc.jetstream().consumer_info(stream, durable)
+            return found.config.filter_subject
+        finally:
+            await nc.close()
+
+    return asyncio.run(asyncio.wait_for(info(), 10))

@@ -5,6 +5,7 @@ ones, a paused schedule not consumed."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -25,7 +26,13 @@ from noetl.runtime.scheduler import Scheduler
 from noetl.store import SqliteStore
 from noetl.store.base import TickStatus
 from tests.distributed.cluster import wait_until
-from tests.helpers.nats import add_stream, consumer_state, delete_stream, publish
+from tests.helpers.nats import (
+    add_stream,
+    consumer_config,
+    consumer_state,
+    delete_stream,
+    publish,
+)
 from tests.helpers.nats_server import PrivateNats
 
 pytestmark = [pytest.mark.services]
@@ -258,3 +265,36 @@ def test_two_servers_share_the_messages_each_starts_once(world: World, subject: 
         assert owners <= {"server-a", "server-b"}
     finally:
         other.close()
+
+
+def test_a_trigger_moved_to_another_subject_follows_it(
+    tmp_path: Path, nats_url: str, subject: str
+) -> None:
+    stream = f"NOETL_TEST_{uuid.uuid4().hex[:12].upper()}"
+    prefix = subject.rsplit(".", 1)[0]
+    add_stream(nats_url, stream, [f"{prefix}.>"], duplicate_window=60)
+    world = World(tmp_path / "noetl.db", nats_url, f"{prefix}.a", stream)
+    try:
+        consume(world, stream)
+        publish(nats_url, f"{prefix}.a", [b'{"n": 1}'])
+        wait_until(lambda: len(world.ticks(TickStatus.STARTED)) == 1, 30, "one execution")
+        schedule = world.store.schedules.get(NAME)
+        assert schedule is not None
+        spec = {**schedule.spec, "nats": {"subject": f"{prefix}.b", "stream": stream}}
+        world.store.schedules.put(dataclasses.replace(schedule, spec=spec))
+
+        def filtered() -> bool:
+            world.scheduler.run_once()
+            info = consumer_config(nats_url, stream, durable_name(NAME))
+            return info == f"{prefix}.b"
+
+        wait_until(filtered, 30, "the consumer moved to the new subject")
+        publish(nats_url, f"{prefix}.a", [b'{"n": 2}'])  # no longer its subject
+        publish(nats_url, f"{prefix}.b", [b'{"n": 3}'])
+        wait_until(lambda: len(world.ticks(TickStatus.STARTED)) == 2, 30, "the new subject")
+        time.sleep(1)
+        assert sorted(w["n"] for w in world.workloads()) == [1, 3]  # type: ignore[type-var]
+    finally:
+        world.triggers.close()
+        world.store.close()
+        delete_stream(nats_url, stream)
