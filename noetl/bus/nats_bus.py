@@ -33,6 +33,7 @@ from nats.js.api import (
 from nats.js.client import JetStreamContext
 
 from noetl.bus import SUBJECT_PREFIX, subject_of
+from noetl.bus.loop import BackgroundLoop, backoff
 from noetl.redaction import mask_url
 
 log = logging.getLogger("noetl.bus")
@@ -42,7 +43,6 @@ MAX_PER_POOL = 10_000
 # A commit queueing many tasks announces at most this many per pool: enough to wake every
 # idle worker of a pool, each of which claims a window of tasks.
 MAX_ANNOUNCE = 64
-RETRY_S = (0.2, 0.5, 1.0, 2.0)
 _CONSUMER_UNSAFE = re.compile(r"[^A-Za-z0-9_-]")
 
 
@@ -52,17 +52,13 @@ class NatsTaskBus:
     def __init__(self, url: str, *, stream: str = "NOETL_TASKS") -> None:
         self._url = url
         self._stream = stream
-        self._loop = asyncio.new_event_loop()
+        self._background = BackgroundLoop("noetl-bus")
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._subs: dict[str, Any] = {}
         self._ready = threading.Event()  # connected and the stream declared
         self._closing = False
-        self._thread = threading.Thread(
-            target=self._loop.run_forever, name="noetl-bus", daemon=True
-        )
-        self._thread.start()
-        self._connecting = asyncio.run_coroutine_threadsafe(self._connect(), self._loop)
+        self._connecting = self._background.submit(self._connect())
 
     @property
     def connected(self) -> bool:
@@ -97,7 +93,7 @@ class NatsTaskBus:
                     await self._nc.close()
                     self._nc = None
                 log.warning("task bus %s unreachable (%s); retrying", mask_url(self._url), exc)
-                await asyncio.sleep(RETRY_S[min(attempt, len(RETRY_S) - 1)])
+                await asyncio.sleep(backoff(attempt))
                 attempt += 1
 
     async def _declare(self) -> None:
@@ -140,10 +136,10 @@ class NatsTaskBus:
         counts: dict[str, int] = {}
         for pool in pools:
             counts[pool] = min(counts.get(pool, 0) + 1, MAX_ANNOUNCE)
-        self._loop.call_soon_threadsafe(self._publish, counts)
+        self._background.call_soon(self._publish, counts)
 
     def _publish(self, counts: dict[str, int]) -> None:
-        self._loop.create_task(self._publish_all(counts))
+        self._background.loop.create_task(self._publish_all(counts))
 
     async def _publish_all(self, counts: dict[str, int]) -> None:
         nc = self._nc
@@ -162,7 +158,7 @@ class NatsTaskBus:
     def wait(self, pool: str, timeout: float) -> bool | None:
         if not self.connected:
             return None
-        future = asyncio.run_coroutine_threadsafe(self._fetch(pool, timeout), self._loop)
+        future = self._background.submit(self._fetch(pool, timeout))
         try:
             return future.result(timeout + 5)
         except Exception as exc:
@@ -203,11 +199,4 @@ class NatsTaskBus:
 
         if not self._connecting.done():
             self._connecting.cancel()
-        try:
-            asyncio.run_coroutine_threadsafe(_close(), self._loop).result(5)
-        except Exception as exc:
-            log.debug("task bus: close failed (%s)", exc)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(timeout=5)
-        if not self._thread.is_alive():
-            self._loop.close()
+        self._background.stop(_close)

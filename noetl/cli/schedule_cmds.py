@@ -36,6 +36,11 @@ def schedule_group() -> None:
 @click.option("--cron", help="Cron expression (5 fields; 6 with seconds last).")
 @click.option("--every", help="Fixed interval: 30s, 5m, 1h30m.")
 @click.option("--webhook", is_flag=True, help="No time table: started by its webhook only.")
+@click.option(
+    "--nats-subject", help="No time table: one run per message on this JetStream subject."
+)
+@click.option("--nats-stream", help="The stream holding --nats-subject (default: found or made).")
+@click.option("--nats-url", help="NATS server of --nats-subject (default triggers.nats_url).")
 @click.option("--timezone", help="IANA time zone the cron is read in (default UTC).")
 @click.option("--start", help="First time it may tick (ISO 8601).")
 @click.option("--end", help="Last time it may tick (ISO 8601).")
@@ -55,9 +60,14 @@ def schedule_group() -> None:
 @json_option
 @server_option
 def create_cmd(*, name: str, path: str, as_json: bool, server: Server, **given: Any) -> None:
-    """Create (or replace) the schedule NAME starting PLAYBOOK on --cron, --every or
-    --webhook."""
+    """Create (or replace) the schedule NAME starting PLAYBOOK on --cron, --every,
+    --webhook or --nats-subject."""
     trigger = {k: v for k, v in given.items() if v not in (None, False)}
+    nats = {
+        k[5:]: trigger.pop(k) for k in ("nats_subject", "nats_stream", "nats_url") if k in trigger
+    }
+    if nats:
+        trigger["nats"] = nats
     if "workload" in trigger:
         try:
             trigger["workload"] = json.loads(trigger["workload"])
@@ -72,6 +82,15 @@ def _when(value: float | None) -> str:
     if value is None:
         return "-"
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(value)))
+
+
+def _kind(trigger: dict[str, Any]) -> str:
+    """When a schedule starts: its cron, interval, webhook or NATS subject."""
+    if trigger.get("webhook"):
+        return "webhook"
+    if isinstance(trigger.get("nats"), dict):
+        return f"nats {trigger['nats'].get('subject')}"
+    return trigger.get("cron") or f"every {trigger.get('every')}"
 
 
 def _print_one(data: dict[str, Any], as_json: bool) -> None:
@@ -102,7 +121,7 @@ def list_cmd(*, as_json: bool, server: Server) -> None:
         table.add_column(column)
     for item in items:
         trigger = item["trigger"]
-        when = trigger.get("cron") or f"every {trigger.get('every')}"
+        when = _kind(trigger)
         last = item.get("last_tick") or {}
         table.add_row(
             item["name"],

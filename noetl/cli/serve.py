@@ -9,6 +9,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -30,6 +31,7 @@ from noetl.config import Settings
 from noetl.config.extras import check_sessions
 from noetl.errors import ConfigError
 from noetl.paths import data_dir
+from noetl.runtime.nats_triggers import NatsTriggers
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.scheduler import Scheduler, SchedulerOptions
 from noetl.scripts import script_reader
@@ -218,6 +220,9 @@ def _loops(
             recover_after_s=settings.scheduler.recover_after_s,
         ),
         metrics=metrics,
+        events=_nats_triggers(settings, orchestrator, metrics)
+        if settings.scheduler.enabled
+        else None,
     )
     if settings.scheduler.enabled:
         loops.append(
@@ -227,6 +232,20 @@ def _loops(
         )
     loops += _retention(settings, orchestrator.store, metrics, stop)
     return scheduler, loops
+
+
+def _nats_triggers(
+    settings: Settings, orchestrator: Orchestrator, metrics: Metrics | None
+) -> NatsTriggers:
+    """What consumes the subjects of the `nats:` triggers (nothing until one exists)."""
+    return NatsTriggers(
+        orchestrator,
+        owner=orchestrator.owner,
+        default_url=settings.triggers.nats_url or settings.bus.url,
+        clock=time.time,
+        ack_wait_s=settings.triggers.nats_ack_wait_s,
+        metrics=metrics,
+    )
 
 
 def _retention(

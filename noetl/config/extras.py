@@ -10,7 +10,8 @@ from noetl.errors import MissingExtraError
 from noetl.extras import EXTRAS, installed, needs_extra
 
 if TYPE_CHECKING:
-    from noetl.config.model import SessionsSettings, TracingSettings
+    from noetl.config.messaging import SessionsSettings
+    from noetl.config.model import TracingSettings
 
 __all__ = ["check_sessions", "check_tracing"]
 

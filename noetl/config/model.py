@@ -17,6 +17,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from noetl.config.jobs import RetentionSettings, SchedulerSettings
+from noetl.config.messaging import BusSettings, SessionsSettings, TriggersSettings
 from noetl.config.section import Section
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import check_key
@@ -240,46 +241,6 @@ class AuthSettings(Section):
     enabled: bool = True
 
 
-_BUCKET = r"^[a-zA-Z0-9_-]+$"
-
-
-def _check_nats_url(value: str) -> str:
-    scheme, sep, rest = value.strip().partition("://")
-    if not sep or scheme.lower() not in ("nats", "tls", "ws", "wss") or not rest:
-        raise ValueError("must be a nats://host:port URL (or tls://, ws://, wss://)")
-    return value.strip()
-
-
-class SessionsSettings(Section):
-    """Login sessions (opened with an API token, used as a bearer credential)."""
-
-    backend: Literal["database", "nats"] = "database"
-    nats_url: Annotated[str, Field(min_length=1)] = "nats://127.0.0.1:4222"
-    nats_bucket: Annotated[str, Field(min_length=1, max_length=64, pattern=_BUCKET)] = (
-        "noetl_sessions"
-    )
-    ttl_s: Annotated[int, Field(ge=1, le=31 * 86400)] = 86400
-
-    @field_validator("nats_url")
-    @classmethod
-    def _nats_url(cls, value: str) -> str:
-        return _check_nats_url(value)
-
-
-class BusSettings(Section):
-    """The task bus (NATS JetStream): announcements of new tasks that wake workers at once;
-    the database's queue stays the source of truth. Unset: workers wait on the database."""
-
-    url: str | None = None
-
-    @field_validator("url")
-    @classmethod
-    def _url(cls, value: str | None) -> str | None:
-        if value is None or not value.strip():
-            return None
-        return _check_nats_url(value)
-
-
 class WorkerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] = "default"
     concurrency: Slots | None = None
@@ -433,6 +394,7 @@ class Settings(Section):
     worker: WorkerSettings = WorkerSettings()
     bus: BusSettings = BusSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    triggers: TriggersSettings = TriggersSettings()
     run: RunSettings = RunSettings()
     dsl: DslSettings = DslSettings()
     complexity: ComplexitySettings = ComplexitySettings()

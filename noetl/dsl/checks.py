@@ -1,5 +1,5 @@
 """Checks that need the whole document: names, references, tool kinds, sinks, policy, and
-the pip extras the tools and sinks need (E340, `noetl.extras`).
+the pip extras the tools, sinks and triggers need (E340, `noetl.extras`).
 
 The templates are checked in `noetl.dsl.template_checks`, a step's `case` in
 `noetl.dsl.case_checks` and the shape of the step graph in `noetl.dsl.graph_checks`.
@@ -118,6 +118,11 @@ class _Checker:
                 self.result(task.result, (*base, "result"))
         if self.parts.policy is not None:
             self.policy(self.parts.policy)
+        if self.parts.playbook is not None:
+            for index, trigger in enumerate(self.parts.playbook.triggers):
+                if trigger.nats is not None:
+                    what = f"the nats trigger '{trigger.name}'"
+                    self.extra("nats", what, ("triggers", index, "nats"))
         if graph and self.parts.playbook is not None and not has_errors(self.diags):
             graph_warnings(self, self.parts.playbook)
         if self.tree.get("apiVersion") is None:

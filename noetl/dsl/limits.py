@@ -13,6 +13,7 @@ problem. Pure functions: no I/O.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import Any
 
 from noetl.dsl.yaml_tree import MAX_DEPTH
 
-__all__ = ["MAX_DEPTH", "DataProblem", "check_data", "strip_nul"]
+__all__ = ["MAX_DEPTH", "DataProblem", "check_data", "json_object", "strip_nul"]
 
 NUL = "\x00"
 # A path longer than this is shown with its middle elided (a deep path has 64 parts).
@@ -56,6 +57,23 @@ def check_data(
     if _clean(value, max_depth, max_bytes, nul):
         return None
     return _first_problem(value, root, max_depth, max_bytes, nul)
+
+
+def json_object(raw: bytes, *, root: str = "body") -> dict[str, Any]:
+    """The JSON object in `raw` ({} when empty), held to `check_data`'s limits; ValueError
+    saying what is wrong for anything else (what a webhook or a message may start)."""
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ValueError(f"the {root} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise ValueError(f"the {root} must be a JSON object, not {type(value).__name__}")
+    found = check_data(value, root=root)
+    if found is not None:
+        raise ValueError(str(found))  # where, and what
+    return value
 
 
 def _clean(value: Any, max_depth: int, max_bytes: int | None, nul: bool) -> bool:

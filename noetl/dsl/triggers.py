@@ -24,10 +24,39 @@ from pydantic_core import PydanticCustomError
 
 from noetl.core.ticks import Catchup, Overlap, TickSpec, parse_duration, valid_cron, zone
 
-__all__ = ["Trigger", "trigger_spec", "unique_triggers"]
+__all__ = ["NatsSource", "Trigger", "trigger_spec", "unique_triggers"]
 
 TRIGGER_NAME = r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$"
+# A NATS subject: dot-separated tokens, `*` and a last `>` as wildcards, no spaces.
+NATS_SUBJECT = r"^[^\s.]+(\.[^\s.]+)*$"
+STREAM_NAME = r"^[A-Za-z0-9_-]+$"
 Duration = Annotated[str | float, Field(description="seconds, or 30s / 5m / 1h30m / 500ms / 2d")]
+
+
+class NatsSource(BaseModel):
+    """A NATS JetStream subject whose messages each start one execution."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    subject: Annotated[str, StringConstraints(pattern=NATS_SUBJECT, max_length=255)]
+    stream: Annotated[str, StringConstraints(pattern=STREAM_NAME, max_length=64)] | None = Field(
+        default=None, description="the stream holding it; default: made when missing"
+    )
+    url: str | None = Field(
+        default=None, description="the NATS server; default triggers.nats_url, else bus.url"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        scheme, sep, rest = value.strip().partition("://")
+        if not sep or scheme.lower() not in ("nats", "tls", "ws", "wss") or not rest:
+            raise PydanticCustomError(
+                "url", "must be a nats://host:port URL (or tls://, ws://, wss://)"
+            )
+        return value.strip()
 
 
 class Trigger(BaseModel):
@@ -41,6 +70,9 @@ class Trigger(BaseModel):
     webhook: bool = Field(
         default=False,
         description="no time table: started by POST /api/triggers/{schedule} with its token",
+    )
+    nats: NatsSource | None = Field(
+        default=None, description="no time table: one execution per message on a subject"
     )
     timezone: str = Field(default="UTC", description="IANA zone the cron is read in")
     start: datetime | None = None
@@ -83,9 +115,10 @@ class Trigger(BaseModel):
 
     @model_validator(mode="after")
     def _one_of(self) -> Trigger:
-        if (self.cron is not None) + (self.every is not None) + self.webhook != 1:
+        kinds = (self.cron is not None) + (self.every is not None) + (self.nats is not None)
+        if kinds + self.webhook != 1:
             raise PydanticCustomError(
-                "trigger", "a trigger has exactly one of cron, every and webhook: true"
+                "trigger", "a trigger has exactly one of cron, every, nats and webhook: true"
             )
         start, end = _epoch(self.start), _epoch(self.end)
         if start is not None and end is not None and end < start:
@@ -102,8 +135,9 @@ def _epoch(value: datetime | None) -> float | None:
 
 
 def trigger_spec(trigger: Trigger) -> TickSpec | None:
-    """The tick arithmetic's view of a trigger; None for a webhook (no time table)."""
-    if trigger.webhook:
+    """The tick arithmetic's view of a trigger; None for a webhook or a NATS subject (no
+    time table)."""
+    if trigger.webhook or trigger.nats is not None:
         return None
     return TickSpec(
         cron=trigger.cron,

@@ -26,10 +26,10 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from noetl.core import ConcurrencyError, NotFoundError, StoreUnavailableError
 from noetl.core.ticks import Overlap, due_ticks, next_ticks, zone
@@ -46,6 +46,15 @@ log = logging.getLogger("noetl.scheduler")
 Clock = Callable[[], float]
 # How many recent ticks of a schedule are looked at for executions still running.
 RECENT = 20
+
+
+class EventSources(Protocol):
+    """Schedules started by events rather than a time table (`nats:` triggers): told at
+    each turn which schedules there are, so they consume what those name."""
+
+    def sync(self, schedules: Iterable[tuple[ScheduleRecord, Trigger]]) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +98,10 @@ class Scheduler:
         clock: Clock = time.time,
         options: SchedulerOptions | None = None,
         metrics: Metrics | None = None,
+        events: EventSources | None = None,
     ) -> None:
         self.store = store
+        self.events = events
         self.orchestrator = orchestrator
         self.owner = owner
         self.clock = clock
@@ -105,6 +116,13 @@ class Scheduler:
     def serve(self, should_stop: Callable[[], bool]) -> None:
         """Run `run_once` every `poll_s` until `should_stop()`; a failed turn (the
         database away) is logged and tried again at the next one."""
+        try:
+            self._serve(should_stop)
+        finally:
+            if self.events is not None:
+                self.events.close()
+
+    def _serve(self, should_stop: Callable[[], bool]) -> None:
         while not should_stop():
             try:
                 self.run_once()
@@ -125,9 +143,12 @@ class Scheduler:
         scheduler claimed."""
         claimed = 0
         self._next_due = None
-        for schedule in self.store.schedules.all():
+        schedules = self.store.schedules.all()
+        for schedule in schedules:
             if not schedule.paused:
                 claimed += self._look_at(schedule)
+        if self.events is not None:
+            self.events.sync(self._parsed(schedules))
         self._start_buffered()
         self._recover_pending()
         return claimed
@@ -141,6 +162,15 @@ class Scheduler:
             self._triggers[key] = found
         return found
 
+    def _parsed(self, schedules: list[ScheduleRecord]) -> list[tuple[ScheduleRecord, Trigger]]:
+        found = []
+        for schedule in schedules:
+            try:
+                found.append((schedule, self.trigger(schedule)))
+            except ValueError:
+                continue  # logged by _look_at
+        return found
+
     def _look_at(self, schedule: ScheduleRecord) -> int:
         try:
             trigger = self.trigger(schedule)
@@ -152,7 +182,7 @@ class Scheduler:
         now = self.clock()
         spec = trigger_spec(trigger)
         if spec is None:
-            return 0  # a webhook: started by its requests only
+            return 0  # a webhook or a NATS subject: started by its requests or messages
         due = due_ticks(spec, cursor, now, grace=self.options.grace)
         upcoming = next_ticks(spec, now, 1)
         if upcoming and (self._next_due is None or upcoming[0] < self._next_due):

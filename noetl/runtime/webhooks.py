@@ -29,7 +29,15 @@ from noetl.runtime.orchestrator import Orchestrator
 from noetl.runtime.scheduler import tick_context
 from noetl.store.base import ScheduleRecord
 
-__all__ = ["SIGNATURE_PREFIX", "TOKEN_PREFIX", "Delivery", "Proof", "deliver", "new_webhook_token"]
+__all__ = [
+    "SIGNATURE_PREFIX",
+    "TOKEN_PREFIX",
+    "Delivery",
+    "Proof",
+    "deliver",
+    "new_webhook_token",
+    "start_once",
+]
 
 TOKEN_PREFIX = "nwh_"
 SIGNATURE_PREFIX = "sha256="
@@ -111,22 +119,41 @@ def deliver(
     if schedule.paused:
         raise ConflictError(f"schedule {name!r} is paused")
     trigger = Trigger.model_validate(schedule.spec)
+    if store.get_playbook(schedule.playbook_path) is None:  # before the body's templates
+        raise NotFoundError(f"playbook {schedule.playbook_path!r} is not registered")
+    workload: dict[str, Any] = body
+    if trigger.workload:
+        context = {**tick_context(schedule, trigger, now, manual=True), "request": {"body": body}}
+        workload = Renderer().render(dict(trigger.workload), context, field="workload")
+    return start_once(orchestrator, schedule, workload, key=key, now=now)
+
+
+def start_once(
+    orchestrator: Orchestrator,
+    schedule: ScheduleRecord,
+    workload: dict[str, Any],
+    *,
+    key: str | None,
+    now: float,
+) -> Delivery:
+    """Start the schedule's playbook with `workload`, once per delivery `key` (None: no
+    key, always a new execution): the key is claimed with the execution id chosen before
+    the execution starts, so a repeat finds the first one's execution (replayed), and a
+    repeat of a delivery whose server died before the start starts it with that id.
+    NotFoundError when the playbook is not registered."""
+    store = orchestrator.store
     playbook = store.get_playbook(schedule.playbook_path)
     if playbook is None:
         raise NotFoundError(f"playbook {schedule.playbook_path!r} is not registered")
     execution_id, first = new_execution_id(now), True
     if key is not None:
-        execution_id, first = store.schedules.claim_delivery(name, key, execution_id)
+        execution_id, first = store.schedules.claim_delivery(schedule.name, key, execution_id)
         if not first and store.get_execution(execution_id) is not None:
             return Delivery(execution_id, replayed=True)
-    workload: dict[str, Any] = body
-    if trigger.workload:
-        context = {**tick_context(schedule, trigger, now, manual=True), "request": {"body": body}}
-        workload = Renderer().render(dict(trigger.workload), context, field="workload")
     try:
         orchestrator.start_execution(
             playbook.text, path=playbook.path, workload=workload, execution_id=execution_id
         )
     except ConcurrencyError:
-        return Delivery(execution_id, replayed=True)  # a repeat raced the first request
+        return Delivery(execution_id, replayed=True)  # a repeat raced the first delivery
     return Delivery(execution_id, replayed=not first)

@@ -24,7 +24,7 @@ from noetl.config.extras import check_sessions
 from noetl.sessions.manager import DEFAULT_TTL_S, Sessions
 
 if TYPE_CHECKING:
-    from noetl.config.model import SessionsSettings
+    from noetl.config.messaging import SessionsSettings
     from noetl.store.base import Store
 
 __all__ = [

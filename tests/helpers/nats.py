@@ -1,4 +1,4 @@
-"""NATS helpers for tests: is JetStream there, and drop a test's K/V bucket."""
+"""NATS helpers for tests: is JetStream there, K/V buckets, streams, publishing."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import asyncio
 
 import nats
 import nats.js.errors
+from nats.js.api import StreamConfig
 
 
 def jetstream_reason(url: str) -> str | None:
@@ -74,3 +75,90 @@ def bucket_config(url: str, bucket: str) -> tuple[int, float | None]:
             await nc.close()
 
     return asyncio.run(asyncio.wait_for(status(), 10))
+
+
+def publish(
+    url: str, subject: str, payloads: list[bytes], *, msg_ids: list[str | None] | None = None
+) -> list[int]:
+    """Publish each payload to JetStream (with its Nats-Msg-Id when given); the stream
+    sequences NATS acknowledged."""
+
+    async def send() -> list[int]:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            js = nc.jetstream()
+            ids = msg_ids or [None] * len(payloads)
+            sequences = []
+            for payload, msg_id in zip(payloads, ids, strict=True):
+                headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+                ack = await js.publish(subject, payload, headers=headers, timeout=5)
+                sequences.append(ack.seq)
+            return sequences
+        finally:
+            await nc.close()
+
+    return asyncio.run(asyncio.wait_for(send(), 30))
+
+
+def add_stream(url: str, name: str, subjects: list[str], *, duplicate_window: float) -> None:
+    """Make stream `name` over `subjects` with that duplicate window (seconds)."""
+
+    async def add() -> None:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            config = StreamConfig(name=name, subjects=subjects, duplicate_window=duplicate_window)
+            await nc.jetstream().add_stream(config)
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(add(), 10))
+
+
+def delete_stream(url: str, name: str) -> None:
+    """Delete stream `name` if it exists."""
+
+    async def drop() -> None:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            await nc.jetstream().delete_stream(name)
+        except nats.js.errors.NotFoundError:
+            pass
+        finally:
+            await nc.close()
+
+    asyncio.run(asyncio.wait_for(drop(), 10))
+
+
+def consumer_state(url: str, stream: str, durable: str) -> dict[str, int]:
+    """What NATS knows of a consumer: messages not yet delivered (`pending`), delivered
+    and not acknowledged (`ack_pending`), delivered more than once (`redelivered`), and
+    the stream sequence of its acknowledged floor (`ack_floor`)."""
+
+    async def info() -> dict[str, int]:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            found = await nc.jetstream().consumer_info(stream, durable)
+            return {
+                "pending": found.num_pending or 0,
+                "ack_pending": found.num_ack_pending or 0,
+                "redelivered": found.num_redelivered or 0,
+                "ack_floor": (found.ack_floor.stream_seq or 0) if found.ack_floor else 0,
+            }
+        finally:
+            await nc.close()
+
+    return asyncio.run(asyncio.wait_for(info(), 10))
+
+
+def consumer_config(url: str, stream: str, durable: str) -> str | None:
+    """The subject a consumer is filtered on."""
+
+    async def info() -> str | None:
+        nc = await nats.connect(url, connect_timeout=2, max_reconnect_attempts=1)
+        try:
+            found = await nc.jetstream().consumer_info(stream, durable)
+            return found.config.filter_subject
+        finally:
+            await nc.close()
+
+    return asyncio.run(asyncio.wait_for(info(), 10))

@@ -244,3 +244,26 @@ def test_a_server_with_nats_sessions_and_no_nats_stops_at_start(
         "error: sessions.backend is 'nats', which needs an extra: pip install 'noetl[nats]'"
     )
     assert not (tmp_path / "db.sqlite").exists()  # stopped before opening anything
+
+
+NATS_TRIGGER = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: orders}
+triggers:
+  - name: created
+    nats: {subject: orders.created}
+workflow:
+  - step: start
+    tool: {kind: noop}
+"""
+
+
+def test_a_nats_trigger_needs_the_nats_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_playbook_text(NATS_TRIGGER, "orders.yaml").ok
+    missing(monkeypatch, "nats")
+    found = [d.format() for d in load_playbook_text(NATS_TRIGGER, "orders.yaml").errors]
+    assert found == [
+        "orders.yaml:6: error E340: uses the nats trigger 'created', which needs an extra: "
+        "pip install 'noetl[nats]' [triggers[0].nats]"
+    ]

@@ -6,7 +6,6 @@ that token (`X-NoETL-Signature: sha256=<hex>`), checked here, not with an API to
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Header, Path, Request, Response
@@ -14,7 +13,7 @@ from fastapi import status as http
 from fastapi.exceptions import RequestValidationError
 from starlette.concurrency import run_in_threadpool
 
-from noetl.dsl.limits import check_data
+from noetl.dsl.limits import json_object
 from noetl.errors import TemplateError
 from noetl.runtime.webhooks import Proof, deliver
 from noetl.server.deps import services
@@ -31,17 +30,10 @@ def _bearer(authorization: str | None) -> str | None:
 
 def _body(raw: bytes) -> dict[str, Any]:
     """The request's JSON object ({} when empty); 422 for anything else."""
-    if not raw.strip():
-        return {}
     try:
-        value = json.loads(raw)
+        return json_object(raw, root="body")
     except ValueError as exc:
-        problem = f"the body is not JSON: {exc}"
-    else:
-        found = check_data(value, root="body") if isinstance(value, dict) else None
-        if isinstance(value, dict) and found is None:
-            return value
-        problem = "the body must be a JSON object" if found is None else found.message
+        problem = str(exc)
     raise RequestValidationError([{"loc": ("body",), "msg": problem, "type": "value_error"}])
 
 

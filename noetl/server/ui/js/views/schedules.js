@@ -6,6 +6,7 @@ import { fmtTime } from "../format.js";
 
 function when(trigger) {
   if (trigger.webhook) return "webhook";
+  if (trigger.nats) return `nats ${trigger.nats.subject}`;
   if (trigger.cron) return `${trigger.cron}${trigger.timezone ? ` (${trigger.timezone})` : ""}`;
   return `every ${trigger.every}`;
 }
