@@ -56,5 +56,10 @@ def test_the_schedules_page(page: Any, local_server: LocalServer, artifacts: Pat
     execution_id = link.inner_text()
     assert local_server.store.get_execution(execution_id) is not None
     assert "(run now)" in row.locator("td").nth(5).inner_text()
+    # the schedule's latest ticks, each with the execution it started
+    row.get_by_role("button", name="ticks").click()
+    started = page.locator("#schedule-ticks a", has_text=execution_id)
+    started.wait_for()
+    assert "started" in page.locator("#schedule-ticks tbody tr").first.inner_text()
     link.click()
     page.wait_for_url(f"**/#/executions/{execution_id}")

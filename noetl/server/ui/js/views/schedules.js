@@ -1,5 +1,6 @@
 // Schedules: every schedule with its time table (cron or every), its next ticks, its last
-// tick and that tick's execution; pause, resume and run now.
+// tick and that tick's execution; pause, resume and run now; a schedule's latest ticks,
+// each with the execution it started.
 import { api } from "../api.js";
 import { h, fill, href } from "../dom.js";
 import { fmtTime } from "../format.js";
@@ -61,8 +62,46 @@ export async function renderSchedules(ctx) {
         h("button", { type: "button", class: "small", onClick: () => act(s.name, toggle) }, toggle),
         " ",
         h("button", { type: "button", class: "small", onClick: () => act(s.name, "run") }, "run now"),
+        " ",
+        h("button", { type: "button", class: "small", onClick: () => showTicks(s.name) }, "ticks"),
       ),
     );
+  }
+
+  const history = h("section", { id: "schedule-ticks", hidden: true });
+  async function showTicks(name) {
+    try {
+      const detail = await api(`/api/schedules/${encodeURI(name)}`, { signal: ctx.signal });
+      const rows = detail.ticks.map((t) =>
+        h(
+          "tr",
+          {},
+          h("td", { class: "mono" }, `${t.time}${t.manual ? " (run now)" : ""}`),
+          h("td", {}, t.status),
+          h(
+            "td",
+            { class: "mono" },
+            t.execution_id && t.status === "started"
+              ? h("a", { href: href(["executions", t.execution_id]) }, t.execution_id)
+              : h("span", { class: "muted", title: t.error || "" }, t.error || "-"),
+          ),
+          h("td", { class: "mono" }, t.owner),
+        ),
+      );
+      fill(
+        history,
+        h("h2", {}, `Latest ticks of ${name}`),
+        h(
+          "table",
+          {},
+          h("thead", {}, h("tr", {}, ["Tick", "Outcome", "Execution", "Server"].map((t) => h("th", {}, t)))),
+          h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 4, class: "muted" }, "No tick yet."))),
+        ),
+      );
+      history.hidden = false;
+    } catch (err) {
+      say("error", `ticks of ${name}: ${err.message}`);
+    }
   }
 
   const table = h("table", { id: "schedules" });
@@ -81,5 +120,5 @@ export async function renderSchedules(ctx) {
     );
   }
   await load();
-  fill(ctx.root, h("h1", {}, "Schedules"), status, table, h("p", { class: "muted small" }, `Loaded ${fmtTime(Date.now() / 1000)}.`));
+  fill(ctx.root, h("h1", {}, "Schedules"), status, table, history, h("p", { class: "muted small" }, `Loaded ${fmtTime(Date.now() / 1000)}.`));
 }
