@@ -26,8 +26,6 @@ from datetime import UTC, datetime, tzinfo
 from enum import StrEnum
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
-
 __all__ = [
     "Catchup",
     "Due",
@@ -102,6 +100,8 @@ def zone(name: str) -> tzinfo:
 
 def valid_cron(expression: str) -> bool:
     """Whether croniter reads `expression` (5 fields, or 6 with seconds last)."""
+    from croniter import croniter  # noqa: PLC0415 - loaded only for a cron trigger
+
     return bool(croniter.is_valid(expression)) and len(expression.split()) in (5, 6)
 
 
@@ -166,6 +166,8 @@ def _every(interval: float, anchor: float, after: float) -> Iterator[float]:
 def _cron(expression: str, tz: tzinfo, after: float) -> Iterator[float]:
     fixed_hour = expression.split()[1] != "*"
     start = datetime.fromtimestamp(after, tz)
+    from croniter import croniter  # noqa: PLC0415 - loaded only for a cron trigger
+
     iterator = croniter(expression, start)
     last = after
     while True:
