@@ -51,14 +51,10 @@ class Retention:
             return self._delete(params, batch)
 
     def _count(self, params: dict[str, object]) -> PruneReport:
-        with self._db.session() as db:
-            row = db.fetch_one("count_prunable_executions", params)
-            executions = 0 if row is None else int(row[0])
-            rows: dict[str, int] = {}
-            for table in PRUNED_TABLES:
-                found = db.fetch_one(f"count_prunable_{table}", params)
-                rows[table] = 0 if found is None else int(found[0])
-        return PruneReport(executions, rows, dry_run=True)
+        row = self._db.fetch_one("count_prunable", params)
+        counts = [0] * (len(PRUNED_TABLES) + 1) if row is None else [int(n) for n in row]
+        rows = dict(zip(PRUNED_TABLES, counts[1:], strict=True))
+        return PruneReport(counts[0], rows, dry_run=True)
 
     def _delete(self, params: dict[str, object], batch: int) -> PruneReport:
         rows = dict.fromkeys(PRUNED_TABLES, 0)

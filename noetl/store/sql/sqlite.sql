@@ -323,51 +323,26 @@ DELETE FROM dlq WHERE message_id IN (
     WHERE d.status <> 'pending' AND d.updated_at < :dlq_before AND e.pruned_at IS NOT NULL
     LIMIT :limit)
 
--- A dry run's counts: what a prune would delete now.
--- name: count_prunable_executions
-SELECT count(*) FROM execution
-WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
-
--- name: count_prunable_task_queue
-SELECT count(*) FROM task_queue WHERE execution_id IN (
+-- A dry run's counts, what a prune would delete now: the executions, then the rows of
+-- each table in PRUNED_TABLES order (noetl.store.records), the dead letters last.
+-- name: count_prunable
+WITH gone AS (
     SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_inbox
-SELECT count(*) FROM inbox WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_execution_input
-SELECT count(*) FROM execution_input WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_event_log
-SELECT count(*) FROM event_log WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_step_state
-SELECT count(*) FROM step_state WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_result_store
-SELECT count(*) FROM result_store WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_task_checkpoint
-SELECT count(*) FROM task_checkpoint WHERE execution_id IN (
-    SELECT execution_id FROM execution
-    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before)
-
--- name: count_prunable_dlq
-SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
-WHERE d.status <> 'pending' AND d.updated_at < :dlq_before
-  AND (e.pruned_at IS NOT NULL
-       OR (e.status <> 'running' AND e.finished_at < :before))
+    WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
+)
+SELECT
+    (SELECT count(*) FROM gone),
+    (SELECT count(*) FROM task_queue WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM inbox WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM execution_input WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM event_log WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM step_state WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM result_store WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM task_checkpoint WHERE execution_id IN (SELECT execution_id FROM gone)),
+    (SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
+     WHERE d.status <> 'pending' AND d.updated_at < :dlq_before
+       AND (e.pruned_at IS NOT NULL
+            OR (e.status <> 'running' AND e.finished_at < :before)))
 
 
 -- --- schedules and their ticks (noetl.store.managers.schedules) ----------------------------
