@@ -228,7 +228,7 @@ def finish(turn: Turn, step: Step, *, error: str | None = None) -> None:
         ok = run.failed == 0
     else:
         ok = run.succeeded / run.completed >= ratio
-    outs = [run.outs.get(i) for i in range(run.next_index)]
+    outs = run.results.outputs(run.next_index)
     turn.emit(
         EventType.LOOP_FINISHED,
         step.step,
@@ -259,5 +259,4 @@ def finish(turn: Turn, step: Step, *, error: str | None = None) -> None:
 
 def collected(run: StepRun) -> list[tuple[str | None, Any]]:
     """The outputs (with their `collect.key`) of a loop's successful items, in order."""
-    successes = [i for i in range(run.next_index) if run.item_ok.get(i)]
-    return [(run.collect_keys.get(i), run.outs[i]) for i in successes]
+    return run.results.collected(run.next_index)

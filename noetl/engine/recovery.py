@@ -80,7 +80,7 @@ def replay_refusal(
         return f"step '{step}' finished ok; its failed items stay as they are"
     if run.status not in (StepStatus.FAILED, StepStatus.RUNNING):
         return f"step '{step}' is {run.status.value}"
-    if run.item_ok.get(index) is not False:
+    if run.results.ok(index) is not False:
         return f"item {index} of step '{step}' has not failed"
     return None
 

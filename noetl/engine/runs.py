@@ -32,6 +32,80 @@ class CaseRun:
     failed: dict[int, str] = field(default_factory=dict)
 
 
+_OK, _FAILED = 1, 2
+
+
+class ItemResults:
+    """The finished items of a loop: whether each succeeded (a byte per item) and the
+    outputs of those that did (a list by index), with their `collect.key` when given.
+    Dictionaries by index cost about ten times as much per item."""
+
+    __slots__ = ("_collect_keys", "_outs", "_status")
+
+    def __init__(self) -> None:
+        self._status = bytearray()
+        self._outs: list[Any] = []
+        self._collect_keys: dict[int, str] = {}
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ItemResults):
+            return NotImplemented
+        return (self._status, self._outs, self._collect_keys) == (
+            other._status,
+            other._outs,
+            other._collect_keys,
+        )
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as the dicts it replaces
+
+    def __repr__(self) -> str:
+        done = sum(1 for status in self._status if status)
+        return f"ItemResults(finished={done}, outputs={len(self._outs)})"
+
+    def ok(self, index: int) -> bool | None:
+        """True or False once item `index` finished, None before."""
+        status = self._status[index] if index < len(self._status) else 0
+        return None if status == 0 else status == _OK
+
+    def record(
+        self, index: int, *, ok: bool, out: Any = None, collect_key: str | None = None
+    ) -> None:
+        _grow(self._status, index, 0)
+        self._status[index] = _OK if ok else _FAILED
+        if ok:
+            _grow(self._outs, index, None)
+            self._outs[index] = out
+            if collect_key is not None:
+                self._collect_keys[index] = collect_key
+
+    def forget(self, index: int) -> bool | None:
+        """Item `index` unfinished again (a replay); what it was (see `ok`)."""
+        was = self.ok(index)
+        if was is not None:
+            self._status[index] = 0
+            if index < len(self._outs):
+                self._outs[index] = None
+            self._collect_keys.pop(index, None)
+        return was
+
+    def outputs(self, count: int) -> list[Any]:
+        """The outputs of items 0 to count - 1 (None for an item without one)."""
+        outs = self._outs[:count]
+        return outs + [None] * (count - len(outs))
+
+    def collected(self, count: int) -> list[tuple[str | None, Any]]:
+        """The outputs of the successful items among the first `count`, in order, with
+        their `collect.key`."""
+        status, outs, keys = self._status, self._outs, self._collect_keys
+        return [(keys.get(i), outs[i]) for i in range(min(count, len(status))) if status[i] == _OK]
+
+
+def _grow(values: bytearray | list[Any], index: int, blank: Any) -> None:
+    missing = index + 1 - len(values)
+    if missing > 0:
+        values.extend(bytes(missing) if isinstance(values, bytearray) else [blank] * missing)
+
+
 @dataclass(slots=True)
 class StepRun:
     """The latest run of one step. A step runs at most once per execution, except that a
@@ -56,10 +130,9 @@ class StepRun:
     failed: int = 0
     in_flight: int = 0
     stopped: bool = False
-    outs: dict[int, Any] = field(default_factory=dict)
-    item_ok: dict[int, bool] = field(default_factory=dict)
+    # Each finished item's outcome and output (a loop of a million items keeps them all).
+    results: ItemResults = field(default_factory=ItemResults)
     keys: dict[int, Any] = field(default_factory=dict)  # rendered `loop.key` per item
-    collect_keys: dict[int, str] = field(default_factory=dict)  # `collect.key` per item
     started_at: float | None = None
     finished_at: float | None = None
     taken: list[str] = field(default_factory=list)

@@ -204,12 +204,11 @@ def _iteration_finished(state: ExecutionState, event: Event) -> None:
     index = int(event.payload["index"])
     ok = bool(event.payload["ok"])
     run.completed += 1
-    run.item_ok[index] = ok
+    run.results.record(
+        index, ok=ok, out=event.payload.get("out"), collect_key=event.payload.get("collect_key")
+    )
     if ok:
         run.succeeded += 1
-        run.outs[index] = event.payload.get("out")
-        if "collect_key" in event.payload:
-            run.collect_keys[index] = event.payload["collect_key"]
     else:
         run.failed += 1
     if event.payload.get("stop"):
@@ -341,7 +340,7 @@ def _task_replayed(state: ExecutionState, event: Event) -> None:
     index = event.payload.get("index")
     if index is not None:
         index = int(index)
-        if run.item_ok.pop(index, None) is not None:
+        if run.results.forget(index) is not None:
             run.completed -= 1
             run.failed -= 1
         if len(run.items) <= index:  # the finished loop let go of its items
