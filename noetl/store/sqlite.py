@@ -17,7 +17,7 @@ import sqlite3
 import time
 from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
@@ -55,6 +55,11 @@ POLL_S = 0.05
 SQL = QUERIES["sqlite"]
 
 
+class _Behind(Exception):
+    """An append's execution is not at its expected sequence (the transaction rolls
+    back; `_refuse` says which)."""
+
+
 class SqliteStore(SqlStore):
     """Store in one SQLite file; the file and its directory are created when missing."""
 
@@ -76,27 +81,55 @@ class SqliteStore(SqlStore):
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
         row = record_to_row(record)
         prepared = prepare_initial(record, initial)
+        try:
+            self._create(row, prepared, compiled)
+        except _Behind:
+            assert prepared is not None
+            raise stale_all([(prepared, 0)], []) from None
+
+    def _create(
+        self, row: dict[str, Any], prepared: PreparedAppend | None, compiled: str | None
+    ) -> None:
         with self._transaction() as conn:
             try:
                 conn.execute(SQL["insert_execution"], row)
             except sqlite3.IntegrityError as exc:
                 if exc.sqlite_errorname != "SQLITE_CONSTRAINT_PRIMARYKEY":
                     raise
-                raise ConcurrencyError(f"execution {record.execution_id} already exists") from exc
+                raise ConcurrencyError(f"execution {row['execution_id']} already exists") from exc
             conn.execute(SQL["insert_execution_input"], {**row, "compiled": compiled})
             if prepared is not None:
-                self._check(conn, [prepared])
-                self._write(conn, prepared)
+                self._apply(conn, [prepared])
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
         prepared = [prepare(append) for append in appends]
         if not prepared:
             return
-        with self._transaction() as conn:
+        try:
+            with self._transaction() as conn:
+                self._apply(conn, prepared)
+        except _Behind:
+            self._refuse(prepared)
+
+    def _refuse(self, prepared: Sequence[PreparedAppend]) -> NoReturn:
+        """After a write found an execution moved on (and rolled back): the error naming
+        every append that does not continue its execution."""
+        with self._use() as conn:
             self._check(conn, prepared)
-            for item in prepared:
-                self._write(conn, item)
+        ids = sorted({item.execution_id for item in prepared})
+        raise ConcurrencyError(f"executions {ids} changed while being written", ids)
+
+    @classmethod
+    def _apply(cls, conn: sqlite3.Connection, prepared: Sequence[PreparedAppend]) -> None:
+        """Write every append; an execution's row moves on only from the sequence its
+        append continues (else `_Behind`, and the caller's transaction rolls back).
+        Inputs already consumed refuse the commit before anything is written."""
+        if queue.consumed_inputs(conn, inputs_to_check(prepared)):
+            cls._check(conn, prepared)  # raises, naming them (and any append behind)
+        for item in prepared:
+            if not cls._write(conn, item):
+                raise _Behind
 
     @staticmethod
     def _check(conn: sqlite3.Connection, prepared: Sequence[PreparedAppend]) -> None:
@@ -120,13 +153,14 @@ class SqliteStore(SqlStore):
             raise stale_all(behind, consumed)
 
     @staticmethod
-    def _write(conn: sqlite3.Connection, item: PreparedAppend) -> None:
-        if item.events:
-            conn.executemany(SQL["insert_event"], item.events)
-        conn.execute(
+    def _write(conn: sqlite3.Connection, item: PreparedAppend) -> bool:
+        """Write one append; False (nothing of it written) when its execution is not at
+        `expected_seq`, or does not exist."""
+        moved = conn.execute(
             SQL["update_execution"],
             {
                 "last_seq": item.last_seq,
+                "expected_seq": item.expected_seq,
                 "now": item.now,
                 "status": None if item.status is None else item.status.value,
                 "finished_at": item.now if item.finished else None,
@@ -134,11 +168,16 @@ class SqliteStore(SqlStore):
                 "execution_id": item.execution_id,
             },
         )
+        if moved.rowcount != 1:
+            return False
+        if item.events:
+            conn.executemany(SQL["insert_event"], item.events)
         if item.steps:
             conn.executemany(SQL["upsert_step"], item.steps)
         queue.apply_queue(conn, item)
         if item.dead_letters or item.dead_letter_status:
             dlq.apply(conn, item, queue.db_now(conn))
+        return True
 
     # --- the task queue ------------------------------------------------------------------
 
@@ -193,12 +232,14 @@ class SqliteStore(SqlStore):
         """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
         transaction (see `Store.complete_and_commit`)."""
         prepared = prepare(append)
-        with self._transaction() as conn:
-            if not queue.mark_done(conn, task_id, token):
-                return None
-            self._check(conn, [prepared])
-            self._write(conn, prepared)
-            return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
+        try:
+            with self._transaction() as conn:
+                if not queue.mark_done(conn, task_id, token):
+                    return None
+                self._apply(conn, [prepared])
+                return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
+        except _Behind:
+            self._refuse([prepared])
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""

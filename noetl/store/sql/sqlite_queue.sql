@@ -26,7 +26,7 @@ UPDATE execution SET
     status = COALESCE(:status, status),
     finished_at = CASE WHEN :status IS NULL THEN finished_at ELSE :finished_at END,
     context = COALESCE(:context, context)
-WHERE execution_id = :execution_id
+WHERE execution_id = :execution_id AND last_seq = :expected_seq
 
 -- name: upsert_step
 INSERT INTO step_state (execution_id, step, status, updated_at) VALUES (?, ?, ?, ?)
