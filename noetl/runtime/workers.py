@@ -8,10 +8,9 @@ decides anything: it hands `(task, outcome)` to the orchestrator (`noetl.runtime
 
 from __future__ import annotations
 
-import contextlib
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from noetl.core import Outcome, Task
@@ -49,11 +48,17 @@ class ThreadWorkers:
         self._report = report
         self._workload = workload
         self._canceled = canceled
-        self._pool = ThreadPoolExecutor(
-            max_workers=max(1, workers), thread_name_prefix="noetl-worker"
-        )
+        # A plain queue and threads: an executor's future per task is a cost a loop item
+        # pays on the deciding thread, and nothing here reads the future.
+        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._serve, name=f"noetl-worker-{n}", daemon=True)
+            for n in range(max(1, workers))
+        ]
         self._waiters: set[threading.Thread] = set()
         self._closed = threading.Event()
+        for thread in self._threads:
+            thread.start()
 
     @property
     def closed(self) -> bool:
@@ -65,7 +70,10 @@ class ThreadWorkers:
         self._closed.set()
         for thread in self._waiters.copy():
             thread.join(timeout=5.0)
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join()
 
     def submit(self, task: Task) -> None:
         """Run a task: in the pool, or in a thread of its own if it waits for others."""
@@ -83,8 +91,16 @@ class ThreadWorkers:
             self._waiters.add(thread)
             thread.start()
         else:
-            with contextlib.suppress(RuntimeError):  # a retry timer firing after close()
-                self._pool.submit(self._execute, task)
+            self._queue.put(task)
+
+    def _serve(self) -> None:
+        """A pool thread: run queued tasks until closed (those still queued then are not
+        run)."""
+        while True:
+            task = self._queue.get()
+            if task is None or self._closed.is_set():
+                return
+            self._execute(task)
 
     def _execute_waiting(self, task: Task) -> None:
         try:
