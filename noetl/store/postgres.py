@@ -28,7 +28,8 @@ statements in `sql/postgres_queue.sql`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -147,6 +148,14 @@ class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
 
 
+class _Refused(Exception):
+    """The guard refused a commit (its transaction rolled back): try it the slow way."""
+
+
+# The SQLSTATE of `noetl_refuse` (migrations/postgres/0011_commit_guard.sql).
+REFUSED = "NT001"
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -211,15 +220,26 @@ class PostgresStore(SqlStore, PgQueue):
             self._announce([prepared])
 
     def commit(self, appends: Sequence[Append]) -> None:
-        """Apply every append in one transaction (see `Store.commit`)."""
+        """Apply every append in one transaction (see `Store.commit`): its checks and
+        writes in one round trip (`_guard`); when the guard refuses it, again the slow
+        way, which says why."""
         prepared = [prepare(append, pg_dumps) for append in appends]
         if not prepared:
             return
-        with self._connection() as conn, conn.pipeline():
-            with pipelined_transaction(conn):
-                self._apply(conn, prepared)
-            if self._wakes_workers(prepared):
-                conn.execute(NOTIFY_TASKS)
+        wakes = self._wakes_workers(prepared)
+        try:
+            with self._guarded() as conn:
+                with pipelined_transaction(conn):
+                    self._guard(conn, prepared)
+                    self._write(conn, prepared)
+                if wakes:
+                    conn.execute(NOTIFY_TASKS)
+        except _Refused:
+            with self._connection() as conn, conn.pipeline():
+                with pipelined_transaction(conn):
+                    self._apply(conn, prepared)
+                if wakes:
+                    conn.execute(NOTIFY_TASKS)
         self._announce(prepared)
 
     def complete_and_commit(
@@ -233,28 +253,41 @@ class PostgresStore(SqlStore, PgQueue):
         lease_s: float = 30.0,
     ) -> list[Lease] | None:
         """Mark the task done, apply `append` and lease `lease` to `worker_id`, in one
-        transaction of two round trips (see `Store.complete_and_commit`)."""
+        transaction of one round trip (see `Store.complete_and_commit`); when the guard
+        refuses it, again the slow way, which says why."""
         prepared = prepare(append, pg_dumps)
         leased = frozenset(lease)
+        wakes = self._wakes_workers([prepared], leased)
         try:
-            with self._connection() as conn, conn.pipeline():
+            with self._guarded() as conn:
                 with pipelined_transaction(conn):
-                    # Sent together with the row lock of `_apply`: one round trip for both.
-                    done = conn.execute(SQL["done"], (task_id, token))
-                    written = self._apply(
-                        conn,
-                        [prepared],
-                        held=done,
-                        lease=leased,
-                        worker_id=worker_id,
-                        lease_s=lease_s,
+                    self._guard(conn, [prepared], held=(task_id, token))
+                    written = self._write(
+                        conn, [prepared], lease=leased, worker_id=worker_id, lease_s=lease_s
                     )
-                if self._wakes_workers([prepared], leased):
+                if wakes:
                     conn.execute(NOTIFY_TASKS)
-                # The writes, the leases, COMMIT and a notification went out together.
+                # The checks, the writes, the leases, COMMIT and a notification went out
+                # together.
                 rows = written.fetchall() if leased else []
-        except _LeaseLost:
-            return None
+        except _Refused:
+            try:
+                with self._connection() as conn, conn.pipeline():
+                    with pipelined_transaction(conn):
+                        done = conn.execute(SQL["done"], (task_id, token))
+                        written = self._apply(
+                            conn,
+                            [prepared],
+                            held=done,
+                            lease=leased,
+                            worker_id=worker_id,
+                            lease_s=lease_s,
+                        )
+                    if wakes:
+                        conn.execute(NOTIFY_TASKS)
+                    rows = written.fetchall() if leased else []
+            except _LeaseLost:
+                return None
         self._announce([prepared], leased)
         # In the order asked for (RETURNING keeps none).
         order = {task_id: index for index, task_id in enumerate(lease)}
@@ -271,6 +304,49 @@ class PostgresStore(SqlStore, PgQueue):
             )
             for _, payload, attempt, lease_token, expires, holder in rows
         ]
+
+    @contextmanager
+    def _guarded(self) -> Iterator[Conn]:
+        """A pooled connection in pipeline mode for a guarded commit: `_Refused` when the
+        guard refused it (nothing of it was written)."""
+        try:
+            with self._connection() as conn, conn.pipeline():
+                yield conn
+        except psycopg.Error as exc:
+            if exc.sqlstate == REFUSED:
+                raise _Refused from None
+            raise
+
+    @staticmethod
+    def _guard(
+        conn: Conn, prepared: list[PreparedAppend], *, held: tuple[str, int] | None = None
+    ) -> None:
+        """Send the commit's checks ahead of its writes (`guard`: the writes are never
+        applied if it refuses). `_Refused` at once for appends to one execution that do
+        not chain: the slow way names them."""
+        first: dict[str, int] = {}
+        last: dict[str, int] = {}
+        for item in prepared:
+            if last.get(item.execution_id, item.expected_seq) != item.expected_seq:
+                raise _Refused
+            first.setdefault(item.execution_id, item.expected_seq)
+            last[item.execution_id] = item.last_seq
+        ids = sorted(first)
+        check = inputs_to_check(prepared)
+        task_id, token = held if held is not None else (None, None)
+        conn.execute(
+            SQL["guard"],
+            [
+                task_id,
+                token,
+                ids,
+                held is not None,
+                ids,
+                ids,
+                [first[i] for i in ids],
+                *(columns(check) if check else [[], []]),
+            ],
+        )
 
     def _apply(
         self,

@@ -26,6 +26,7 @@ from noetl.store import (
     Append,
     ConcurrencyError,
     ExecutionRecord,
+    NotFoundError,
     PostgresStore,
     StoreUnavailableError,
     migrate_schema,
@@ -223,7 +224,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 }
 ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
-    " 0008_checkpoints, 0009_retention, 0010_schedules"
+    " 0008_checkpoints, 0009_retention, 0010_schedules, 0011_commit_guard"
 )
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -332,15 +333,16 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0008_checkpoints",
         "0009_retention",
         "0010_schedules",
+        "0011_commit_guard",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
     assert (status.applied, status.pending, status.version) == (
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11],
         [],
-        10,
+        11,
     )
 
 
@@ -376,8 +378,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -411,9 +413,9 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
     assert f"applied {ALL_MIGRATIONS}" in first.stdout
-    assert "already initialized (schema version 10)" in second.stdout
+    assert "already initialized (schema version 11)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 10" in migrate.stdout
+    assert "at schema version 11" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",
@@ -589,6 +591,43 @@ def test_refused_commits_leave_no_transaction_open_on_the_connection(pg_database
         assert states == []
     finally:
         store.close()
+
+
+def test_a_commit_is_checked_by_its_guard_and_only_a_refused_one_is_checked_again(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The guard makes the checks where the rows are, in the commit's one round trip; the
+    # slow way (`_apply`: the checks read back, then the writes) runs only after a refusal.
+    slow: list[int] = []
+    apply = PostgresStore._apply
+
+    def counted(self: PostgresStore, *args: Any, **kwargs: Any) -> Any:
+        slow.append(1)
+        return apply(self, *args, **kwargs)
+
+    monkeypatch.setattr(PostgresStore, "_apply", counted)
+    task = make_task("a")
+    first = Append("e1", 0, [Event(1, "t", "e1", 1.0)], enqueue=[Enqueue(task)])
+    pg_store.create_execution(make_record("e1"), first)
+    slow.clear()
+    (lease,) = pg_store.claim("w1")
+    pg_store.commit([Append("e1", 1, [Event(2, "t", "e1", 2.0)])])
+    follow = Append("e1", 2, [Event(3, "t", "e1", 3.0)], enqueue=[Enqueue(make_task("b"))])
+    leases = pg_store.complete_and_commit(
+        "e1.a", lease.token, follow, worker_id="w1", lease=["e1.b"]
+    )
+    assert leases is not None and [x.task.task_id for x in leases] == ["e1.b"]
+    assert slow == []
+
+    with pytest.raises(ConcurrencyError) as stale:
+        pg_store.commit([Append("e1", 1, [Event(2, "t", "e1", 4.0)])])
+    assert stale.value.execution_ids == ("e1",)
+    late = Append("e1", 3, [Event(4, "t", "e1", 4.0)])
+    assert pg_store.complete_and_commit("e1.b", leases[0].token + 1, late, worker_id="w1") is None
+    with pytest.raises(NotFoundError):
+        pg_store.commit([Append("nope", 0, [Event(1, "t", "nope", 4.0)])])
+    assert len(slow) == 3
+    assert [e.seq for e in pg_store.load_events("e1")] == [1, 2, 3]
 
 
 def test_an_unreachable_server_is_store_unavailable_without_the_password(pg_dsn: str) -> None:

@@ -409,7 +409,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -446,7 +446,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+    assert [version for version, _ in migration_rows(db_path)] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:

@@ -21,6 +21,31 @@ RETURNING execution_id
 -- name: lock_executions
 SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
 
+-- A commit's checks, sent ahead of its writes in the same pipeline (one round trip): mark
+-- the deciding worker's task done (%s task id, %s token; none for a plain commit), lock the
+-- executions as `lock_executions` does, and refuse the commit (`noetl_refuse` raises: the
+-- writes behind it are never applied) when the lease was wanted (%s) and is gone, an
+-- execution is missing or not at the sequence its first append continues (the arrays of
+-- ids and sequences), or an input decided on is no longer in the inbox.
+-- name: guard
+WITH done AS (
+    UPDATE task_queue SET status = 'done', updated_at = now()
+    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    RETURNING 1
+), locked AS (
+    SELECT execution_id, last_seq FROM execution
+    WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
+)
+SELECT noetl_refuse('stale')
+WHERE (%s AND NOT EXISTS (SELECT 1 FROM done))
+   OR (SELECT count(*) FROM locked) <> cardinality(%b::text[])
+   OR EXISTS (
+       SELECT 1 FROM unnest(%b::text[], %b::bigint[]) AS u(e, seq)
+       JOIN locked l ON l.execution_id = u.e WHERE l.last_seq <> u.seq)
+   OR EXISTS (
+       SELECT 1 FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
+       WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e))
+
 -- Set-based writes: the events, executions, step states and tasks of a whole commit (many
 -- executions, many events) in ONE statement, with the rows passed as arrays, each kind of
 -- row a data-modifying CTE (run once and to completion whether or not it is read).
