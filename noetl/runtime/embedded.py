@@ -76,6 +76,7 @@ class EmbeddedRuntime:
         tools: ToolRegistry,
         *,
         workers: int = 2,
+        io_workers: int | None = None,
         clock: Clock = time.time,
         observer: Observer = NOOP,
         options: EngineOptions | None = None,
@@ -93,6 +94,7 @@ class EmbeddedRuntime:
         self._pool = ThreadWorkers(
             tools,
             workers,
+            io_workers=io_workers,
             report=self._outcomes.put,
             workload=lambda execution_id: self._executions[execution_id].state.workload,
             canceled=lambda task: task.task_id in self._canceled.get(task.execution_id, ()),
@@ -293,8 +295,7 @@ class EmbeddedRuntime:
         self._forget(batch)
 
     def _forget(self, batch: list[tuple[Task, Outcome]]) -> None:
-        """Let go of the tasks this turn finished (a long loop's would pile up): a task no
-        longer in flight is needed by nothing; a replay brings its own."""
+        """Let go of the tasks this turn finished (a long loop's would pile up)."""
         for task, _ in batch:
             execution = self._executions.get(task.execution_id)
             tasks = self._tasks.get(task.execution_id)

@@ -29,6 +29,7 @@ from noetl.store.base import ExecutionRecord, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.selection import DEFAULT_INLINE_BYTES
+from noetl.worker.sizing import size_worker, this_machine
 from noetl.worker.tools import DEFAULT_MAX_RESULT_BYTES, default_registry
 
 if TYPE_CHECKING:
@@ -72,7 +73,11 @@ def embedded_runtime(
     one over `result_inline_bytes` is spilled to the result store (noetl.worker.selection).
     `on_output`: told each line a task prints or its tool logs, as it comes
     (noetl.worker.output)."""
-    count = workers or os.cpu_count() or 2
+    if workers is None:  # from the machine, as `noetl worker start` sizes itself
+        sizing = size_worker(this_machine())
+        count, io_count = sizing.python_processes, sizing.concurrency
+    else:  # N python processes, N threads for python tasks and N for other tools
+        count = io_count = workers
     default_provider(secrets_file, credentials=credentials)  # bad files fail before the store
     store = open_store(db)
     observer = observer_for(
@@ -108,6 +113,7 @@ def embedded_runtime(
                 store,
                 registry,
                 workers=count,
+                io_workers=io_count,
                 observer=observer,
                 options=options,
                 sampler=sampler,

@@ -1,8 +1,12 @@
 """The embedded runtime's workers: threads that run tools and report their outcomes.
 
-Most tasks run in a bounded thread pool. Tasks whose tool waits for other tasks
-(`playbook`: a child execution in this same runtime) run in threads of their own: a parent
-waiting in a pool slot could otherwise hold the slot its child needs. A worker never
+Most tasks run in bounded thread pools of two lanes: python tasks in as many threads as
+the python pool has processes (a thread more would only wait for a child, contending for
+the interpreter lock with the deciding thread), every other tool (http, postgres,
+duckdb...) in a lane of many more threads, since those mostly wait on I/O. Tasks whose
+tool waits for other tasks (`playbook`: a child execution in this same runtime) run in
+threads of their own: a parent waiting in a pool slot could otherwise hold the slot its
+child needs. A worker never
 decides anything: it hands `(task, outcome)` to the orchestrator (`noetl.runtime.embedded`).
 """
 
@@ -31,7 +35,8 @@ def call_later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
 
 
 class ThreadWorkers:
-    """Runs tasks in threads; each outcome goes to `report`. `workload` gives the workload
+    """Runs tasks in threads, each outcome to `report`: python tasks in `workers` threads,
+    other tools in `io_workers` (default: as many). `workload` gives the workload
     of an execution (tasks do not carry it, see noetl.decision.workloads) and `canceled`
     whether a decision canceled a task still queued (it is then not run)."""
 
@@ -40,6 +45,7 @@ class ThreadWorkers:
         tools: ToolRegistry,
         workers: int,
         *,
+        io_workers: int | None = None,
         report: Callable[[tuple[Task, Outcome]], None],
         workload: Callable[[str], dict[str, Any]],
         canceled: Callable[[Task], bool],
@@ -50,11 +56,17 @@ class ThreadWorkers:
         self._canceled = canceled
         # A plain queue and threads: an executor's future per task is a cost a loop item
         # pays on the deciding thread, and nothing here reads the future.
-        self._queue: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._python: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        self._io: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
+        lanes = [(self._python, "python", workers), (self._io, "io", io_workers or workers)]
         self._threads = [
-            threading.Thread(target=self._serve, name=f"noetl-worker-{n}", daemon=True)
-            for n in range(max(1, workers))
+            threading.Thread(
+                target=self._serve, args=(lane,), name=f"noetl-{name}-{n}", daemon=True
+            )
+            for lane, name, count in lanes
+            for n in range(max(1, count))
         ]
+        self._lanes = [(lane, max(1, count)) for lane, _, count in lanes]
         self._waiters: set[threading.Thread] = set()
         self._closed = threading.Event()
         for thread in self._threads:
@@ -70,8 +82,9 @@ class ThreadWorkers:
         self._closed.set()
         for thread in self._waiters.copy():
             thread.join(timeout=5.0)
-        for _ in self._threads:
-            self._queue.put(None)
+        for lane, count in self._lanes:
+            for _ in range(count):
+                lane.put(None)
         for thread in self._threads:
             thread.join()
 
@@ -91,13 +104,13 @@ class ThreadWorkers:
             self._waiters.add(thread)
             thread.start()
         else:
-            self._queue.put(task)
+            (self._python if task.kind == "python" else self._io).put(task)
 
-    def _serve(self) -> None:
-        """A pool thread: run queued tasks until closed (those still queued then are not
-        run)."""
+    def _serve(self, lane: queue.SimpleQueue[Task | None]) -> None:
+        """A pool thread: run the lane's queued tasks until closed (those still queued then
+        are not run)."""
         while True:
-            task = self._queue.get()
+            task = lane.get()
             if task is None or self._closed.is_set():
                 return
             self._execute(task)
