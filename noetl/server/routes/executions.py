@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Depends, Path, Query, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi import status as http
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 
 from noetl.auth import Role
 from noetl.core import ExecutionStatus, NotFoundError
@@ -15,7 +16,7 @@ from noetl.dsl.complexity import Complexity, estimate
 from noetl.redaction import redact, redact_event_payload
 from noetl.runtime.views import EVENT_CHUNK, ExecutionView, iter_events
 from noetl.server.auth import authenticate, requires
-from noetl.server.deps import Deps
+from noetl.server.deps import Deps, services
 from noetl.server.schemas.common import ErrorBody
 from noetl.server.schemas.executions import (
     CancelResult,
@@ -60,6 +61,10 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
 # A plain function, as every route here: FastAPI runs it in its threadpool. Starting an
 # execution renders its first steps' templates (within the render limits of
 # noetl.dsl.template_limits), work that must never run on the event loop `/health` answers on.
+# The API's busiest route under a burst of starts: it reads the services from the request
+# and returns its response made (the model documents it), as each dependency FastAPI
+# resolves and each response it validates for a plain route is one more switch to a
+# worker thread, which costs a busy server more than the work.
 @router.post(
     "",
     summary="Start an execution",
@@ -76,11 +81,12 @@ def _record(store: Store, execution_id: str) -> ExecutionRecord:
         },
     },
 )
-def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> ExecutionCreated:
+def start_execution(body: ExecutionStart, request: Request) -> Response:
     """Run a registered playbook (`path`, optionally `version`) or an inline one
     (`playbook`) with `workload` merged over its defaults. The execution is created and its
     first tasks queued in one transaction; workers pick them up. `options.parent_execution_id`
     must name an existing execution."""
+    deps = services(request)
     if body.path is not None:
         playbook = deps.store.get_playbook(body.path, body.version)
         if playbook is None:
@@ -108,8 +114,11 @@ def start_execution(body: ExecutionStart, deps: Deps, response: Response) -> Exe
         workload=body.workload,
         parent_execution_id=parent,
     )
-    response.headers["Location"] = f"{router.prefix}/{execution_id}"
-    return ExecutionCreated(execution_id=execution_id)
+    return JSONResponse(
+        ExecutionCreated(execution_id=execution_id).model_dump(),
+        status_code=http.HTTP_201_CREATED,
+        headers={"Location": f"{router.prefix}/{execution_id}"},
+    )
 
 
 @router.get(
