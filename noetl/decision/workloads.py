@@ -83,6 +83,21 @@ class Workloads:
                 self._known.popitem(last=False)
         return workload
 
+    def known(self, execution_id: str) -> bool:
+        with self._lock:
+            return execution_id in self._known
+
+    def offer(self, execution_id: str, workload: dict[str, Any]) -> None:
+        """Keep `workload` for `execution_id`, read by someone else from its log (as `of`
+        keeps what it loads: not one over `KEEP_BYTES`)."""
+        problem = check_data(workload, max_bytes=KEEP_BYTES)
+        if problem is not None and problem.kind == "size":
+            return
+        with self._lock:
+            self._known[execution_id] = workload
+            while len(self._known) > self._size:
+                self._known.popitem(last=False)
+
     def attach(self, task: Task) -> Task:
         """`task` with its execution's workload in its context (see `with_workload`)."""
         if "workload" in task.context:

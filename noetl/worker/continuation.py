@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from noetl.core import ConcurrencyError, Event, EventType, Outcome
 from noetl.decision.decider import Decider
@@ -43,6 +44,21 @@ class Continuation:
         self.worker_id = worker_id
         self.lease_s = lease_s
         self._stripes = [threading.Lock() for _ in range(64)]
+
+    def prime(self, execution_id: str) -> dict[str, Any] | None:
+        """Load the execution's state for the continuation of a solo task before it runs
+        (it is then cached), and return its workload: the task's tool needs it, and it
+        is in the state folded from the log, so it costs no read of its own. None when it
+        cannot be loaded (the worker reads the workload itself then)."""
+        with self._stripes[hash(execution_id) % len(self._stripes)]:
+            try:
+                cached = self.decider.load(execution_id)
+            except Exception as exc:  # the continuation tries again, or reports
+                log.debug("could not load %s ahead of its task: %s", execution_id, exc)
+                return None
+        if cached is None or cached.state.seq == 0:
+            return None
+        return dict(cached.state.workload)
 
     def attempt(self, lease: Lease, outcome: Outcome, free: Callable[[], int]) -> Continued | None:
         """Continue the execution of `lease`'s task with its successful `outcome`, leasing

@@ -394,6 +394,8 @@ class Worker:
 
     def _run_and_report(self, lease: Lease) -> list[Lease]:
         task = lease.task
+        if lease.solo and self._continuation is not None and "workload" not in task.context:
+            self._prime(task.execution_id)
         try:
             # Tasks do not carry the workload: it is read once per execution from its log.
             outcome = self.tools.run(self.workloads.attach(task))
@@ -419,6 +421,16 @@ class Worker:
             self.observer.reported(task, outcome, "lost")
             return []
         return self._report(lease, outcome)
+
+    def _prime(self, execution_id: str) -> None:
+        """A solo task's continuation will load its execution's state: loaded now, its
+        workload comes with it (one read of the log fewer per execution)."""
+        assert self._continuation is not None
+        if self.workloads.known(execution_id):
+            return
+        workload = self._continuation.prime(execution_id)
+        if workload is not None:
+            self.workloads.offer(execution_id, workload)
 
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
         """Report the outcome (noetl.worker.report_paths); the leases its continuation
