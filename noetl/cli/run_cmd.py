@@ -88,7 +88,7 @@ def json_errors(func: Callable[..., None]) -> Callable[..., None]:
     "--workers",
     type=click.IntRange(1, 256),
     help="Python processes, and threads for python tasks and for other tools.",
-    default_text="from the machine: 2 python processes a core, 16 threads a core (max 32)",
+    default_text="from the machine: a python process a core, 16 threads a core (max 32)",
 )
 @setting_option(
     "secrets.file",

@@ -73,9 +73,12 @@ def embedded_runtime(
     one over `result_inline_bytes` is spilled to the result store (noetl.worker.selection).
     `on_output`: told each line a task prints or its tool logs, as it comes
     (noetl.worker.output)."""
-    if workers is None:  # from the machine, as `noetl worker start` sizes itself
-        sizing = size_worker(this_machine())
-        count, io_count = sizing.python_processes, sizing.concurrency
+    if workers is None:
+        # A python process per core (here the deciding thread needs a core too: two a core,
+        # as a worker has, ran a 10,000-item loop at 0.8x on 2 cores), and threads for the
+        # other tools as a worker sizes its slots.
+        machine = this_machine()
+        count, io_count = machine.cores, size_worker(machine).concurrency
     else:  # N python processes, N threads for python tasks and N for other tools
         count = io_count = workers
     default_provider(secrets_file, credentials=credentials)  # bad files fail before the store

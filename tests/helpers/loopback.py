@@ -8,10 +8,16 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
+class _Server(ThreadingHTTPServer):
+    # The socket's backlog: the default 5 drops the connections of a burst (a parallel
+    # loop's calls), and each dropped one comes a second later.
+    request_queue_size = 128
+
+
 @contextmanager
 def serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[ThreadingHTTPServer]:
     """Serve `handler` on 127.0.0.1 (a free port) until the block ends."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = _Server(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
