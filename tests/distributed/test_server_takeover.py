@@ -4,7 +4,8 @@ An orchestrator holds a batch of inbox inputs while it decides them (the hold is
 To catch a server holding some, the test locks the execution's row (FOR NO KEY UPDATE, as
 a commit does): the server claims a batch, decides, and waits in its commit. Then:
 
-* it is killed (SIGKILL): a new server takes its inputs over at once (its session ended,
+* it is killed (SIGKILL), its connections dropped (its commit, sent whole, waits in the
+  database until then): a new server takes its inputs over at once (its session ended,
   so its lock is free), not once the 30 s hold expires;
 * it is alive but slow: nobody takes its inputs;
 * it loses its session while it lives (the connection ends): another server takes its
@@ -98,6 +99,16 @@ def hold_some(cluster: Cluster, server: Proc, execution_id: str, out: Path) -> R
     return lock
 
 
+def drop_waiting(db: str) -> None:
+    """End the sessions waiting on a lock in the database (a killed server's commit)."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        ended = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchall()
+    assert ended, "no session waited on the lock"
+
+
 def check_once(cluster: Cluster, execution_id: str, out: Path) -> None:
     """The execution ended ok, and nothing was dispatched, run or decided twice."""
     result = cluster.wait_finished(execution_id, timeout=60)
@@ -130,6 +141,11 @@ def test_a_killed_servers_inputs_are_taken_over_at_once(
     lock = hold_some(cluster, server, execution_id, out)
     held = held_by(cluster.db, server)
     server.kill9()
+    # Its commit went out whole (one round trip) and waits on the lock in the database,
+    # which notices a client is gone only when it next talks to it: the commit would land
+    # once the lock frees, and nothing would be left to take over. A dead machine's
+    # connections are dropped (TCP keepalive); so are these.
+    drop_waiting(cluster.db)
     lock.release()
 
     restarted = time.monotonic()
@@ -158,12 +174,14 @@ def test_a_slow_but_live_servers_inputs_are_not_taken(
     held = held_by(cluster.db, server)
     server.signal(signal.SIGSTOP)  # alive, its session open, but not running at all
     try:
-        lock.release()
+        # Its commit waits on the lock meanwhile (it went out whole, and would land on its
+        # own once the lock frees: the lock stays until the check is done).
         other = cluster.start_server(port=free_port(), name="server2")
         time.sleep(3.0)  # several reaps of the other server
         assert set(held) <= set(held_by(cluster.db, server))
         assert "held by orchestrators that are gone" not in other.output()
     finally:
+        lock.release()
         server.signal(signal.SIGCONT)
     check_once(cluster, execution_id, out)
 

@@ -365,6 +365,7 @@ def test_packaged_migrations() -> None:
         (8, "checkpoints"),
         (9, "retention"),
         (10, "schedules"),
+        (11, "commit_guard"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -459,7 +460,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (10)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (11)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------
