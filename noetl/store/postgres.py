@@ -21,8 +21,8 @@ database, never the password; a lost connection is retryable, and the pool repla
 broken connections, so a restarted server is picked up again without a restart of ours.
 
 The pool lives in `_pg_connector`, what is written once for both SQL stores in
-`noetl.store.managers`; the commit is here, the queue and the inbox in `_pg_queue`, their
-statements in `sql/postgres_queue.sql`.
+`noetl.store.managers`; the commit is here (its statements built in `_pg_commit`), the
+queue and the inbox in `_pg_queue`, their statements in `sql/postgres_queue.sql`.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-from noetl.store import _pg_dlq as dlq
+from noetl.store._pg_commit import REFUSED, Refused, guard, write
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
     PgConnector,
@@ -95,32 +95,6 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
 
 
-# --- values ------------------------------------------------------------------------------
-
-
-def _arrays(
-    rows: list[tuple[Any, ...]], width: int, *, time_columns: tuple[int, ...] = ()
-) -> list[list[Any]]:
-    """`columns` of rows that may be none (then `width` empty arrays)."""
-    return columns(rows, time_columns=time_columns) if rows else [[] for _ in range(width)]
-
-
-def _write_queue(cur: Cursor, item: PreparedAppend) -> None:
-    """The rarer queue writes of one append: requeues, cancels, timers (its own rows only)."""
-    eid = item.execution_id
-    if item.requeue:
-        cur.executemany(
-            SQL["requeue"],
-            [(attempt, float(delay), tid, eid) for tid, attempt, delay in item.requeue],
-        )
-    if item.cancel_tasks:
-        cur.execute(SQL["cancel_tasks"], (item.cancel_tasks, eid))
-    if item.timers:
-        cur.executemany(
-            SQL["insert_timer"], [(eid, payload, delay) for delay, payload in item.timers]
-        )
-
-
 def schema_status(dsn: str) -> SchemaStatus:
     """Applied and pending schema versions of a PostgreSQL database; changes nothing."""
     conn, target = connect(dsn)
@@ -146,14 +120,6 @@ def migrate_schema(dsn: str) -> list[Migration]:
 
 class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
-
-
-class _Refused(Exception):
-    """The guard refused a commit (its transaction rolled back): try it the slow way."""
-
-
-# The SQLSTATE of `noetl_refuse` (migrations/postgres/0011_commit_guard.sql).
-REFUSED = "NT001"
 
 
 # --- the store ---------------------------------------------------------------------------
@@ -221,7 +187,7 @@ class PostgresStore(SqlStore, PgQueue):
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`): its checks and
-        writes in one round trip (`_guard`); when the guard refuses it, again the slow
+        writes in one round trip (`_pg_commit.guard`); when the guard refuses it, again the slow
         way, which says why."""
         prepared = [prepare(append, pg_dumps) for append in appends]
         if not prepared:
@@ -230,11 +196,11 @@ class PostgresStore(SqlStore, PgQueue):
         try:
             with self._guarded() as conn:
                 with pipelined_transaction(conn):
-                    self._guard(conn, prepared)
-                    self._write(conn, prepared)
+                    guard(conn, prepared)
+                    write(conn, prepared)
                 if wakes:
                     conn.execute(NOTIFY_TASKS)
-        except _Refused:
+        except Refused:
             with self._connection() as conn, conn.pipeline():
                 with pipelined_transaction(conn):
                     self._apply(conn, prepared)
@@ -261,8 +227,8 @@ class PostgresStore(SqlStore, PgQueue):
         try:
             with self._guarded() as conn:
                 with pipelined_transaction(conn):
-                    self._guard(conn, [prepared], held=(task_id, token))
-                    written = self._write(
+                    guard(conn, [prepared], held=(task_id, token))
+                    written = write(
                         conn, [prepared], lease=leased, worker_id=worker_id, lease_s=lease_s
                     )
                 if wakes:
@@ -270,7 +236,7 @@ class PostgresStore(SqlStore, PgQueue):
                 # The checks, the writes, the leases, COMMIT and a notification went out
                 # together.
                 rows = written.fetchall() if leased else []
-        except _Refused:
+        except Refused:
             try:
                 with self._connection() as conn, conn.pipeline():
                     with pipelined_transaction(conn):
@@ -307,46 +273,15 @@ class PostgresStore(SqlStore, PgQueue):
 
     @contextmanager
     def _guarded(self) -> Iterator[Conn]:
-        """A pooled connection in pipeline mode for a guarded commit: `_Refused` when the
+        """A pooled connection in pipeline mode for a guarded commit: `Refused` when the
         guard refused it (nothing of it was written)."""
         try:
             with self._connection() as conn, conn.pipeline():
                 yield conn
         except psycopg.Error as exc:
             if exc.sqlstate == REFUSED:
-                raise _Refused from None
+                raise Refused from None
             raise
-
-    @staticmethod
-    def _guard(
-        conn: Conn, prepared: list[PreparedAppend], *, held: tuple[str, int] | None = None
-    ) -> None:
-        """Send the commit's checks ahead of its writes (`guard`: the writes are never
-        applied if it refuses). `_Refused` at once for appends to one execution that do
-        not chain: the slow way names them."""
-        first: dict[str, int] = {}
-        last: dict[str, int] = {}
-        for item in prepared:
-            if last.get(item.execution_id, item.expected_seq) != item.expected_seq:
-                raise _Refused
-            first.setdefault(item.execution_id, item.expected_seq)
-            last[item.execution_id] = item.last_seq
-        ids = sorted(first)
-        check = inputs_to_check(prepared)
-        task_id, token = held if held is not None else (None, None)
-        conn.execute(
-            SQL["guard"],
-            [
-                task_id,
-                token,
-                ids,
-                held is not None,
-                ids,
-                ids,
-                [first[i] for i in ids],
-                *(columns(check) if check else [[], []]),
-            ],
-        )
 
     def _apply(
         self,
@@ -362,7 +297,7 @@ class PostgresStore(SqlStore, PgQueue):
         (in pipeline mode: they go out with the commit). `held`: the cursor of a statement
         sent before the lock whose empty answer means "the worker's lease is gone"
         (_LeaseLost, raised before anything is written). `lease`, `worker_id`, `lease_s`:
-        tasks leased at once (`_write`); the returned cursor yields them."""
+        tasks leased at once (`_pg_commit.write`); the returned cursor yields them."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
         locked = conn.execute(SQL["lock_executions"], (ids,))
@@ -384,7 +319,7 @@ class PostgresStore(SqlStore, PgQueue):
         consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
         if behind or consumed:
             raise stale_all(behind, consumed)
-        return self._write(conn, prepared, lease=lease, worker_id=worker_id, lease_s=lease_s)
+        return write(conn, prepared, lease=lease, worker_id=worker_id, lease_s=lease_s)
 
     def _announce(
         self, prepared: list[PreparedAppend], leased: frozenset[str] = frozenset()
@@ -411,69 +346,6 @@ class PostgresStore(SqlStore, PgQueue):
         return any(
             item.requeue or any(row[0] not in leased for row in item.enqueue) for item in prepared
         )
-
-    @staticmethod
-    def _write(
-        conn: Conn,
-        prepared: list[PreparedAppend],
-        *,
-        lease: frozenset[str] = frozenset(),
-        worker_id: str | None = None,
-        lease_s: float = 30.0,
-    ) -> Cursor:
-        """Queue the writes of every append: events, executions, steps and tasks in one
-        statement (`write_all`), the rarer queue and dead-letter writes after it. Tasks in
-        `lease` are leased to `worker_id` at once; the returned cursor yields them."""
-        events = [row for item in prepared for row in item.events]
-        # Appends to one execution chain: its row ends as the last one leaves it.
-        rows: dict[str, tuple[Any, ...]] = {}
-        for item in prepared:
-            old = rows.get(item.execution_id)
-            status, finished, context = (None, None, None) if old is None else old[3:]
-            if item.status is not None:
-                status = item.status.value
-                finished = ts(item.now) if item.finished else None
-            if item.context is not None:
-                context = item.context
-            rows[item.execution_id] = (
-                item.execution_id,
-                item.last_seq,
-                ts(item.now),
-                status,
-                finished,
-                context,
-            )
-        steps = {
-            (e, step): (e, step, status, ts(now))
-            for item in prepared
-            for e, step, status, now in item.steps
-        }
-        tasks = {row[0]: row for item in prepared for row in item.enqueue}
-        written = conn.cursor()
-        written.execute(
-            SQL["write_all"],
-            [
-                *_arrays(events, 6, time_columns=(3,)),
-                *_arrays(list(rows.values()), 6),
-                *_arrays(list(steps.values()), 4),
-                *_arrays([(*row[:7], float(row[7]), row[0] in lease) for row in tasks.values()], 9),
-                worker_id,
-                float(lease_s),
-            ],
-            binary=True,
-        )
-        with conn.cursor() as cur:
-            for item in prepared:
-                if item.requeue or item.cancel_tasks or item.timers:
-                    _write_queue(cur, item)
-                if item.dead_letters or item.dead_letter_status:
-                    dlq.write(cur, item)
-            done = [
-                (input_id, item.execution_id) for item in prepared for input_id in item.inputs_done
-            ]
-            if done:
-                cur.execute(SQL["delete_all_inputs"], columns(done))
-        return written
 
     # --- input holders and notifications ----------------------------------------------------
 
