@@ -12,8 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-from run import PYTHON_PROCESSES, _free_port, _spawn, _start_and_wait, chain_playbook
+from run import PYTHON_PROCESSES, _free_port, _spawn, _start_and_wait, chain_playbook, wait_healthy
 
 from noetl.auth import Role, issue_token
 from noetl.store import open_store
@@ -57,7 +56,7 @@ def cluster(db: str, workers: int, concurrency: int = 32) -> Iterator[Running]:
         procs += [_spawn(worker, db, Path(tmp) / f"w{i}.log") for i in range(workers)]
         running = Running(db, f"http://127.0.0.1:{port}", token, procs)
         try:
-            _wait_healthy(running.url, log)
+            wait_healthy(running.url, log)
             running.run(chain_playbook(2 * workers))  # warm every worker
             yield running
         finally:
@@ -68,16 +67,3 @@ def cluster(db: str, workers: int, concurrency: int = 32) -> Iterator[Running]:
                     proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-
-
-def _wait_healthy(url: str, log: Path) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit(log.read_text())
-        time.sleep(0.1)

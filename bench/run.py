@@ -197,6 +197,20 @@ def _spawn(args: list[str], db: str, log: Path) -> subprocess.Popen[bytes]:
         )
 
 
+def wait_healthy(url: str, log: Path) -> None:
+    """Wait (30 s at most) until the server at `url` answers /health; else exit with its log."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise SystemExit(log.read_text())
+        time.sleep(0.1)
+
+
 def _start_and_wait(
     url: str, db: str, text: str, runs: int = 1, timeout: float = 600, *, token: str
 ) -> tuple[list[str], float]:
@@ -289,16 +303,7 @@ def run_postgres(  # noqa: PLR0917 - the benchmark's knobs, passed straight from
         ]
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit((Path(tmp) / "server.log").read_text())
-                time.sleep(0.1)
+            wait_healthy(url, Path(tmp) / "server.log")
             try:
                 # warm every worker
                 _start_and_wait(url, db, chain_playbook(2 * workers), token=token)

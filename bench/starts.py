@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 import psycopg
 from rss import tree_cpu_seconds
-from run import _free_port, _scratch_database, _spawn, burst_playbook
+from run import _free_port, _scratch_database, _spawn, burst_playbook, wait_healthy
 
 from noetl.auth import Role, issue_token
 from noetl.store import open_store
@@ -56,16 +56,7 @@ def run(n: int, admin_dsn: str) -> dict[str, Any]:
             client.post(f"{url}/api/executions", json={"playbook": text}).raise_for_status()
 
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if httpx.get(f"{url}/health", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise SystemExit((Path(tmp) / "server.log").read_text())
-                time.sleep(0.1)
+            wait_healthy(url, Path(tmp) / "server.log")
             for i in range(WARM):
                 post(i)
             before = (_transactions(db), tree_cpu_seconds(proc.pid))
