@@ -74,13 +74,7 @@ class Workloads:
                 self._known.move_to_end(execution_id)
                 return found
         workload = self._load(execution_id)
-        problem = check_data(workload, max_bytes=KEEP_BYTES)
-        if problem is not None and problem.kind == "size":
-            return workload
-        with self._lock:
-            self._known[execution_id] = workload
-            while len(self._known) > self._size:
-                self._known.popitem(last=False)
+        self.offer(execution_id, workload)
         return workload
 
     def known(self, execution_id: str) -> bool:
@@ -88,8 +82,8 @@ class Workloads:
             return execution_id in self._known
 
     def offer(self, execution_id: str, workload: dict[str, Any]) -> None:
-        """Keep `workload` for `execution_id`, read by someone else from its log (as `of`
-        keeps what it loads: not one over `KEEP_BYTES`)."""
+        """Keep `workload` for `execution_id` (loaded by `of`, or read by someone else from
+        its log), unless it is over `KEEP_BYTES`."""
         problem = check_data(workload, max_bytes=KEEP_BYTES)
         if problem is not None and problem.kind == "size":
             return
