@@ -59,17 +59,20 @@ class ThreadWorkers:
         self._python: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         self._io: queue.SimpleQueue[Task | None] = queue.SimpleQueue()
         lanes = [(self._python, "python", workers), (self._io, "io", io_workers or workers)]
+        # Each thread with its lane (a closing lane gets a stop mark per thread).
         self._threads = [
-            threading.Thread(
-                target=self._serve, args=(lane,), name=f"noetl-{name}-{n}", daemon=True
+            (
+                threading.Thread(
+                    target=self._serve, args=(lane,), name=f"noetl-{name}-{n}", daemon=True
+                ),
+                lane,
             )
             for lane, name, count in lanes
             for n in range(max(1, count))
         ]
-        self._lanes = [(lane, max(1, count)) for lane, _, count in lanes]
         self._waiters: set[threading.Thread] = set()
         self._closed = threading.Event()
-        for thread in self._threads:
+        for thread, _ in self._threads:
             thread.start()
 
     @property
@@ -82,10 +85,9 @@ class ThreadWorkers:
         self._closed.set()
         for thread in self._waiters.copy():
             thread.join(timeout=5.0)
-        for lane, count in self._lanes:
-            for _ in range(count):
-                lane.put(None)
-        for thread in self._threads:
+        for _, lane in self._threads:
+            lane.put(None)
+        for thread, _ in self._threads:
             thread.join()
 
     def submit(self, task: Task) -> None:
