@@ -156,18 +156,19 @@ class SqliteStore(SqlStore):
     def _write(conn: sqlite3.Connection, item: PreparedAppend) -> bool:
         """Write one append; False (nothing of it written) when its execution is not at
         `expected_seq`, or does not exist."""
-        moved = conn.execute(
-            SQL["update_execution"],
-            {
-                "last_seq": item.last_seq,
-                "expected_seq": item.expected_seq,
-                "now": item.now,
-                "status": None if item.status is None else item.status.value,
-                "finished_at": item.now if item.finished else None,
-                "context": item.context,
-                "execution_id": item.execution_id,
-            },
-        )
+        row: dict[str, object] = {
+            "last_seq": item.last_seq,
+            "expected_seq": item.expected_seq,
+            "now": item.now,
+            "context": item.context,
+            "execution_id": item.execution_id,
+        }
+        if item.status is None:
+            moved = conn.execute(SQL["advance_execution"], row)
+        else:
+            row["status"] = item.status.value
+            row["finished_at"] = item.now if item.finished else None
+            moved = conn.execute(SQL["update_execution"], row)
         if moved.rowcount != 1:
             return False
         if item.events:

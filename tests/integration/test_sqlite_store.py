@@ -197,7 +197,6 @@ EXPECTED_COLUMNS = {
 EXPECTED_INDEXES = {
     ("execution_status_idx", "execution", (("status", 0),)),
     ("execution_created_at_idx", "execution", (("created_at", 0),)),
-    ("event_log_type_idx", "event_log", (("execution_id", 0), ("type", 0))),
     (
         "task_queue_claim_idx",
         "task_queue",
@@ -366,6 +365,7 @@ def test_packaged_migrations() -> None:
         (9, "retention"),
         (10, "schedules"),
         (11, "commit_guard"),
+        (12, "lean_event_log"),
     ]
     assert [head(s) for s in split_statements(migrations[0].sql)] == [
         "CREATE TABLE execution",
@@ -410,7 +410,7 @@ def test_reopening_does_not_reapply_migrations(db_path: Path) -> None:
     second = SqliteStore(db_path)
     try:
         assert migration_rows(db_path) == applied
-        assert [version for version, _ in applied] == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]
+        assert [version for version, _ in applied] == list(range(1, 13))
         assert second.get_execution("e1") == record("e1")
         assert migrate_sqlite(second._conn) == []
     finally:
@@ -447,7 +447,7 @@ def test_a_failing_migration_leaves_nothing_behind(store: SqliteStore, db_path: 
         conn.close()
 
     assert "half" not in tables
-    assert [version for version, _ in migration_rows(db_path)] == list(range(1, 12))
+    assert [version for version, _ in migration_rows(db_path)] == list(range(1, 13))
 
 
 def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
@@ -460,7 +460,7 @@ def test_a_database_from_a_newer_build_is_refused(db_path: Path) -> None:
         SqliteStore(db_path)
 
     assert str(db_path) in str(caught.value)
-    assert "schema version 999 is newer than this build knows (11)" in str(caught.value)
+    assert "schema version 999 is newer than this build knows (12)" in str(caught.value)
 
 
 # -- errors a user will meet ---------------------------------------------------------------

@@ -19,12 +19,22 @@ SELECT last_seq FROM execution WHERE execution_id = ?
 -- name: insert_event
 INSERT INTO event_log (execution_id, seq, type, ts, step, payload) VALUES (?, ?, ?, ?, ?, ?)
 
+-- An append that changes the status (update_execution) or not (advance_execution): SQLite
+-- rewrites the index entries of every column a SET names, changed or not, so the
+-- common case names neither status nor finished_at (their indexes stay untouched).
 -- name: update_execution
 UPDATE execution SET
     last_seq = :last_seq,
     updated_at = :now,
-    status = COALESCE(:status, status),
-    finished_at = CASE WHEN :status IS NULL THEN finished_at ELSE :finished_at END,
+    status = :status,
+    finished_at = :finished_at,
+    context = COALESCE(:context, context)
+WHERE execution_id = :execution_id AND last_seq = :expected_seq
+
+-- name: advance_execution
+UPDATE execution SET
+    last_seq = :last_seq,
+    updated_at = :now,
     context = COALESCE(:context, context)
 WHERE execution_id = :execution_id AND last_seq = :expected_seq
 
