@@ -11,6 +11,7 @@ injectable in tests.
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -20,11 +21,14 @@ from typing import Any
 
 from noetl.core import StoreUnavailableError
 from noetl.store._rows import dumps, loads
+from noetl.store._sqlite_checkpoint import Checkpointer
 from noetl.store._sqlite_queue import ClockedConnection
 from noetl.store.connector import DuplicateKeyError, Params, Row
 from noetl.store.migrate import SchemaTooNewError, migrate_sqlite
 from noetl.store.queries import QUERIES
 from noetl.store.records import Clock
+
+log = logging.getLogger("noetl.store")
 
 _QUERIES = QUERIES["sqlite"]
 _DUPLICATE = frozenset({"SQLITE_CONSTRAINT_PRIMARYKEY", "SQLITE_CONSTRAINT_UNIQUE"})
@@ -111,6 +115,19 @@ class SqliteConnector(_Values):
         self._busy_timeout_ms = busy_timeout_ms
         self._lock = threading.Lock()
         self.conn = self._connect()
+        self._checkpoints = self._checkpointer()
+
+    def _checkpointer(self) -> Checkpointer | None:
+        """Checkpoints in a thread of their own (noetl.store._sqlite_checkpoint); when it
+        cannot have its connection, the writer's commits checkpoint, as SQLite's default."""
+        try:
+            checkpoints = Checkpointer(self.path)
+        except sqlite3.Error as exc:
+            log.warning("SQLite %s: checkpoints stay with the writer (%s)", self.path, exc)
+            return None
+        with self._lock:
+            self.conn.execute("PRAGMA wal_autocheckpoint = 0")
+        return checkpoints
 
     def _connect(self) -> sqlite3.Connection:
         try:
@@ -176,6 +193,8 @@ class SqliteConnector(_Values):
     def use(self) -> Iterator[sqlite3.Connection]:
         """The connection, under the lock, with operational errors made readable."""
         with self._lock:
+            if self._checkpoints is not None:
+                self._checkpoints.committed()
             try:
                 yield self.conn
             except sqlite3.OperationalError as exc:
@@ -224,5 +243,7 @@ class SqliteConnector(_Values):
             yield SqliteSession(conn, self.clock())
 
     def close(self) -> None:
+        if self._checkpoints is not None:
+            self._checkpoints.stop()
         with self._lock:
             self.conn.close()

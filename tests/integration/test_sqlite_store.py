@@ -293,15 +293,22 @@ def test_connection_settings(store: SqliteStore) -> None:
     conn = store._conn
     settings = {
         name: conn.execute(f"PRAGMA {name}").fetchone()[0]
-        for name in ("journal_mode", "synchronous", "busy_timeout", "foreign_keys")
+        for name in (
+            "journal_mode",
+            "synchronous",
+            "busy_timeout",
+            "foreign_keys",
+            "wal_autocheckpoint",
+        )
     }
 
-    # synchronous: 1 is NORMAL
+    # synchronous: 1 is NORMAL; the log's checkpoints are a thread's of their own
     assert settings == {
         "journal_mode": "wal",
         "synchronous": 1,
         "busy_timeout": 5000,
         "foreign_keys": 1,
+        "wal_autocheckpoint": 0,
     }
 
 
