@@ -272,7 +272,13 @@ class PythonPool:
         if used is not None:
             self._busy.discard(used)
         self._leased -= 1
-        self._cond.notify_all()
+        if self._closed:
+            self._cond.notify_all()  # `close` waits for the last lease
+        else:
+            # One slot came free: one waiter is woken for it. Waking them all (a worker has
+            # many more task threads than children) woke every waiting thread per call,
+            # only for all but one to wait again.
+            self._cond.notify()
 
 
 def _request(task: Task) -> Reply | str:
