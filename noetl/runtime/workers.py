@@ -19,9 +19,18 @@ from typing import Any
 
 from noetl.core import Outcome, Task
 from noetl.decision.workloads import with_workload
-from noetl.worker.tools import ToolRegistry
+from noetl.worker.python_pool import PythonPool
+from noetl.worker.tools import PythonTool, ToolRegistry
 
-__all__ = ["ThreadWorkers", "call_later"]
+__all__ = ["AHEAD", "ThreadWorkers", "call_later"]
+
+# Python tasks a lane thread sends its child at once, at most, when more are queued: a
+# round trip (and the wake-ups on both sides) per batch instead of per task. Only while
+# the lane's recent tasks ran shorter than AHEAD_BELOW_MS each on average: a round trip
+# is a large part of a short task and none of a long one, and a long task in a batch
+# holds back the tasks behind it (at most AHEAD - 1) while another thread may be idle.
+AHEAD = 16
+AHEAD_BELOW_MS = 1.0
 
 
 def call_later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
@@ -51,6 +60,10 @@ class ThreadWorkers:
         canceled: Callable[[Task], bool],
     ) -> None:
         self.tools = tools
+        python = tools.get("python") if "python" in tools else None
+        # Queued python tasks go to a child several at a time (`_run_ahead`).
+        self._ahead = python.pool if isinstance(python, PythonTool) else None
+        self._python_ms: float | None = None  # a moving average of python tasks' time
         self._report = report
         self._workload = workload
         self._canceled = canceled
@@ -115,7 +128,48 @@ class ThreadWorkers:
             task = lane.get()
             if task is None or self._closed.is_set():
                 return
-            self._execute(task)
+            if self._ahead is None or lane is not self._python:
+                self._execute(task)
+                continue
+            batch, stop = self._more(lane, task)
+            if len(batch) > 1:
+                self._run_ahead(self._ahead, batch)
+            for queued in batch:  # each in its own chain; those run ahead take their reply
+                if self._closed.is_set():
+                    break
+                self._execute(queued)
+            if len(batch) > 1:
+                self._ahead.forget_ahead(batch)
+            if stop or self._closed.is_set():
+                return
+
+    def _more(self, lane: queue.SimpleQueue[Task | None], first: Task) -> tuple[list[Task], bool]:
+        """`first` and python tasks queued behind it, while the lane's tasks are short (see
+        `AHEAD`); True when the lane's stop mark came meanwhile."""
+        batch = [first]
+        recent = self._python_ms
+        if recent is None or recent >= AHEAD_BELOW_MS:
+            return batch, False
+        while len(batch) < AHEAD:
+            try:
+                task = lane.get_nowait()
+            except queue.Empty:
+                return batch, False
+            if task is None:
+                return batch, True
+            batch.append(task)
+        return batch, False
+
+    def _run_ahead(self, pool: PythonPool, batch: list[Task]) -> None:
+        """Run the batch's plain python tasks in one child (`PythonPool.run_ahead`):
+        not those canceled, nor those with secrets to resolve first (their chain does)."""
+        ready = [
+            with_workload(task, self._workload(task.execution_id))
+            for task in batch
+            if task.kind == "python" and not task.secrets and not self._canceled(task)
+        ]
+        if len(ready) > 1:
+            pool.run_ahead(ready)
 
     def _execute_waiting(self, task: Task) -> None:
         try:
@@ -133,4 +187,8 @@ class ThreadWorkers:
             # Tasks do not carry the workload (noetl.decision.workloads): it is the state's.
             task = with_workload(task, self._workload(task.execution_id))
             outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
+            if task.kind == "python" and outcome.duration_ms is not None:
+                recent = self._python_ms  # shared, unlocked: an estimate is enough
+                took = outcome.duration_ms
+                self._python_ms = took if recent is None else 0.8 * recent + 0.2 * took
         self._report((task, outcome))

@@ -14,6 +14,9 @@ Protocol over two one-way pipes, one call at a time, pickled by `Connection.send
     child  -> parent   (OUTPUT, text)                         any number, while it runs
     child  -> parent   (True, result_json, stdout)
                        (False, error, error_type, retryable, stdout)
+
+A batch is a list of such requests: the child runs them in order and sends each one's
+lines and reply as above, one after another.
 """
 
 from __future__ import annotations
@@ -427,6 +430,10 @@ def serve(reader: Connection, writer: Connection) -> None:
         writer.send(READY)
         while True:
             request = reader.recv()
-            writer.send(runner.run(request, writer))
+            if isinstance(request, list):  # a batch (`PythonPool.run_ahead`): a reply each
+                for one in request:
+                    writer.send(runner.run(one, writer))
+            else:
+                writer.send(runner.run(request, writer))
     except (EOFError, OSError):  # the parent is gone or closed the pool: exit quietly
         return

@@ -108,7 +108,12 @@ class ChildProcess:
         """Send one request and wait for the reply; None when the time is up. The lines
         the call prints meanwhile go to `output`."""
         self.writer.send(request)
-        deadline = time.monotonic() + timeout_s
+        return self.reply(time.monotonic() + timeout_s, output)
+
+    def reply(self, deadline: float, output: Printed) -> Reply | None:
+        """The next reply of what was sent (a call, or the next call of a batch), by
+        `deadline` (`time.monotonic`), else None; the lines printed meanwhile go to
+        `output`."""
         while True:
             if not self._wait(deadline - time.monotonic()):
                 return None

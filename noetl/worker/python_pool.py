@@ -34,7 +34,7 @@ import json
 import threading
 import time
 from types import TracebackType
-from typing import Any
+from typing import Any, NamedTuple
 
 from noetl.core import Outcome, Task
 from noetl.tools.deadline import Deadline
@@ -72,6 +72,10 @@ class PythonPool:
         self._leased = 0
         self._closed = False
         self._free: list[ChildProcess | None] = []
+        # Replies of tasks run ahead of their chains (`run_ahead`), by (task id, attempt),
+        # and the ids canceled while their batch ran.
+        self._ahead: dict[tuple[str, int], Ahead] = {}
+        self._canceled_ahead: set[str] = set()
         try:
             for _ in range(processes):
                 self._free.append(ChildProcess(self._ctx))
@@ -103,8 +107,12 @@ class PythonPool:
         return [c.process.pid for c in children if not c.stopped and c.process.pid is not None]
 
     def run(self, task: Task) -> Outcome:
-        """Run a python task in a child process; never raises for anything user code does."""
+        """Run a python task in a child process; never raises for anything user code does.
+        A task `run_ahead` ran takes its reply from there."""
         started = time.perf_counter()
+        ahead = self._ahead.pop((task.task_id, task.attempt), None) if self._ahead else None
+        if ahead is not None:
+            return ahead.outcome(task, Printed(current_output()))
         request = _request(task)
         if isinstance(request, str):
             return _failed(task, started, request, "FatalError")
@@ -125,7 +133,7 @@ class PythonPool:
                 retryable=failure.retryable,
                 stdout=printed.text(),
             )
-        return _outcome(task, started, reply)
+        return _outcome(task, reply, _elapsed_ms(started))
 
     def cancel(self, task_id: str) -> bool:
         """Stop the call running `task_id`: kill its child (it is replaced); that call
@@ -136,8 +144,119 @@ class PythonPool:
             if child is None:
                 return False
             child.canceled = True
+            self._canceled_ahead.add(task_id)
             child.kill()
         return True
+
+    def run_ahead(self, tasks: list[Task]) -> int:
+        """Run several python tasks in one child, in order, with one request for them all
+        and a reply for each as it finishes; their `run` calls (in their own middleware
+        chains, right after) take the replies. Each task keeps its own timeout, counted
+        from its own start. A task that times out, or whose child dies or is killed for a
+        cancel, ends there: it fails (timed out, crashed, canceled), or, when another task
+        of the batch was canceled, runs again by its own `run`, as do the tasks after it.
+        Returns how many tasks have their reply. Tasks that cannot go in a batch (an
+        invalid spec, a deadline set by the time limit) are left to their own `run`."""
+        batch: list[Task] = []
+        requests: list[Reply] = []
+        for task in tasks:
+            request = _request(task)
+            if isinstance(request, str) or (task.timeout_ms is not None and task.timeout_ms <= 0):
+                continue
+            batch.append(task)
+            requests.append(request)
+        tasks = batch
+        if len(tasks) < 2:
+            return 0
+        try:
+            child = self._acquire()
+        except CallFailure:
+            return 0
+        healthy = False
+        try:
+            if child is not None and child.died_while_idle():
+                self._forget(child)
+                child = None
+            if child is None:
+                child = self._start()
+            with self._cond:
+                for task in tasks:
+                    self._running[task.task_id] = child
+            healthy = self._batch(child, tasks, requests)
+            return sum(1 for task in tasks if (task.task_id, task.attempt) in self._ahead)
+        except CallFailure:
+            return 0
+        finally:
+            with self._cond:
+                for task in tasks:
+                    if self._running.get(task.task_id) is child:
+                        del self._running[task.task_id]
+                    self._canceled_ahead.discard(task.task_id)
+            if child is not None:
+                self._release(child, healthy and not child.canceled)
+
+    def forget_ahead(self, tasks: list[Task]) -> None:
+        """Drop the replies of these tasks that their `run` did not take (a task that
+        ended another way, such as canceled before its chain ran)."""
+        if self._ahead:
+            for task in tasks:
+                self._ahead.pop((task.task_id, task.attempt), None)
+
+    def _batch(self, child: ChildProcess, tasks: list[Task], requests: list[Reply]) -> bool:
+        """Send the batch and take its replies (see `run_ahead`); False when the child
+        must be replaced."""
+        began = time.monotonic()
+        try:
+            if not child.ready:
+                child.wait_ready()
+            child.writer.send(requests)
+        except (EOFError, OSError):  # killed already (a cancel): as if the first had died
+            self._died(child, tasks[0], Printed(None), 0.0)
+            return False
+        for task in tasks:
+            timeout_ms = task.timeout_ms or self._default_timeout_ms
+            printed = Printed(None)
+            try:
+                reply = child.reply(began + timeout_ms / 1000, printed)
+            except (EOFError, OSError):
+                self._died(child, task, printed, (time.monotonic() - began) * 1000)
+                return False
+            now = time.monotonic()
+            if reply is None:
+                failure = CallFailure(
+                    f"timed out after {timeout_ms} ms", "TimeoutError", retryable=True
+                )
+                self._ahead[(task.task_id, task.attempt)] = Ahead(
+                    None, failure, (now - began) * 1000, printed
+                )
+                child.kill()
+                return False
+            self._ahead[(task.task_id, task.attempt)] = Ahead(
+                reply, None, (now - began) * 1000, printed
+            )
+            with self._cond:  # done: a cancel of it now must not kill the others
+                if self._running.get(task.task_id) is child:
+                    del self._running[task.task_id]
+            began = now
+        return True
+
+    def _died(self, child: ChildProcess, task: Task, printed: Printed, ran_ms: float) -> None:
+        """The batch's child died while `task` ran: its failure, unless it runs again."""
+        failure = self._ended(child, task, child.stop())
+        if failure is not None:
+            self._ahead[(task.task_id, task.attempt)] = Ahead(None, failure, ran_ms, printed)
+
+    def _ended(self, child: ChildProcess, task: Task, code: int | None) -> CallFailure | None:
+        """Why the task running when its batch's child died failed; None when it must run
+        again (the child was killed to cancel another task of the batch)."""
+        if child.canceled:
+            with self._cond:
+                mine = task.task_id in self._canceled_ahead
+            return CallFailure("canceled", "CancelError") if mine else None
+        if self._closed:
+            message = "python pool was closed while the task ran"
+            return CallFailure(message, "CancelError", retryable=True)
+        return CallFailure(exit_message(code), "ProcessError")
 
     def close(self) -> None:
         """Stop every child (killing those still running a task) and reap them all."""
@@ -281,6 +400,33 @@ class PythonPool:
             self._cond.notify()
 
 
+class Ahead(NamedTuple):
+    """A task's reply from `run_ahead` (or why it has none), how long it ran (ms) and
+    what it printed meanwhile."""
+
+    reply: Reply | None
+    failure: CallFailure | None
+    duration_ms: float
+    printed: Printed
+
+    def outcome(self, task: Task, output: Printed) -> Outcome:
+        """The task's outcome; its printed lines passed on to the task's output now."""
+        for part in self.printed.parts:
+            output.add(part)
+        if self.failure is not None or self.reply is None:
+            failure = self.failure or CallFailure("no reply", "ProcessError")
+            return Outcome(
+                task_id=task.task_id,
+                ok=False,
+                error=failure.message,
+                error_type=failure.error_type,
+                retryable=failure.retryable,
+                stdout=self.printed.text(),
+                duration_ms=self.duration_ms,
+            )
+        return _outcome(task, self.reply, self.duration_ms)
+
+
 def _request(task: Task) -> Reply | str:
     """The message for the child, or why the spec cannot be run."""
     spec = task.spec
@@ -321,7 +467,7 @@ def _failed(
     )
 
 
-def _outcome(task: Task, started: float, reply: Reply) -> Outcome:
+def _outcome(task: Task, reply: Reply, duration_ms: float) -> Outcome:
     if reply[0]:
         _, text, stdout = reply
         this: Any = json.loads(text)
@@ -330,7 +476,7 @@ def _outcome(task: Task, started: float, reply: Reply) -> Outcome:
             ok=True,
             this=this,
             stdout=stdout,
-            duration_ms=_elapsed_ms(started),
+            duration_ms=duration_ms,
         )
     _, error, error_type, retryable, stdout = reply
     return Outcome(
@@ -340,5 +486,5 @@ def _outcome(task: Task, started: float, reply: Reply) -> Outcome:
         error_type=error_type,
         retryable=retryable,
         stdout=stdout,
-        duration_ms=_elapsed_ms(started),
+        duration_ms=duration_ms,
     )

@@ -94,6 +94,11 @@ class PythonTool:
     def __init__(self, pool: PythonPool) -> None:
         self._pool = pool
 
+    @property
+    def pool(self) -> PythonPool:
+        """The child processes this tool runs code in."""
+        return self._pool
+
     def run(self, task: Task) -> Outcome:
         return self._pool.run(task)
 
