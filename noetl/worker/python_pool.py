@@ -24,7 +24,7 @@ outcome is a top-level `return` or its `result` variable (`noetl.worker._pychild
 stdout or stderr (and what it logs) comes back in `Outcome.stdout` (the first 64 KiB), and
 each line is passed on as it is printed to the task's output (`noetl.worker.output`), so
 a long call is seen while it runs and a call that times out or crashes keeps what it
-printed.
+printed (a task run ahead in a batch, `run_ahead`, passes its lines on with its reply).
 """
 
 from __future__ import annotations
