@@ -106,7 +106,11 @@ class Observe:
         started = time.perf_counter()
         observer.tool_started(task)
         outcome = call_next(task)
-        observer.tool_finished(task, outcome, time.perf_counter() - started)
+        took = time.perf_counter() - started
+        if outcome.duration_ms is not None:
+            # a python task run ahead in a batch ran before its chain (noetl.worker.python_pool)
+            took = max(took, outcome.duration_ms / 1000)
+        observer.tool_finished(task, outcome, took)
         return outcome
 
 

@@ -156,7 +156,7 @@ class PythonPool:
         cancel, ends there: it fails (timed out, crashed, canceled), or, when another task
         of the batch was canceled, runs again by its own `run`, as do the tasks after it.
         Returns how many tasks have their reply. Tasks that cannot go in a batch (an
-        invalid spec, a deadline set by the time limit) are left to their own `run`."""
+        invalid spec, a timeout of 0 or less) are left to their own `run`."""
         batch: list[Task] = []
         requests: list[Reply] = []
         for task in tasks:
@@ -305,6 +305,7 @@ class PythonPool:
                 with self._cond:
                     if self._running.get(task_id) is child:
                         del self._running[task_id]
+                    self._canceled_ahead.discard(task_id)
             # canceled just as the reply came: the child is (being) killed, replace it
             healthy = not child.canceled
             return reply

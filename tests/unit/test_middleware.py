@@ -240,3 +240,27 @@ def test_setting_what_the_chains_hold_composes_them_again() -> None:
     registry.max_result_bytes = 1000
     registry.run(make_task("big", sinks=({"id": "m", "kind": "memo", "spec": {}},)))
     assert memo.values == ["x" * 200]
+
+
+def test_the_observer_is_told_the_time_a_task_ran_before_its_chain() -> None:
+    """A python task run ahead in a batch (noetl.worker.python_pool) reports the time it
+    ran in its outcome; the chain around it took microseconds."""
+    durations: list[float] = []
+
+    class Timed(NoopObserver):
+        def tool_finished(self, task: Task, outcome: Outcome, duration_s: float) -> None:
+            durations.append(duration_s)
+
+    class Ran:
+        kind = "ran"
+
+        def run(self, task: Task) -> Outcome:
+            return Outcome(task.task_id, ok=True, this=1, duration_ms=250.0)
+
+    registry = ToolRegistry([Ran()], observer=Timed())
+    registry.run(make_task("ran"))
+    assert durations and 0.25 <= durations[0] < 0.5
+    durations.clear()
+    registry = ToolRegistry([Tool("now", lambda t: 1)], observer=Timed())
+    registry.run(make_task("now"))  # no duration of its own: the chain's time
+    assert durations and durations[0] < 0.25
