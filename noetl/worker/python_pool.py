@@ -174,14 +174,7 @@ class PythonPool:
             return 0
         healthy = False
         try:
-            if child is not None and child.died_while_idle():
-                self._forget(child)
-                child = None
-            if child is None:
-                child = self._start()
-            with self._cond:
-                for task in tasks:
-                    self._running[task.task_id] = child
+            child = self._running_child(child, [task.task_id for task in tasks])
             healthy = self._batch(child, tasks, requests)
             return sum(1 for task in tasks if (task.task_id, task.attempt) in self._ahead)
         except CallFailure:
@@ -189,11 +182,10 @@ class PythonPool:
         finally:
             with self._cond:
                 for task in tasks:
-                    if self._running.get(task.task_id) is child:
+                    if child is not None and self._running.get(task.task_id) is child:
                         del self._running[task.task_id]
                     self._canceled_ahead.discard(task.task_id)
-            if child is not None:
-                self._release(child, healthy and not child.canceled)
+            self._release(child, healthy and not (child is not None and child.canceled))
 
     def forget_ahead(self, tasks: list[Task]) -> None:
         """Drop the replies of these tasks that their `run` did not take (a task that
@@ -291,14 +283,7 @@ class PythonPool:
         child = self._acquire()
         healthy = False
         try:
-            if child is not None and child.died_while_idle():
-                # killed from outside (say, the OOM killer): not this task's fault
-                self._forget(child)
-                child = None
-            if child is None:
-                child = self._start()
-            with self._cond:
-                self._running[task_id] = child
+            child = self._running_child(child, [task_id])
             try:
                 reply = self._call(child, request, timeout_ms, deadline, printed)
             finally:
@@ -311,6 +296,22 @@ class PythonPool:
             return reply
         finally:
             self._release(child, healthy)
+
+    def _running_child(self, leased: ChildProcess | None, task_ids: list[str]) -> ChildProcess:
+        """The child to run these tasks on: the leased one, unless it is missing or died
+        while idle (killed from outside, say by the OOM killer: not these tasks' fault),
+        then a new one; recorded as running them (`cancel`). Raises `CallFailure` when no
+        child can be started (the caller still releases its lease)."""
+        child = leased
+        if child is not None and child.died_while_idle():
+            self._forget(child)
+            child = None
+        if child is None:
+            child = self._start()
+        with self._cond:
+            for task_id in task_ids:
+                self._running[task_id] = child
+        return child
 
     def _acquire(self) -> ChildProcess | None:
         """Take a free slot (waiting for one); raises `CallFailure` once the pool is closed."""

@@ -240,3 +240,48 @@ def test_the_lane_batches_short_tasks_only(
         assert batches and max(batches) > 1
     else:  # 5 ms tasks: a round trip is nothing next to them, and a batch would hold back
         assert batches == []
+
+
+def test_a_batch_that_cannot_start_a_child_gives_its_slot_back(
+    solo: PythonPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The only child died while idle and no new one can start: the batch is not run,
+    and the pool's one slot comes back (else every later call would wait forever)."""
+    (child,) = [c for c in solo._free if c is not None]
+    monkeypatch.setattr(type(child), "died_while_idle", lambda self: True)
+
+    def cannot_start(self: PythonPool) -> None:
+        from noetl.worker.python_child import CallFailure
+
+        raise CallFailure("could not start a python process", "ProcessError", retryable=True)
+
+    monkeypatch.setattr(PythonPool, "_start", cannot_start)
+    assert solo.run_ahead([task(1, DOUBLE, x=1), task(2, DOUBLE, x=2)]) == 0
+    monkeypatch.undo()
+
+    done: list[Outcome] = []
+    runner = threading.Thread(target=lambda: done.append(solo.run(task(3, DOUBLE, x=3))))
+    runner.start()
+    runner.join(timeout=30)
+    assert not runner.is_alive(), "the slot was never given back"
+    assert done[0].this == 6
+
+
+def test_a_batch_on_a_slot_without_a_child_that_cannot_start_one_gives_it_back(
+    solo: PythonPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slot whose child could not be restarted earlier holds none: the batch tries to
+    start one, cannot, and still gives the slot back."""
+    (child,) = [c for c in solo._free if c is not None]
+    child.stop()
+    solo._free[:] = [None]  # as `_release` leaves it when a restart failed
+
+    def cannot_start(self: PythonPool) -> None:
+        from noetl.worker.python_child import CallFailure
+
+        raise CallFailure("could not start a python process", "ProcessError", retryable=True)
+
+    monkeypatch.setattr(PythonPool, "_start", cannot_start)
+    assert solo.run_ahead([task(1, DOUBLE, x=1), task(2, DOUBLE, x=2)]) == 0
+    monkeypatch.undo()
+    assert solo.run(task(3, DOUBLE, x=3)).this == 6
