@@ -3,11 +3,12 @@
 Most tasks run in bounded thread pools of two lanes: python tasks in as many threads as
 the python pool has processes (a thread more would only wait for a child, contending for
 the interpreter lock with the deciding thread), every other tool (http, postgres,
-duckdb...) in a lane of many more threads, since those mostly wait on I/O. Tasks whose
-tool waits for other tasks (`playbook`: a child execution in this same runtime) run in
-threads of their own: a parent waiting in a pool slot could otherwise hold the slot its
-child needs. A worker never
-decides anything: it hands `(task, outcome)` to the orchestrator (`noetl.runtime.embedded`).
+duckdb...) in a lane of many more threads, since those mostly wait on I/O. A python
+lane thread sends short python tasks queued behind its first to its child in one batch
+(`AHEAD`). Tasks whose tool waits for other tasks (`playbook`: a child execution in this
+same runtime) run in threads of their own: a parent waiting in a pool slot could
+otherwise hold the slot its child needs. A worker never decides anything: it hands
+`(task, outcome)` to the orchestrator (`noetl.runtime.embedded`).
 """
 
 from __future__ import annotations
@@ -161,12 +162,12 @@ class ThreadWorkers:
         return batch, False
 
     def _run_ahead(self, pool: PythonPool, batch: list[Task]) -> None:
-        """Run the batch's plain python tasks in one child (`PythonPool.run_ahead`):
-        not those canceled, nor those with secrets to resolve first (their chain does)."""
+        """Run the batch's python tasks in one child (`PythonPool.run_ahead`): not those
+        canceled, nor those with secrets to resolve first (their chain does)."""
         ready = [
             with_workload(task, self._workload(task.execution_id))
             for task in batch
-            if task.kind == "python" and not task.secrets and not self._canceled(task)
+            if not task.secrets and not self._canceled(task)
         ]
         if len(ready) > 1:
             pool.run_ahead(ready)
