@@ -123,7 +123,9 @@ class PythonPool:
             timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
         printed = Printed(current_output())
         try:
-            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0), deadline, printed)
+            reply, began = self._run_leased(
+                task.task_id, request, max(timeout_ms, 0), deadline, printed
+            )
         except CallFailure as failure:
             return _failed(
                 task,
@@ -133,7 +135,7 @@ class PythonPool:
                 retryable=failure.retryable,
                 stdout=printed.text(),
             )
-        return _outcome(task, reply, _elapsed_ms(started))
+        return _outcome(task, reply, _elapsed_ms(began))
 
     def cancel(self, task_id: str) -> bool:
         """Stop the call running `task_id`: kill its child (it is replaced); that call
@@ -279,8 +281,10 @@ class PythonPool:
         timeout_ms: int,
         deadline: Deadline | None,
         printed: Printed,
-    ) -> Reply:
+    ) -> tuple[Reply, float]:
+        """The reply, and when the call began (a child was free for it)."""
         child = self._acquire()
+        began = time.perf_counter()
         healthy = False
         try:
             child = self._running_child(child, [task_id])
@@ -293,7 +297,7 @@ class PythonPool:
                     self._canceled_ahead.discard(task_id)
             # canceled just as the reply came: the child is (being) killed, replace it
             healthy = not child.canceled
-            return reply
+            return reply, began
         finally:
             self._release(child, healthy)
 
