@@ -20,18 +20,11 @@ from typing import Any
 
 from noetl.core import Outcome, Task
 from noetl.decision.workloads import with_workload
+from noetl.worker.ahead import AHEAD, Pace, pool_of, run_ahead
 from noetl.worker.python_pool import PythonPool
-from noetl.worker.tools import PythonTool, ToolRegistry
+from noetl.worker.tools import ToolRegistry
 
 __all__ = ["AHEAD", "ThreadWorkers", "call_later"]
-
-# Python tasks a lane thread sends its child at once, at most, when more are queued: a
-# round trip (and the wake-ups on both sides) per batch instead of per task. Only while
-# the lane's recent tasks ran shorter than AHEAD_BELOW_MS each on average: a round trip
-# is a large part of a short task and none of a long one, and a long task in a batch
-# holds back the tasks behind it (at most AHEAD - 1) while another thread may be idle.
-AHEAD = 16
-AHEAD_BELOW_MS = 1.0
 
 
 def call_later(delay_s: float, call: Callable[..., None], *args: Any) -> None:
@@ -61,10 +54,9 @@ class ThreadWorkers:
         canceled: Callable[[Task], bool],
     ) -> None:
         self.tools = tools
-        python = tools.get("python") if "python" in tools else None
-        # Queued python tasks go to a child several at a time (`_run_ahead`).
-        self._ahead = python.pool if isinstance(python, PythonTool) else None
-        self._python_ms: float | None = None  # a moving average of python tasks' time
+        # Queued python tasks go to a child several at a time (`noetl.worker.ahead`).
+        self._ahead = pool_of(tools)
+        self._pace = Pace()
         self._report = report
         self._workload = workload
         self._canceled = canceled
@@ -148,8 +140,7 @@ class ThreadWorkers:
         """`first` and python tasks queued behind it, while the lane's tasks are short (see
         `AHEAD`); True when the lane's stop mark came meanwhile."""
         batch = [first]
-        recent = self._python_ms
-        if recent is None or recent >= AHEAD_BELOW_MS:
+        if not self._pace.short:
             return batch, False
         while len(batch) < AHEAD:
             try:
@@ -162,15 +153,14 @@ class ThreadWorkers:
         return batch, False
 
     def _run_ahead(self, pool: PythonPool, batch: list[Task]) -> None:
-        """Run the batch's python tasks in one child (`PythonPool.run_ahead`): not those
-        canceled, nor those with secrets to resolve first (their chain does)."""
+        """Run the batch's python tasks in one child (`noetl.worker.ahead`), but not those
+        canceled."""
         ready = [
             with_workload(task, self._workload(task.execution_id))
             for task in batch
-            if not task.secrets and not self._canceled(task)
+            if not self._canceled(task)
         ]
-        if len(ready) > 1:
-            pool.run_ahead(ready)
+        run_ahead(pool, ready)
 
     def _execute_waiting(self, task: Task) -> None:
         try:
@@ -188,8 +178,5 @@ class ThreadWorkers:
             # Tasks do not carry the workload (noetl.decision.workloads): it is the state's.
             task = with_workload(task, self._workload(task.execution_id))
             outcome = self.tools.run(task)  # never raises: a tool's failure is an outcome
-            if task.kind == "python" and outcome.duration_ms is not None:
-                recent = self._python_ms  # shared, unlocked: an estimate is enough
-                took = outcome.duration_ms
-                self._python_ms = took if recent is None else 0.8 * recent + 0.2 * took
+            self._pace.observe(task, outcome)
         self._report((task, outcome))

@@ -19,7 +19,7 @@ Each outcome is observed with the path it took; the worker counts them.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from noetl.core import Outcome, Task
 from noetl.observability import Observer, ReportPath
@@ -67,12 +67,23 @@ class ReportPaths:
         was given up without an answer."""
         report = Report(lease, outcome)
         self._reporter.report(report)
+        return self._sent(report)
+
+    def complete_many(self, done: Sequence[tuple[Lease, Outcome]]) -> list[ReportPath | None]:
+        """`complete` for several outcomes at once: sent together, each with its path."""
+        reports = [Report(lease, outcome) for lease, outcome in done]
+        if reports:
+            self._reporter.report_many(reports)
+        return [self._sent(report) for report in reports]
+
+    def _sent(self, report: Report) -> ReportPath | None:
+        """The path a sent report took, observed (None: given up without an answer)."""
         if report.accepted is None:
             return None
         path: ReportPath = "inbox" if report.accepted else "refused"
-        self.observe(lease.task, report.outcome, path)
+        self.observe(report.lease.task, report.outcome, path)
         if not report.accepted:
-            log.info("result of %s refused: lease no longer held", lease.task.task_id)
+            log.info("result of %s refused: lease no longer held", report.lease.task.task_id)
         return path
 
     def observe(self, task: Task, outcome: Outcome, path: ReportPath) -> None:

@@ -145,14 +145,21 @@ class Reporter:
     def report(self, report: Report) -> None:
         """Hand a report to the thread and wait until it was sent; sent here when no
         thread runs."""
+        self.report_many([report])
+
+    def report_many(self, reports: list[Report]) -> None:
+        """Hand reports to the thread together and wait until all were sent; sent here
+        when no thread runs."""
         with self._lock:  # queued before a stop's mark, or not queued at all
             running = self._running and self._thread is not None
             if running:
-                self._queue.put(report)
-        if running:
+                for report in reports:
+                    self._queue.put(report)
+        if not running:
+            self.send(reports)
+            return
+        for report in reports:
             report.sent.wait()
-        else:
-            self.send([report])
 
     def send(self, batch: list[Report]) -> None:
         """Send the batch; a refused batch is sent one report at a time, and a refused

@@ -5,9 +5,9 @@ with heartbeats, runs each tool, and reports the outcome quoting its fencing tok
 result with a stale token (the lease expired and the task went to someone else) is refused
 by the store and changes nothing.
 
-Reporting takes one of two paths (`noetl.worker.report_paths`): the inbox, where a server
-decides what follows, or the continuation, where this worker decides what follows a task
-that was the only one in flight of its execution and runs the tasks it dispatches at once.
+Reporting takes the inbox or the continuation (`noetl.worker.report_paths`). Short
+python tasks claimed together run in one thread with one round trip to a python child,
+and are reported together (`noetl.worker.ahead`).
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
 
@@ -24,12 +24,10 @@ claim loop is logged and the loop goes on, and a reporter or heartbeat thread th
 is started again by the claim loop (which stops the worker, handing its tasks back, if it
 cannot).
 
-Tasks whose tool waits for other tasks (`playbook`: a child execution) run in threads of
-their own (`noetl.worker._threads`) and do not count against the claim window: a worker
-whose slots all held waiting parents could otherwise never claim the children's tasks.
-They are heartbeaten like any task, so their leases stay alive while they wait. On a hard
-stop their outcomes are dropped (their waits end early): the task is handed back and, run
-again, finds the child it started.
+Tasks whose tool waits for other tasks (`playbook`) run in threads of their own
+(`noetl.worker._threads`), outside the claim window, heartbeaten like any task. On a hard
+stop their outcomes are dropped: the task is handed back and, run again, finds the child
+it started.
 """
 
 from __future__ import annotations
@@ -40,7 +38,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
 
 from noetl.bus import TaskBus
 from noetl.core import Outcome, Task
@@ -50,45 +47,20 @@ from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer, ReportPath
 from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
+from noetl.worker.ahead import AHEAD_CLAIMED, Pace, pool_of, run_ahead, sendable
+from noetl.worker.config import WorkerConfig, WorkerStats, default_worker_id
 from noetl.worker.continuation import Continuation
 from noetl.worker.heartbeats import Heartbeats, InFlight
 from noetl.worker.report_paths import ReportPaths
 from noetl.worker.reporting import REPORT_ERROR, Reporter
 from noetl.worker.tools import ToolRegistry
 
+__all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_worker_id"]
+
 log = logging.getLogger("noetl.worker")
 # How long a hard stop waits for the reports already queued (results of tasks that
 # finished before it) to be sent.
 HARD_STOP_REPORT_S = 3.0
-
-
-def default_worker_id(pool: str) -> str:
-    return f"{socket.gethostname()}:{os.getpid()}:{pool}"
-
-
-@dataclass
-class WorkerConfig:
-    pool: str = "default"
-    concurrency: int = 2
-    lease_s: float = 30.0
-    heartbeat_s: float | None = None  # default: a third of the lease
-    poll_s: float = 0.5
-    worker_id: str = ""
-
-    def heartbeat_interval(self) -> float:
-        return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3
-
-
-@dataclass
-class WorkerStats:
-    completed: int = 0
-    continued: int = 0  # outcomes decided here (the continuation path)
-    rejected: int = 0
-    lost: int = 0
-    released: int = 0  # handed back to the queue by a hard stop
-    errors: list[str] = field(default_factory=list)
-    # Why the worker stopped on its own (a thread it needs could not be started again).
-    failure: str | None = None
 
 
 class Worker:
@@ -131,6 +103,9 @@ class Worker:
         )
         self._paths = ReportPaths(self._reporter, self._continuation, observer)
         self._threads = TaskThreads(config.concurrency)
+        # Short python tasks claimed together go to a child together (`_groups`).
+        self._pool = pool_of(tools)
+        self._pace = Pace()
         self._heartbeats = Heartbeats(
             store,
             worker_id=self.worker_id,
@@ -297,31 +272,48 @@ class Worker:
                 self.observer.claimed(lease.task, _queued_s(lease, self.config.lease_s))
             except Exception:
                 log.exception("observing the claim of %s failed", lease.task.task_id)
-            self._launch(lease)
+        for group in self._groups(leases):
+            self._launch(group)
         return bool(leases)
+
+    def _groups(self, leases: list[Lease]) -> list[list[Lease]]:
+        """The claimed leases one by one, but short python tasks that are not solo in
+        batches of up to AHEAD_CLAIMED: one thread and one round trip to a child each
+        (`noetl.worker.ahead`)."""
+        if self._pool is None or len(leases) < 2 or not self._pace.short:
+            return [[lease] for lease in leases]
+        ahead = [lease for lease in leases if not lease.solo and sendable(lease.task)]
+        groups = [[lease] for lease in leases if lease.solo or not sendable(lease.task)]
+        groups += [ahead[n : n + AHEAD_CLAIMED] for n in range(0, len(ahead), AHEAD_CLAIMED)]
+        return groups
 
     def _entry(self, lease: Lease) -> InFlight:
         return InFlight(lease, waits=self.tools.waits(lease.task.kind))
 
-    def _launch(self, lease: Lease) -> None:
-        """Run a task this worker tracks; one that cannot be started is reported failed
-        (retryable: another worker may have the threads this one lacks)."""
+    def _launch(self, leases: list[Lease]) -> None:
+        """Run tasks this worker tracks: one, or a batch (`_groups`) in one thread. A task
+        that cannot be started is reported failed (retryable: another worker may have the
+        threads this one lacks)."""
         try:
-            self._submit(lease)
+            if len(leases) == 1:
+                self._submit(leases[0])
+            else:
+                self._threads.submit(self._execute_group, leases)
         except Exception as exc:
-            log.exception("could not start %s", lease.task.task_id)
-            failed = Outcome(
-                lease.task.task_id,
-                ok=False,
-                error=f"the worker could not start the task: {type(exc).__name__}: {exc}",
-                error_type="RetryableError",
-                retryable=True,
-            )
-            try:
-                self._complete(lease, failed)
-            finally:
-                with self._lock:
-                    self._in_flight.pop(lease.task.task_id, None)
+            log.exception("could not start %d task(s)", len(leases))
+            for lease in leases:
+                failed = Outcome(
+                    lease.task.task_id,
+                    ok=False,
+                    error=f"the worker could not start the task: {type(exc).__name__}: {exc}",
+                    error_type="RetryableError",
+                    retryable=True,
+                )
+                try:
+                    self._complete(lease, failed)
+                finally:
+                    with self._lock:
+                        self._in_flight.pop(lease.task.task_id, None)
 
     def _submit(self, lease: Lease) -> None:
         """Run a leased task: in the pool, or in a thread of its own when its tool waits
@@ -351,7 +343,7 @@ class Worker:
             if follow and not self.tools.waits(follow[0].task.kind):
                 current, follow = follow[0], follow[1:]
             for extra in follow:
-                self._launch(extra)
+                self._launch([extra])
 
     def _run(self, lease: Lease) -> list[Lease]:
         """Run one task and report it; never raises. Returns the tasks its continuation
@@ -364,17 +356,7 @@ class Worker:
         except Exception as exc:  # a bug past the tool's own guards: fail the task
             log.exception("running or reporting %s failed", task.task_id)
             follow = []
-            failed = Outcome(
-                task.task_id,
-                ok=False,
-                error=f"the worker failed running or reporting the task: "
-                f"{type(exc).__name__}: {exc}",
-                error_type=REPORT_ERROR,
-            )
-            try:
-                self._complete(lease, failed)
-            except Exception:
-                log.exception("could not report the failure of %s", task.task_id)
+            self._failed_run(lease, exc)
         finally:
             # Never left tracked (and heartbeaten) once its thread is done with it.
             with self._lock:
@@ -396,9 +378,59 @@ class Worker:
         task = lease.task
         if lease.solo and self._continuation is not None and "workload" not in task.context:
             self._prime(task.execution_id)
+        # Tasks do not carry the workload: it is read once per execution from its log.
+        outcome = self._outcome(lease, self.workloads.attach(task))
+        return [] if outcome is None else self._report(lease, outcome)
+
+    def _execute_group(self, leases: list[Lease]) -> None:
+        """Run a batch of short python tasks (`_groups`) with one round trip to a child,
+        then report their outcomes together (none is solo: they take the inbox)."""
+        assert self._pool is not None
+        tasks = [self.workloads.attach(lease.task) for lease in leases]
+        ended: set[str] = set()  # reported, or not to be
         try:
-            # Tasks do not carry the workload: it is read once per execution from its log.
-            outcome = self.tools.run(self.workloads.attach(task))
+            if not self._hard_stop.is_set():
+                run_ahead(self._pool, tasks)
+            done: list[tuple[Lease, Outcome]] = []
+            for lease, task in zip(leases, tasks, strict=True):
+                if not self._hard_stop.is_set():  # else it was handed back: not started
+                    outcome = self._outcome(lease, task)
+                    if outcome is not None:
+                        done.append((lease, outcome))
+                        continue
+                ended.add(task.task_id)
+            for path in self._paths.complete_many(done):
+                self._count(path)
+            ended.update(task.task_id for task in tasks)
+        except Exception as exc:  # a bug past the tools' own guards: fail the rest
+            log.exception("running or reporting %d tasks failed", len(leases))
+            for lease in leases:
+                if lease.task.task_id not in ended:
+                    self._failed_run(lease, exc)
+        finally:
+            self._pool.forget_ahead(tasks)
+            with self._lock:
+                for lease in leases:
+                    self._in_flight.pop(lease.task.task_id, None)
+
+    def _failed_run(self, lease: Lease, exc: Exception) -> None:
+        """Report a task failed by a bug past the tool's guards (never raises)."""
+        failed = Outcome(
+            lease.task.task_id,
+            ok=False,
+            error=f"the worker failed running or reporting the task: {type(exc).__name__}: {exc}",
+            error_type=REPORT_ERROR,
+        )
+        try:
+            self._complete(lease, failed)
+        except Exception:
+            log.exception("could not report the failure of %s", lease.task.task_id)
+
+    def _outcome(self, lease: Lease, task: Task) -> Outcome | None:
+        """Run the task's tool; None when its outcome is not to be reported (the task was
+        handed back meanwhile)."""
+        try:
+            outcome = self.tools.run(task)
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = Outcome(
                 task.task_id,
@@ -419,8 +451,9 @@ class Worker:
         if lost:
             self.stats.lost += 1
             self.observer.reported(task, outcome, "lost")
-            return []
-        return self._report(lease, outcome)
+            return None
+        self._pace.observe(task, outcome)
+        return outcome
 
     def _prime(self, execution_id: str) -> None:
         """A solo task's continuation will load its execution's state: loaded now, its

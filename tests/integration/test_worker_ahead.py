@@ -1,0 +1,211 @@
+"""A worker runs the short python tasks of one claim in one thread, with one round trip to
+a python child, and reports them together (`noetl.worker.ahead`).
+
+An orchestrator and workers run as threads over one SQLite file; the python tasks run in
+real child processes. `PythonPool.run_ahead` is wrapped to count the batches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from noetl.core import EventType, Task
+from noetl.runtime.orchestrator import Orchestrator
+from noetl.store import SqliteStore
+from noetl.store.base import Store
+from noetl.worker.ahead import Pace
+from noetl.worker.python_pool import PythonPool
+from noetl.worker.runner import Worker, WorkerConfig
+from noetl.worker.tools import default_registry
+
+
+def loop(n: int, body: str, *, timeout_ms: int = 5000) -> str:
+    code = "\n".join(f"            {line}" for line in body.splitlines())
+    return f"""apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {{name: claimed}}
+workflow:
+  - step: fan
+    loop:
+      collection: "{{{{ range({n}) | list }}}}"
+      element: x
+      mode: parallel
+      max_concurrency: 64
+    tool:
+      kind: python
+      code: |
+        import time
+        def main(context, args):
+{code}
+      args: {{x: "{{{{ x }}}}"}}
+      timeout_ms: {timeout_ms}
+    result:
+      collect: {{into: doubled, mode: list}}
+"""
+
+
+class Cluster:
+    """An orchestrator and workers (each with its own python pool) as threads."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.orchestrator = Orchestrator(store, owner="server", reap_interval_s=0.1)
+        self.halt = threading.Event()
+        self.pools: list[PythonPool] = []
+        self.workers: list[Worker] = []
+        self.threads: list[threading.Thread] = []
+        self._spawn(self.orchestrator.serve, self.halt.is_set, idle_wait=0.02)
+
+    def _spawn(self, target: Any, *args: Any, **kwargs: Any) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, kwargs=kwargs, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+        return thread
+
+    def worker(self, name: str, *, halt: threading.Event | None = None) -> Worker:
+        pool = PythonPool(2)
+        self.pools.append(pool)
+        worker = Worker(
+            self.store,
+            default_registry(pool),
+            WorkerConfig(concurrency=32, lease_s=2.0, poll_s=0.02, worker_id=name),
+        )
+        self.workers.append(worker)
+        stop = halt or self.halt
+        self._spawn(worker.run, lambda: stop.is_set() or self.halt.is_set())
+        return worker
+
+    def wait(self, execution_id: str, timeout: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            record = self.store.get_execution(execution_id)
+            if record is not None and record.status.terminal:
+                return str(record.status)
+            time.sleep(0.01)
+        raise AssertionError(f"execution {execution_id} did not finish")
+
+    def finished(self, execution_id: str) -> dict[int, dict[str, Any]]:
+        return {
+            e.payload["index"]: e.payload
+            for e in self.store.load_events(execution_id)
+            if e.type == "loop.iteration.finished"
+        }
+
+    def expired(self, execution_id: str) -> int:
+        """Leases that ran out: a report lost would show here, its task run again."""
+        events = self.store.load_events(execution_id)
+        return sum(1 for e in events if e.type == EventType.LEASE_EXPIRED.value)
+
+    def close(self) -> None:
+        self.halt.set()
+        for thread in self.threads:
+            thread.join(timeout=10)
+        for pool in self.pools:
+            pool.close()
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[Cluster]:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    running = Cluster(store)
+    try:
+        yield running
+    finally:
+        running.close()
+        store.close()
+
+
+@pytest.fixture
+def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches sent to python children."""
+    sizes: list[int] = []
+    run_ahead = PythonPool.run_ahead
+
+    def counted(self: PythonPool, tasks: list[Task]) -> int:
+        sizes.append(len(tasks))
+        return run_ahead(self, tasks)
+
+    monkeypatch.setattr(PythonPool, "run_ahead", counted)
+    return sizes
+
+
+def test_short_tasks_of_a_claim_go_to_a_child_together(
+    cluster: Cluster, batches: list[int]
+) -> None:
+    worker = cluster.worker("w1")
+    # The first execution's tasks show the worker that python tasks run short; the
+    # second's claims then go to children in batches from the first.
+    for n in (1, 2):
+        execution_id = cluster.orchestrator.start_execution(loop(300, "return args['x'] * 2"))
+        assert cluster.wait(execution_id) == "ok"
+        finished = cluster.finished(execution_id)
+        assert sorted(finished) == list(range(300))
+        assert all(payload["ok"] for payload in finished.values())
+        assert cluster.expired(execution_id) == 0
+        assert worker.stats.completed == 300 * n  # each reported once, through the inbox
+    assert batches and max(batches) > 1
+    assert sum(batches) <= 600
+
+
+def test_a_failing_and_a_timed_out_task_fail_alone_in_their_batch(
+    cluster: Cluster, batches: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Pace, "short", property(lambda self: True))  # from the first claim
+    cluster.worker("w1")
+    body = """if args['x'] == 13:
+    time.sleep(30)
+if args['x'] == 7:
+    raise ValueError('seven')
+return args['x'] * 2"""
+    started = time.monotonic()
+    execution_id = cluster.orchestrator.start_execution(loop(120, body, timeout_ms=1500))
+    assert cluster.wait(execution_id) == "fail"
+    assert time.monotonic() - started < 20  # nothing waited out the slow one's 30 s
+    finished = cluster.finished(execution_id)
+    failed = sorted(index for index, payload in finished.items() if not payload["ok"])
+    assert failed == [7, 13]
+    assert len(finished) == 120
+    assert batches and max(batches) > 1
+    assert cluster.expired(execution_id) == 0
+
+
+def test_tasks_that_run_long_are_not_batched(cluster: Cluster, batches: list[int]) -> None:
+    cluster.worker("w1")
+    execution_id = cluster.orchestrator.start_execution(
+        loop(60, "time.sleep(0.005)\nreturn args['x'] * 2")
+    )
+    assert cluster.wait(execution_id) == "ok"
+    assert len(cluster.finished(execution_id)) == 60
+    assert batches == []
+
+
+def test_a_hard_stop_mid_batch_hands_the_batch_back_to_another_worker(
+    cluster: Cluster, batches: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Tasks of 0.3 s each, batched all the same (as if the recent ones had been short).
+    monkeypatch.setattr(Pace, "short", property(lambda self: True))
+    stop_first = threading.Event()
+    first = cluster.worker("w1", halt=stop_first)
+    execution_id = cluster.orchestrator.start_execution(
+        loop(10, "time.sleep(0.3)\nreturn args['x'] * 2")
+    )
+    deadline = time.monotonic() + 10
+    while not batches and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert batches, "the first worker never sent a batch"
+    time.sleep(0.5)  # a task or two of the batch done, the rest still running or queued
+    stop_first.set()
+    second = cluster.worker("w2")
+    assert cluster.wait(execution_id) == "ok"
+    finished = cluster.finished(execution_id)
+    assert sorted(finished) == list(range(10))
+    assert all(payload["ok"] for payload in finished.values())
+    assert first.stats.released > 0  # handed back at once, not left to expire
+    assert first.stats.completed + second.stats.completed >= 10
+    assert cluster.expired(execution_id) == 0  # handed back, not left to expire
