@@ -126,7 +126,7 @@ class ThreadWorkers:
                 continue
             batch, stop = self._more(lane, task)
             if len(batch) > 1:
-                self._run_ahead(self._ahead, batch)
+                batch = self._run_ahead(self._ahead, batch)
             for queued in batch:  # each in its own chain; those run ahead take their reply
                 if self._closed.is_set():
                     break
@@ -152,15 +152,19 @@ class ThreadWorkers:
             batch.append(task)
         return batch, False
 
-    def _run_ahead(self, pool: PythonPool, batch: list[Task]) -> None:
+    def _run_ahead(self, pool: PythonPool, batch: list[Task]) -> list[Task]:
         """Run the batch's python tasks in one child (`noetl.worker.ahead`), but not those
-        canceled."""
-        ready = [
-            with_workload(task, self._workload(task.execution_id))
-            for task in batch
-            if not self._canceled(task)
-        ]
+        canceled; the batch with their workloads attached (once, for both runs)."""
+        attached: list[Task] = []
+        ready: list[Task] = []
+        for queued in batch:
+            task = queued
+            if not self._canceled(queued):
+                task = with_workload(queued, self._workload(queued.execution_id))
+                ready.append(task)
+            attached.append(task)
         run_ahead(pool, ready)
+        return attached
 
     def _execute_waiting(self, task: Task) -> None:
         try:
