@@ -5,12 +5,16 @@ the way), and stopping it."""
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import select
 import signal
+import struct
 import time
 from multiprocessing.connection import Connection
 from multiprocessing.context import ForkServerContext
 from multiprocessing.process import BaseProcess
+from typing import Any
 
 from noetl.worker._pychild import OUTPUT, READY, STDOUT_LIMIT, Reply, serve
 from noetl.worker.fork import fork_context, main_hidden
@@ -27,6 +31,9 @@ __all__ = [
 ]
 
 START_TIMEOUT_S = 60.0  # a fresh interpreter importing this package; not the task's budget
+# What one read of a child's pipe asks for: 64 KiB, or the rest of a big reply up to 4 MiB.
+READ_BYTES = 1 << 16
+READ_MAX_BYTES = 1 << 22
 
 
 class CallFailure(Exception):
@@ -56,6 +63,7 @@ class ChildProcess:
     __slots__ = (
         "canceled",
         "exitcode",
+        "frames",
         "poller",
         "process",
         "reader",
@@ -80,6 +88,7 @@ class ChildProcess:
             child_writer.close()
         self.reader: Connection = reader
         self.writer: Connection = writer
+        self.frames = Frames(reader.fileno())
         self.poller = select.poll()
         self.poller.register(reader.fileno(), select.POLLIN)
         self.ready = False
@@ -97,10 +106,11 @@ class ChildProcess:
 
     def wait_ready(self) -> None:
         """Block until the child's loop runs, so start-up never eats a task's budget."""
-        if not self._wait(START_TIMEOUT_S):
+        got, greeting = self._receive(time.monotonic() + START_TIMEOUT_S)
+        if not got:
             message = f"python process did not start within {START_TIMEOUT_S:g} s"
             raise CallFailure(message, "ProcessError", retryable=True)
-        if self.reader.recv() != READY:
+        if greeting != READY:
             raise CallFailure("python process sent an unexpected greeting", "ProcessError")
         self.ready = True
 
@@ -115,13 +125,25 @@ class ChildProcess:
         `deadline` (`time.monotonic`), else None; the lines printed meanwhile go to
         `output`."""
         while True:
-            if not self._wait(deadline - time.monotonic()):
+            got, message = self._receive(deadline)
+            if not got:
                 return None
-            message: Reply = self.reader.recv()
             if message[0] == OUTPUT:
                 output.add(message[1])
                 continue
-            return message
+            reply: Reply = message
+            return reply
+
+    def _receive(self, deadline: float) -> tuple[bool, Any]:
+        """(True, the child's next message) by `deadline`, else (False, None); EOFError
+        when the child is gone."""
+        while True:
+            got, message = self.frames.next()
+            if got:
+                return True, message
+            if not self._wait(deadline - time.monotonic()):
+                return False, None
+            self.frames.fill()
 
     def died_while_idle(self) -> bool:
         """An idle child has nothing to say: a readable pipe means EOF (one cheap syscall)."""
@@ -153,6 +175,52 @@ class ChildProcess:
             self.exitcode = self.process.exitcode
             self.process.close()
         return self.exitcode
+
+
+class Frames:
+    """The messages of a child's pipe, read in as few system calls as it allows: a read
+    takes all the child wrote so far (a batch's replies often come several at once), where
+    `Connection.recv` reads each message's length and body apart. The framing is
+    `Connection.send`'s: a 4-byte big-endian length (-1, then an 8-byte length, past
+    2 GiB), then the pickle."""
+
+    __slots__ = ("buffer", "fd")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def next(self) -> tuple[bool, Any]:
+        """(True, the next whole message) when one is buffered, else (False, None)."""
+        buffer = self.buffer
+        start, size = self._frame()
+        if size is None or len(buffer) < start + size:
+            return False, None
+        message = pickle.loads(buffer[start : start + size])
+        del buffer[: start + size]
+        return True, message
+
+    def fill(self) -> None:
+        """Read what the pipe holds (at least the rest of the message begun, when its size
+        is known); EOFError when the child closed it."""
+        start, size = self._frame()
+        missing = 0 if size is None else start + size - len(self.buffer)
+        data = os.read(self.fd, min(max(READ_BYTES, missing), READ_MAX_BYTES))
+        if not data:
+            raise EOFError
+        self.buffer += data
+
+    def _frame(self) -> tuple[int, int | None]:
+        """Where the buffered message's pickle starts, and its size (None: not known yet)."""
+        buffer = self.buffer
+        if len(buffer) < 4:
+            return 4, None
+        (size,) = struct.unpack_from("!i", buffer)
+        if size != -1:
+            return 4, size
+        if len(buffer) < 12:
+            return 12, None
+        return 12, struct.unpack_from("!Q", buffer, 4)[0]
 
 
 class Printed:
