@@ -93,10 +93,23 @@ def hold_some(cluster: Cluster, server: Proc, execution_id: str, out: Path) -> R
     lock = RowLock(cluster.db, execution_id)
     try:
         wait_until(lambda: bool(held_by(cluster.db, server)), 30, "the server to hold inputs")
+        # Holding them is not yet waiting: its commit may still be on its way (a loaded
+        # machine decides slowly).
+        wait_until(lambda: bool(waiting(cluster.db)), 30, "the server's commit to wait")
     except BaseException:
         lock.release()
         raise
     return lock
+
+
+def waiting(db: str) -> list[int]:
+    """The sessions of the database waiting on a lock."""
+    with psycopg.connect(db, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity "
+            "WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        ).fetchall()
+    return [row[0] for row in rows]
 
 
 def drop_waiting(db: str) -> None:
@@ -139,14 +152,16 @@ def test_a_killed_servers_inputs_are_taken_over_at_once(
     cluster.start_worker("w2", lease_s=10.0, concurrency=2)
     execution_id = cluster.start_execution(loop_playbook(0.1), {"out": str(out)})
     lock = hold_some(cluster, server, execution_id, out)
-    held = held_by(cluster.db, server)
-    server.kill9()
-    # Its commit went out whole (one round trip) and waits on the lock in the database,
-    # which notices a client is gone only when it next talks to it: the commit would land
-    # once the lock frees, and nothing would be left to take over. A dead machine's
-    # connections are dropped (TCP keepalive); so are these.
-    drop_waiting(cluster.db)
-    lock.release()
+    try:
+        held = held_by(cluster.db, server)
+        server.kill9()
+        # Its commit went out whole (one round trip) and waits on the lock in the
+        # database, which notices a client is gone only when it next talks to it: the
+        # commit would land once the lock frees, and nothing would be left to take over.
+        # A dead machine's connections are dropped (TCP keepalive); so are these.
+        drop_waiting(cluster.db)
+    finally:
+        lock.release()  # also when the test fails: an open lock would outlive it
 
     restarted = time.monotonic()
     cluster.start_server(port=cluster.port, name="server2")

@@ -17,6 +17,7 @@ from noetl.core import Outcome, Task
 from noetl.dsl import load_playbook_text
 from noetl.runtime.local import embedded_runtime
 from noetl.worker.python_pool import PythonPool
+from tests.helpers.python_loops import python_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -194,30 +195,6 @@ def test_an_embedded_loop_runs_items_ahead_with_their_own_timeouts(tmp_path: Pat
     assert len(processed) >= 40
 
 
-def _loop(n: int, sleep_s: float) -> str:
-    return f"""apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {{name: lane}}
-workflow:
-  - step: fan
-    loop:
-      collection: "{{{{ range({n}) | list }}}}"
-      element: x
-      mode: parallel
-      max_concurrency: 64
-    tool:
-      kind: python
-      code: |
-        import time
-        def main(context, args):
-            time.sleep({sleep_s})
-            return args['x'] * 2
-      args: {{x: "{{{{ x }}}}"}}
-    result:
-      collect: {{into: doubled, mode: list}}
-"""
-
-
 @pytest.mark.parametrize(("sleep_s", "batched"), [(0, True), (0.005, False)])
 def test_the_lane_batches_short_tasks_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep_s: float, batched: bool
@@ -231,7 +208,8 @@ def test_the_lane_batches_short_tasks_only(
 
     monkeypatch.setattr(PythonPool, "run_ahead", counted)
     n = 300
-    playbook = load_playbook_text(_loop(n, sleep_s), "lane.yaml").require()
+    text = python_loop(n, f"time.sleep({sleep_s})\nreturn args['x'] * 2")
+    playbook = load_playbook_text(text, "lane.yaml").require()
     with embedded_runtime(str(tmp_path / "lane.db"), workers=2) as runtime:
         result = runtime.run(playbook)
     assert result.status.value == "ok"

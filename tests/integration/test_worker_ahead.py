@@ -23,31 +23,7 @@ from noetl.worker.ahead import Pace
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import default_registry
-
-
-def loop(n: int, body: str, *, timeout_ms: int = 5000) -> str:
-    code = "\n".join(f"            {line}" for line in body.splitlines())
-    return f"""apiVersion: noetl.io/v2
-kind: Playbook
-metadata: {{name: claimed}}
-workflow:
-  - step: fan
-    loop:
-      collection: "{{{{ range({n}) | list }}}}"
-      element: x
-      mode: parallel
-      max_concurrency: 64
-    tool:
-      kind: python
-      code: |
-        import time
-        def main(context, args):
-{code}
-      args: {{x: "{{{{ x }}}}"}}
-      timeout_ms: {timeout_ms}
-    result:
-      collect: {{into: doubled, mode: list}}
-"""
+from tests.helpers.python_loops import python_loop
 
 
 class Cluster:
@@ -142,7 +118,8 @@ def test_short_tasks_of_a_claim_go_to_a_child_together(
     # The first execution's tasks show the worker that python tasks run short; the
     # second's claims then go to children in batches from the first.
     for n in (1, 2):
-        execution_id = cluster.orchestrator.start_execution(loop(300, "return args['x'] * 2"))
+        text = python_loop(300, "return args['x'] * 2")
+        execution_id = cluster.orchestrator.start_execution(text)
         assert cluster.wait(execution_id) == "ok"
         finished = cluster.finished(execution_id)
         assert sorted(finished) == list(range(300))
@@ -164,7 +141,7 @@ if args['x'] == 7:
     raise ValueError('seven')
 return args['x'] * 2"""
     started = time.monotonic()
-    execution_id = cluster.orchestrator.start_execution(loop(120, body, timeout_ms=1500))
+    execution_id = cluster.orchestrator.start_execution(python_loop(120, body, timeout_ms=1500))
     assert cluster.wait(execution_id) == "fail"
     assert time.monotonic() - started < 20  # nothing waited out the slow one's 30 s
     finished = cluster.finished(execution_id)
@@ -178,7 +155,7 @@ return args['x'] * 2"""
 def test_tasks_that_run_long_are_not_batched(cluster: Cluster, batches: list[int]) -> None:
     cluster.worker("w1")
     execution_id = cluster.orchestrator.start_execution(
-        loop(60, "time.sleep(0.005)\nreturn args['x'] * 2")
+        python_loop(60, "time.sleep(0.005)\nreturn args['x'] * 2")
     )
     assert cluster.wait(execution_id) == "ok"
     assert len(cluster.finished(execution_id)) == 60
@@ -193,7 +170,7 @@ def test_a_hard_stop_mid_batch_hands_the_batch_back_to_another_worker(
     stop_first = threading.Event()
     first = cluster.worker("w1", halt=stop_first)
     execution_id = cluster.orchestrator.start_execution(
-        loop(10, "time.sleep(0.3)\nreturn args['x'] * 2")
+        python_loop(10, "time.sleep(0.3)\nreturn args['x'] * 2")
     )
     deadline = time.monotonic() + 10
     while not batches and time.monotonic() < deadline:
