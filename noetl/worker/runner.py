@@ -11,9 +11,8 @@ and are reported together (`noetl.worker.ahead`).
 
 Draining (`noetl worker drain`, or SIGTERM): stop claiming, finish what is in flight, exit.
 
-A scoped worker (`scope`: the executions it may take tasks of, asked before each claim)
-is what a command working for one execution on a shared database runs: it never takes
-another execution's task.
+A scoped worker (`scope`: the executions it may take tasks of, asked before each claim),
+as a command working for one execution on a shared database runs, takes no other's task.
 A hard stop (`should_stop()`, a second SIGTERM): hand the tasks in flight back to the queue
 at once (`Store.release`: another worker can claim them right away), stop their tools
 (an inline python task's child is killed), and exit without waiting for them.
@@ -386,9 +385,10 @@ class Worker:
         """Run a batch of short python tasks (`_groups`) with one round trip to a child,
         then report their outcomes together (none is solo: they take the inbox)."""
         assert self._pool is not None
-        tasks = [self.workloads.attach(lease.task) for lease in leases]
+        tasks: list[Task] = []
         ended: set[str] = set()  # reported, or not to be
-        try:
+        try:  # the workloads may need a read of the store
+            tasks = [self.workloads.attach(lease.task) for lease in leases]
             if not self._hard_stop.is_set():
                 run_ahead(self._pool, tasks)
             done: list[tuple[Lease, Outcome]] = []

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from noetl.core import EventType, Task
+from noetl.decision.workloads import Workloads
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store import SqliteStore
 from noetl.store.base import Store
@@ -186,3 +187,28 @@ def test_a_hard_stop_mid_batch_hands_the_batch_back_to_another_worker(
     assert first.stats.released > 0  # handed back at once, not left to expire
     assert first.stats.completed + second.stats.completed >= 10
     assert cluster.expired(execution_id) == 0  # handed back, not left to expire
+
+
+def test_a_batch_whose_workload_cannot_be_read_fails_instead_of_hanging(
+    cluster: Cluster, batches: list[int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(Pace, "short", property(lambda self: True))  # from the first claim
+
+    def away(self: Workloads, task: Task) -> Task:
+        raise RuntimeError("the store is away")
+
+    monkeypatch.setattr(Workloads, "attach", away)
+    worker = cluster.worker("w1")
+    text = python_loop(40, "return args['x'] * 2")
+    execution_id = cluster.orchestrator.start_execution(text)
+    assert cluster.wait(execution_id) == "fail"  # not left leased (and heartbeaten) forever
+    assert cluster.expired(execution_id) == 0
+    processed = [
+        e.payload for e in cluster.store.load_events(execution_id) if e.type == "tool.processed"
+    ]
+    assert processed and all(p["error_type"] == "ReportError" for p in processed)
+    assert "the store is away" in processed[0]["error"]
+    deadline = time.monotonic() + 5
+    while worker.in_flight() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker.in_flight() == 0
