@@ -1,6 +1,12 @@
-"""A parallel loop of python items, for the tests of batched python tasks."""
+"""A parallel loop of python items, and a count of the batches its items go to children in,
+for the tests of batched python tasks."""
 
 from __future__ import annotations
+
+import pytest
+
+from noetl.core import Task
+from noetl.worker.python_pool import PythonPool
 
 
 def python_loop(n: int, body: str, *, timeout_ms: int | None = None) -> str:
@@ -29,3 +35,17 @@ workflow:
     result:
       collect: {{into: doubled, mode: list}}
 """
+
+
+def count_batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The sizes of the batches sent to python children from now on (`run_ahead` wrapped
+    for the test)."""
+    sizes: list[int] = []
+    run_ahead = PythonPool.run_ahead
+
+    def counted(self: PythonPool, tasks: list[Task]) -> int:
+        sizes.append(len(tasks))
+        return run_ahead(self, tasks)
+
+    monkeypatch.setattr(PythonPool, "run_ahead", counted)
+    return sizes

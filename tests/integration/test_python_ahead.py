@@ -17,7 +17,7 @@ from noetl.core import Outcome, Task
 from noetl.dsl import load_playbook_text
 from noetl.runtime.local import embedded_runtime
 from noetl.worker.python_pool import PythonPool
-from tests.helpers.python_loops import python_loop
+from tests.helpers.python_loops import count_batches, python_loop
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -199,14 +199,7 @@ def test_an_embedded_loop_runs_items_ahead_with_their_own_timeouts(tmp_path: Pat
 def test_the_lane_batches_short_tasks_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sleep_s: float, batched: bool
 ) -> None:
-    batches: list[int] = []
-    run_ahead = PythonPool.run_ahead
-
-    def counted(self: PythonPool, tasks: list[Task]) -> int:
-        batches.append(len(tasks))
-        return run_ahead(self, tasks)
-
-    monkeypatch.setattr(PythonPool, "run_ahead", counted)
+    batches = count_batches(monkeypatch)
     n = 300
     text = python_loop(n, f"time.sleep({sleep_s})\nreturn args['x'] * 2")
     playbook = load_playbook_text(text, "lane.yaml").require()

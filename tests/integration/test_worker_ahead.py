@@ -24,7 +24,7 @@ from noetl.worker.ahead import Pace
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import default_registry
-from tests.helpers.python_loops import python_loop
+from tests.helpers.python_loops import count_batches, python_loop
 
 
 class Cluster:
@@ -101,15 +101,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
 @pytest.fixture
 def batches(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """The sizes of the batches sent to python children."""
-    sizes: list[int] = []
-    run_ahead = PythonPool.run_ahead
-
-    def counted(self: PythonPool, tasks: list[Task]) -> int:
-        sizes.append(len(tasks))
-        return run_ahead(self, tasks)
-
-    monkeypatch.setattr(PythonPool, "run_ahead", counted)
-    return sizes
+    return count_batches(monkeypatch)
 
 
 def test_short_tasks_of_a_claim_go_to_a_child_together(
