@@ -38,6 +38,8 @@ __all__ = ["DEFAULT_BUCKET", "NatsSessionStore"]
 log = logging.getLogger("noetl.sessions")
 
 DEFAULT_BUCKET = "noetl_sessions"
+# Reads of a key's history before an empty answer is believed (see `_entries`).
+HISTORY_READS = 3
 _KEY_PREFIX = "session."
 _T = TypeVar("_T")
 
@@ -210,10 +212,7 @@ class NatsSessionStore:
 
     def history(self, key: str) -> list[SessionRevision]:
         async def history() -> list[SessionRevision]:
-            try:
-                entries = await self._kv.history(self._key(key))
-            except js_errors.NoKeysError:
-                return []
+            entries = await self._entries(self._key(key))
             out = []
             for entry in entries[-HISTORY:]:
                 revision = int(entry.revision or 0)
@@ -226,6 +225,20 @@ class NatsSessionStore:
             return out
 
         return self._run(history())
+
+    async def _entries(self, key: str) -> list[Any]:
+        """The revisions NATS keeps of `key`, oldest first. nats-py's watcher may end
+        before its first entry when the entries arrive before it has counted them (seen on
+        a loaded machine): an empty history of a key that has a value is read again."""
+        for _ in range(HISTORY_READS):
+            try:
+                return list(await self._kv.history(key))
+            except js_errors.NoKeysError:
+                try:
+                    await self._kv.get(key)
+                except js_errors.KeyNotFoundError:
+                    return []
+        return []
 
     def close(self) -> None:
         """Drain the connection and stop the loop thread."""

@@ -8,7 +8,9 @@ import socket
 import time
 from collections.abc import Iterator
 
+import nats.js.errors as js_errors
 import pytest
+from nats.js.kv import KeyValue
 
 from noetl.auth import ApiToken, Role
 from noetl.config import Settings
@@ -97,3 +99,29 @@ def test_the_backend_setting_chooses_the_store(nats_url: str, nats_bucket: str) 
         assert opened.ttl_s == 86400
     finally:
         opened.close()
+
+
+def test_a_history_read_that_nats_py_ends_early_is_read_again(
+    nats_store: NatsSessionStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # nats-py's history watcher can end before its first entry on a loaded machine (it
+    # raises NoKeysError for a key that has revisions): the first read here does that.
+    manager = Sessions(nats_store, ttl_s=600)
+    secret, _ = manager.login(TOKEN, now=time.time())
+    real = KeyValue.history
+    calls: list[str] = []
+
+    async def early_once(self: KeyValue, key: str) -> list[KeyValue.Entry]:
+        calls.append(key)
+        if len(calls) == 1:
+            raise js_errors.NoKeysError
+        return await real(self, key)
+
+    monkeypatch.setattr(KeyValue, "history", early_once)
+    history = manager.history(secret)
+    assert [entry.operation for entry in history] == ["put"]
+    assert len(calls) == 2
+    # A key with no value at all is empty at once, not read again and again.
+    calls.clear()
+    assert nats_store.history("no-such-session") == []
+    assert len(calls) == 1  # ended early too, but the key has no value: believed
