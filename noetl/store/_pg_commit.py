@@ -7,6 +7,7 @@ to the database as arrays, one `unnest` per kind of row (`sql/postgres_queue.sql
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -55,10 +56,11 @@ def write_queue(cur: Cursor, item: PreparedAppend) -> None:
 
 
 def guard(
-    conn: Conn, prepared: list[PreparedAppend], *, held: tuple[str, int] | None = None
+    conn: Conn, prepared: list[PreparedAppend], *, held: Sequence[tuple[str, int]] = ()
 ) -> None:
     """Send the commit's checks ahead of its writes (`guard`: the writes are never
-    applied if it refuses). `Refused` at once for appends to one execution that do
+    applied if it refuses); `held`: the (task id, token) of leases it completes, every
+    one still held or it refuses. `Refused` at once for appends to one execution that do
     not chain: the slow way names them."""
     first: dict[str, int] = {}
     last: dict[str, int] = {}
@@ -69,14 +71,14 @@ def guard(
         last[item.execution_id] = item.last_seq
     ids = sorted(first)
     check = inputs_to_check(prepared)
-    task_id, token = held if held is not None else (None, None)
+    held_ids = [task_id for task_id, _ in held]
     conn.execute(
         SQL["guard"],
         [
-            task_id,
-            token,
+            held_ids,
+            [token for _, token in held],
             ids,
-            held is not None,
+            held_ids,
             ids,
             ids,
             [first[i] for i in ids],

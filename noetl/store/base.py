@@ -34,6 +34,8 @@ from noetl.store.ports import (
 from noetl.store.records import (
     Append,
     Clock,
+    Completed,
+    Completion,
     DeadLetter,
     DeadLetterStatus,
     Enqueue,
@@ -59,6 +61,8 @@ __all__ = [
     "Append",
     "CatalogPort",
     "Clock",
+    "Completed",
+    "Completion",
     "ConcurrencyError",
     "DeadLetter",
     "DeadLetterPort",

@@ -13,6 +13,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
+from noetl.store._complete import check_distinct, one_by_one
 from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_admin import MemoryAdmin
@@ -44,6 +45,8 @@ from noetl.store._rows import (
 from noetl.store.base import (
     Append,
     Clock,
+    Completed,
+    Completion,
     ConcurrencyError,
     ExecutionRecord,
     Heartbeat,
@@ -350,6 +353,14 @@ class MemoryStore(MemoryAdmin, MemoryRetention):
         if prepared.requeue or any(r[0] not in leased for r in prepared.enqueue):
             self._notify("tasks")
         return leases
+
+    def continue_many(
+        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
+    ) -> list[Completed]:
+        """Each completion in a transaction of its own (see `Store.continue_many`): an
+        embedded store's transactions cost little, and none waits on a network."""
+        check_distinct(items)
+        return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""

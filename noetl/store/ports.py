@@ -16,6 +16,8 @@ from noetl.core import Event, ExecutionStatus
 from noetl.store.records import (
     Append,
     Checkpoint,
+    Completed,
+    Completion,
     DeadLetter,
     DeadLetterStatus,
     ExecutionRecord,
@@ -253,6 +255,18 @@ class ExecutionPort(Protocol):
 
         None (nothing written) when the token is not current; ConcurrencyError (nothing
         written, the task still leased) when `append.expected_seq` is stale."""
+
+    def continue_many(
+        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
+    ) -> list[Completed]:
+        """`complete_and_commit` for several tasks of different executions, in ONE
+        transaction when every token is current and every append continues its execution
+        (a worker's continuations that end together). Otherwise each is applied on its own
+        as `complete_and_commit` would, so one stale completion never holds back the
+        others. In the order given, what happened to each: its leases, None (its token was
+        not current), or the error that refused it (ConcurrencyError when stale); nothing
+        of a refused completion is written. Two completions of one execution are refused
+        (ValueError): an execution's continuations chain one after another."""
 
     def load_events(
         self, execution_id: str, *, after_seq: int = 0, limit: int | None = None

@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 
+from noetl.store._complete import check_distinct, one_by_one
 from noetl.store._pg_commit import REFUSED, Refused, guard, write
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
@@ -62,6 +63,8 @@ from noetl.store._rows import (
 )
 from noetl.store.base import (
     Append,
+    Completed,
+    Completion,
     ConcurrencyError,
     ExecutionRecord,
     Lease,
@@ -227,7 +230,7 @@ class PostgresStore(SqlStore, PgQueue):
         try:
             with self._guarded() as conn:
                 with pipelined_transaction(conn):
-                    guard(conn, [prepared], held=(task_id, token))
+                    guard(conn, [prepared], held=[(task_id, token)])
                     written = write(
                         conn, [prepared], lease=leased, worker_id=worker_id, lease_s=lease_s
                     )
@@ -258,18 +261,75 @@ class PostgresStore(SqlStore, PgQueue):
         # In the order asked for (RETURNING keeps none).
         order = {task_id: index for index, task_id in enumerate(lease)}
         rows.sort(key=lambda row: order[row[0]])
-        return [
-            lease_from_row(
-                {
-                    "payload": json_out(payload),
-                    "attempt": attempt,
-                    "lease_token": lease_token,
-                    "lease_expires_at": epoch(expires),
-                    "worker_id": holder,
-                }
+        return [self._lease_of(row) for row in rows]
+
+    @staticmethod
+    def _lease_of(row: tuple[Any, ...]) -> Lease:
+        """A lease from a row `write_all` returned for a task leased at once."""
+        _, payload, attempt, lease_token, expires, holder = row
+        return lease_from_row(
+            {
+                "payload": json_out(payload),
+                "attempt": attempt,
+                "lease_token": lease_token,
+                "lease_expires_at": epoch(expires),
+                "worker_id": holder,
+            }
+        )
+
+    def continue_many(
+        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
+    ) -> list[Completed]:
+        """Every completion in one transaction of one round trip: one guard for all their
+        leases and sequences, one `write_all` (see `Store.continue_many`). When the guard
+        refuses, each again on its own (`complete_and_commit`), which says which."""
+        check_distinct(items)
+        if len(items) == 1:  # a quiet worker's one continuation: the one-task path
+            return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)
+        results: list[Completed] = [None] * len(items)
+        batch: list[tuple[int, Completion, PreparedAppend]] = []
+        for index, item in enumerate(items):
+            try:
+                batch.append((index, item, prepare(item.append, pg_dumps)))
+            except Exception as exc:  # a value this completion cannot store: its own refusal
+                results[index] = exc
+        if not batch:
+            return results
+        prepared = [entry[2] for entry in batch]
+        leased = frozenset(task_id for _, item, _ in batch for task_id in item.lease)
+        wakes = self._wakes_workers(prepared, leased)
+        try:
+            with self._guarded() as conn:
+                with pipelined_transaction(conn):
+                    guard(conn, prepared, held=[(item.task_id, item.token) for _, item, _ in batch])
+                    written = write(
+                        conn, prepared, lease=leased, worker_id=worker_id, lease_s=lease_s
+                    )
+                if wakes:
+                    conn.execute(NOTIFY_TASKS)
+                rows = written.fetchall() if leased else []
+        except Refused:
+            alone = one_by_one(
+                self.complete_and_commit,
+                [item for _, item, _ in batch],
+                worker_id=worker_id,
+                lease_s=lease_s,
             )
-            for _, payload, attempt, lease_token, expires, holder in rows
-        ]
+            for (index, _, _), result in zip(batch, alone, strict=True):
+                results[index] = result
+            return results
+        except Exception as exc:  # the database: every completion of the batch shares it
+            for index, _, _ in batch:
+                results[index] = exc
+            return results
+        self._announce(prepared, leased)
+        mine: dict[str, list[Lease]] = {}
+        for row in rows:
+            lease = self._lease_of(row)
+            mine.setdefault(lease.task.task_id, []).append(lease)
+        for index, item, _ in batch:
+            results[index] = [got for task_id in item.lease for got in mine.get(task_id, [])]
+        return results
 
     @contextmanager
     def _guarded(self) -> Iterator[Conn]:

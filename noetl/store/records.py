@@ -197,6 +197,24 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class Completion:
+    """A task's outcome decided by the worker that ran it (`Store.continue_many`): the
+    task's lease (`task_id`, `token`), the `append` that follows it, and the tasks of that
+    append to lease to the worker at once (`lease`)."""
+
+    task_id: str
+    token: int
+    append: Append
+    lease: Sequence[str] = ()
+
+
+# What `Store.continue_many` did with one completion: its leases, None when the task's
+# token was no longer current, or the error that refused it (ConcurrencyError when its
+# append was stale); nothing of a refused completion was written.
+Completed = list[Lease] | None | Exception
+
+
+@dataclass(frozen=True, slots=True)
 class Heartbeat:
     """Answer to a heartbeat: `alive` False means the lease is lost (stop, do not report);
     `cancel` True means the execution asked this task to stop."""

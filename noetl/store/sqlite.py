@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
+from noetl.store._complete import check_distinct, one_by_one
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     PreparedAppend,
@@ -37,6 +38,8 @@ from noetl.store._sqlite_connector import SqliteConnector
 from noetl.store.base import (
     Append,
     Clock,
+    Completed,
+    Completion,
     ConcurrencyError,
     ExecutionRecord,
     Heartbeat,
@@ -241,6 +244,14 @@ class SqliteStore(SqlStore):
                 return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
         except _Behind:
             self._refuse([prepared])
+
+    def continue_many(
+        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
+    ) -> list[Completed]:
+        """Each completion in a transaction of its own (see `Store.continue_many`): an
+        embedded store's transactions cost little, and none waits on a network."""
+        check_distinct(items)
+        return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""

@@ -2,11 +2,12 @@
 
 A task that was the only one in flight of its execution (`Lease.solo`) is decided right
 where it ran, by the same engine against the same log, and committed in ONE transaction
-with the task's completion, under the expected sequence number (`Store.complete_and_commit`);
-the tasks that decision dispatches are leased to this worker in that transaction. If the
-execution moved meanwhile (a cancel, another server), or anything else goes wrong, nothing
-is written and the outcome takes the inbox path (`None`), where a server decides with its
-full error handling.
+with the task's completion, under the expected sequence number; the tasks that decision
+dispatches are leased to this worker in that transaction. The continuations of other
+executions that end while one commits go together in the next transaction
+(`Store.continue_many`, through a `GroupCommit`). If the execution moved meanwhile (a
+cancel, another server), or anything else goes wrong, nothing is written and the outcome
+takes the inbox path (`None`), where a server decides with its full error handling.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from typing import Any
 from noetl.core import ConcurrencyError, Event, EventType, Outcome
 from noetl.decision.decider import Decider
 from noetl.errors import NoetlError
-from noetl.store.base import Lease, Store
+from noetl.store.base import Completed, Completion, Lease, Store
+from noetl.worker.group_commit import GroupCommit
 
 log = logging.getLogger("noetl.worker")
 
@@ -44,6 +46,11 @@ class Continuation:
         self.worker_id = worker_id
         self.lease_s = lease_s
         self._stripes = [threading.Lock() for _ in range(64)]
+        # Continuations that end while one commits go together in the next commit.
+        self.commits: GroupCommit[Completion, Completed] = GroupCommit(self._commit_many)
+
+    def _commit_many(self, items: list[Completion]) -> list[Completed]:
+        return self.store.continue_many(items, worker_id=self.worker_id, lease_s=self.lease_s)
 
     def prime(self, execution_id: str) -> dict[str, Any] | None:
         """Load the execution's state for the continuation of a solo task before it runs
@@ -114,14 +121,9 @@ class Continuation:
         # Only its own pool's tasks: a `sinks` task waits for the pool it was queued in.
         mine = [item.task.task_id for item in append.enqueue if item.pool == decider.pool]
         lease_ids = mine[: max(free(), 0)]
-        leases = self.store.complete_and_commit(
-            task.task_id,
-            lease.token,
-            append,
-            worker_id=self.worker_id,
-            lease=lease_ids,
-            lease_s=self.lease_s,
-        )
+        leases = self.commits.submit(Completion(task.task_id, lease.token, append, lease_ids))
+        if isinstance(leases, Exception):
+            raise leases  # `attempt` forgets the state: the outcome takes the inbox path
         if leases is None:
             decider.forget(task.execution_id)  # its state holds a decision not written
             return Continued([], refused=True)

@@ -60,6 +60,26 @@ def refused_outcome(outcome: Outcome, exc: BaseException) -> Outcome:
     )
 
 
+def worker_failure(task_id: str, exc: BaseException, *, started: bool) -> Outcome:
+    """The failed outcome of a task the worker itself failed: it could not start it
+    (retryable: another worker may have what this one lacks), or a bug past the tool's
+    guards failed running or reporting it (`REPORT_ERROR`)."""
+    if not started:
+        return Outcome(
+            task_id,
+            ok=False,
+            error=f"the worker could not start the task: {type(exc).__name__}: {exc}",
+            error_type="RetryableError",
+            retryable=True,
+        )
+    return Outcome(
+        task_id,
+        ok=False,
+        error=f"the worker failed running or reporting the task: {type(exc).__name__}: {exc}",
+        error_type=REPORT_ERROR,
+    )
+
+
 class Reporter:
     """Sends reports to the store's inbox from a thread of its own (see the module)."""
 

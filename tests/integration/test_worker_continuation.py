@@ -60,7 +60,9 @@ workflow:
 class Cluster:
     """An orchestrator and workers as threads over one store."""
 
-    def __init__(self, store: Store, *, workers: int, decide: bool) -> None:
+    def __init__(
+        self, store: Store, *, workers: int, decide: bool, concurrency: int = 2
+    ) -> None:
         self.store = store
         self.orchestrator = Orchestrator(store, owner="server")
         self.stop = threading.Event()
@@ -68,7 +70,7 @@ class Cluster:
             Worker(
                 store,
                 ToolRegistry([NoopTool()]),
-                WorkerConfig(concurrency=2, poll_s=0.02, worker_id=f"w{i}"),
+                WorkerConfig(concurrency=concurrency, poll_s=0.02, worker_id=f"w{i}"),
                 decider=Decider(store) if decide else None,
             )
             for i in range(workers)
@@ -82,14 +84,18 @@ class Cluster:
             thread.start()
 
     def run(self, text: str, timeout: float = 20.0) -> str:
-        execution_id = self.orchestrator.start_execution(text)
+        return self.run_many(text, 1, timeout)[0]
+
+    def run_many(self, text: str, count: int, timeout: float = 20.0) -> list[str]:
+        """Start `count` executions at once; their ids once all have finished."""
+        execution_ids = [self.orchestrator.start_execution(text) for _ in range(count)]
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            record = self.store.get_execution(execution_id)
-            if record is not None and record.status.terminal:
-                return execution_id
+            records = [self.store.get_execution(e) for e in execution_ids]
+            if all(record is not None and record.status.terminal for record in records):
+                return execution_ids
             time.sleep(0.01)
-        raise AssertionError(f"execution {execution_id} did not finish")
+        raise AssertionError(f"executions {execution_ids} did not all finish")
 
     def close(self) -> None:
         self.stop.set()
@@ -184,3 +190,40 @@ def test_a_cancel_that_lands_first_wins_over_the_continuation(store: Store) -> N
     assert record is not None and record.status is ExecutionStatus.CANCELED
     types: list[Any] = [e.type for e in store.load_events(execution_id)]
     assert "step.finished" not in types
+
+
+class SlowCommits:
+    """A store whose `continue_many` takes 20 ms longer, as under load: the
+    continuations that end meanwhile wait for the next commit."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def continue_many(self, items: Any, **kwargs: Any) -> Any:
+        time.sleep(0.02)
+        return self._store.continue_many(items, **kwargs)
+
+
+def test_continuations_that_end_together_commit_together(store: Store) -> None:
+    slow: Any = SlowCommits(store)
+    cluster = Cluster(slow, workers=1, decide=True, concurrency=8)
+    try:
+        execution_ids = cluster.run_many(CHAIN, 16)
+    finally:
+        cluster.close()
+    for execution_id in execution_ids:
+        record = store.get_execution(execution_id)
+        assert record is not None and record.status is ExecutionStatus.OK, record
+        assert record.context["c"] == {"n": 3}
+        events = store.load_events(execution_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        started = collections.Counter(e.step for e in events if e.type == "step.started")
+        assert started == {"s1": 1, "s2": 1, "s3": 1}
+    # Every outcome was decided by the worker, in fewer commits than continuations.
+    assert (cluster.continued(), cluster.reported()) == (16 * 3, 0)
+    [worker] = cluster.workers
+    assert worker._continuation is not None
+    assert worker._continuation.commits.calls < 16 * 3

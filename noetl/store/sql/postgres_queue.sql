@@ -22,22 +22,24 @@ RETURNING execution_id
 SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
 
 -- A commit's checks, sent ahead of its writes in the same pipeline (one round trip): mark
--- the deciding worker's task done (%s task id, %s token; none for a plain commit), lock the
--- executions as `lock_executions` does, and refuse the commit (`noetl_refuse` raises: the
--- writes behind it are never applied) when the lease was wanted (%s) and is gone, an
--- execution is missing or not at the sequence its first append continues (the arrays of
--- ids and sequences), or an input decided on is no longer in the inbox.
+-- the deciding worker's tasks done (arrays of task ids and tokens; empty for a plain
+-- commit), lock the executions as `lock_executions` does, and refuse the commit
+-- (`noetl_refuse` raises: the writes behind it are never applied) when a lease is gone
+-- (fewer rows done than task ids), an execution is missing or not at the sequence its
+-- first append continues (the arrays of ids and sequences), or an input decided on is no
+-- longer in the inbox.
 -- name: guard
 WITH done AS (
-    UPDATE task_queue SET status = 'done', updated_at = now()
-    WHERE task_id = %s AND lease_token = %s AND status = 'leased'
+    UPDATE task_queue q SET status = 'done', updated_at = now()
+    FROM unnest(%b::text[], %b::bigint[]) AS h(task_id, token)
+    WHERE q.task_id = h.task_id AND q.lease_token = h.token AND q.status = 'leased'
     RETURNING 1
 ), locked AS (
     SELECT execution_id, last_seq FROM execution
     WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
 )
 SELECT noetl_refuse('stale')
-WHERE (%s AND NOT EXISTS (SELECT 1 FROM done))
+WHERE (SELECT count(*) FROM done) <> cardinality(%b::text[])
    OR (SELECT count(*) FROM locked) <> cardinality(%b::text[])
    OR EXISTS (
        SELECT 1 FROM unnest(%b::text[], %b::bigint[]) AS u(e, seq)

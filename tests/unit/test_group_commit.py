@@ -1,0 +1,128 @@
+"""GroupCommit: the items submitted while a call runs go together in the next call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from noetl.worker.group_commit import GroupCommit
+
+
+class Gate:
+    """A call that records its batches and, for its first call, waits to be let go."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[int]] = []
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def __call__(self, items: list[int]) -> list[int]:
+        self.batches.append(list(items))
+        if len(self.batches) == 1:
+            self.entered.set()
+            assert self.release.wait(5)
+        return [item * 10 for item in items]
+
+
+def until_waiting(group: GroupCommit[int, int], count: int) -> None:
+    """Until `count` items wait for the next call (5 s at most)."""
+    deadline = time.monotonic() + 5
+    while True:
+        with group._cond:
+            if len(group._queue) == count:
+                return
+        assert time.monotonic() < deadline, "the items never queued"
+        time.sleep(0.001)
+
+
+def test_a_lone_submit_is_called_at_once() -> None:
+    calls: list[list[int]] = []
+
+    def call(items: list[int]) -> list[int]:
+        calls.append(items)
+        return [item + 1 for item in items]
+
+    group = GroupCommit(call)
+
+    assert group.submit(1) == 2
+    assert group.submit(5) == 6
+    assert calls == [[1], [5]]
+
+
+def test_items_submitted_during_a_call_go_together_in_the_next() -> None:
+    gate = Gate()
+    group: GroupCommit[int, int] = GroupCommit(gate)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        first = pool.submit(group.submit, 0)
+        assert gate.entered.wait(5)
+        later = [pool.submit(group.submit, n) for n in range(1, 6)]
+        until_waiting(group, 5)
+        gate.release.set()
+        answers = [first.result(5), *(future.result(5) for future in later)]
+
+    assert answers == [0, 10, 20, 30, 40, 50]  # each thread its own item's answer
+    assert gate.batches[0] == [0]
+    assert sorted(gate.batches[1]) == [1, 2, 3, 4, 5]
+    assert group.calls == 2
+
+
+def test_a_call_takes_at_most_limit_items() -> None:
+    gate = Gate()
+    group: GroupCommit[int, int] = GroupCommit(gate, limit=2)
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        first = pool.submit(group.submit, 0)
+        assert gate.entered.wait(5)
+        later = [pool.submit(group.submit, n) for n in range(1, 6)]
+        until_waiting(group, 5)
+        gate.release.set()
+        answers = [first.result(5), *(future.result(5) for future in later)]
+
+    assert answers == [0, 10, 20, 30, 40, 50]
+    assert [len(batch) for batch in gate.batches] == [1, 2, 2, 1]
+
+
+def test_submit_many_answers_in_order_over_several_calls() -> None:
+    group: GroupCommit[int, int] = GroupCommit(lambda items: [-i for i in items], limit=2)
+
+    assert group.submit_many([1, 2, 3, 4, 5]) == [-1, -2, -3, -4, -5]
+    assert group.calls == 3
+    assert group.submit_many([]) == []
+
+
+def test_what_a_call_raises_is_raised_in_every_thread_it_took_and_the_next_call_goes_on() -> None:
+    gate = Gate()
+
+    def call(items: list[int]) -> list[int]:
+        result = gate(items)
+        if len(gate.batches) == 2:
+            raise RuntimeError("the database went away")
+        return result
+
+    group: GroupCommit[int, int] = GroupCommit(call)
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        first = pool.submit(group.submit, 0)
+        assert gate.entered.wait(5)
+        later = [pool.submit(group.submit, n) for n in (1, 2)]
+        until_waiting(group, 2)
+        gate.release.set()
+        assert first.result(5) == 0
+        for future in later:
+            with pytest.raises(RuntimeError, match="went away"):
+                future.result(5)
+
+    assert group.submit(7) == 70  # the group is not stuck
+
+
+def test_a_call_with_the_wrong_number_of_answers_is_an_error() -> None:
+    group: GroupCommit[int, int] = GroupCommit(lambda items: [])
+
+    with pytest.raises(RuntimeError, match="0 answers for 1 items"):
+        group.submit(1)
+
+
+def test_the_limit_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="limit"):
+        GroupCommit(lambda items: items, limit=0)
