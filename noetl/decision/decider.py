@@ -21,6 +21,7 @@ from typing import Any
 from noetl.core import Command, Event, NotFoundError, Task
 from noetl.decision.appends import build_append
 from noetl.decision.complexity import admit
+from noetl.decision.group_commit import GroupCommit
 from noetl.decision.records import merge_workload, new_execution_id, new_record
 from noetl.decision.spilled import with_reader
 from noetl.dsl.graph import build_graph
@@ -33,7 +34,7 @@ from noetl.engine.options import EngineOptions
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.scripts import ScriptReader
-from noetl.store.base import Append, Store
+from noetl.store.base import Append, NewExecution, Store
 
 log = logging.getLogger("noetl.decider")
 
@@ -98,6 +99,10 @@ class Decider:
         self._dumped: dict[int, str] = {}  # id(engine.playbook) -> its JSON (engines live on)
         self._states: OrderedDict[str, Cached] = OrderedDict()
         self._cache_size = cache_size
+        # Starts that arrive while one is written go together in the next transaction.
+        self._starts: GroupCommit[NewExecution, Exception | None] = GroupCommit(
+            store.create_executions
+        )
 
     def engine(
         self, text: str, path: str | None, *, compiled: Callable[[], str | None] | None = None
@@ -160,7 +165,9 @@ class Decider:
             now=now,
             playbook=playbook,
         )
-        self.store.create_execution(record, initial, compiled=self._compiled(engine))
+        refused = self._starts.submit(NewExecution(record, initial, self._compiled(engine)))
+        if refused is not None:
+            raise refused
         cached = Cached(engine, state)
         if cached.keep:
             self.remember(execution_id, cached)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from noetl.store.records import Append, Completed, Completion, Lease
+from noetl.store.records import Append, Completed, Completion, Lease, NewExecution
 
 CompleteOne = Callable[..., list[Lease] | None]
+CreateOne = Callable[..., None]
 
-__all__ = ["check_distinct", "one_by_one"]
+__all__ = ["check_distinct", "create_each", "one_by_one"]
 
 
 def check_distinct(items: Sequence[Completion]) -> None:
@@ -43,4 +44,18 @@ def one_by_one(
             )
         except Exception as exc:  # this completion's own: stale, unavailable, refused value
             results.append(exc)
+    return results
+
+
+def create_each(create: CreateOne, items: Sequence[NewExecution]) -> list[Exception | None]:
+    """Each new execution through `create` (a store's `create_execution`), each in its
+    own transaction: what one raises is its own answer, and the rest still go."""
+    results: list[Exception | None] = []
+    for item in items:
+        try:
+            create(item.record, item.initial, compiled=item.compiled)
+        except Exception as exc:  # this start's own: its id exists, a value refused
+            results.append(exc)
+        else:
+            results.append(None)
     return results

@@ -13,7 +13,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from noetl.store._complete import check_distinct, one_by_one
+from noetl.store._complete import check_distinct, create_each, one_by_one
 from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_admin import MemoryAdmin
@@ -53,6 +53,7 @@ from noetl.store.base import (
     Input,
     InputKind,
     Lease,
+    NewExecution,
     NotFoundError,
     PlaybookRecord,
     TaskStatus,
@@ -113,6 +114,10 @@ class MemoryStore(MemoryAdmin, MemoryRetention):
                 self._apply(prepared, self._clock())
         if prepared is not None and prepared.wakes_workers:
             self._notify("tasks")
+
+    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
+        """Each in a transaction of its own (see `Store.create_executions`)."""
+        return create_each(self.create_execution, items)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append atomically (validate all, then write all)."""

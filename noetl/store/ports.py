@@ -25,6 +25,7 @@ from noetl.store.records import (
     Input,
     InputKind,
     Lease,
+    NewExecution,
     PlaybookRecord,
     PruneReport,
     ScheduleRecord,
@@ -221,6 +222,13 @@ class ExecutionPort(Protocol):
         JSON) is kept for `get_compiled`.
 
         ConcurrencyError if an execution with that id already exists."""
+
+    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
+        """`create_execution` for several executions (starts that arrive together), in ONE
+        transaction when every one of them can be created; otherwise each on its own, so
+        one refused start never holds back the others. In the order given, None for each
+        one created, or the error that refused it (ConcurrencyError when its id exists);
+        nothing of a refused one is written."""
 
     def get_compiled(self, execution_id: str) -> str | None:
         """The `compiled` playbook given at creation, or None (none given, or no such

@@ -34,7 +34,7 @@ from typing import Any
 
 import psycopg
 
-from noetl.store._complete import check_distinct, one_by_one
+from noetl.store._complete import check_distinct, create_each, one_by_one
 from noetl.store._pg_commit import REFUSED, Refused, guard, write
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
@@ -68,6 +68,7 @@ from noetl.store.base import (
     ConcurrencyError,
     ExecutionRecord,
     Lease,
+    NewExecution,
     NotFoundError,
     StoreUnavailableError,
 )
@@ -125,6 +126,10 @@ class _LeaseLost(Exception):
     """The deciding worker's task is no longer leased with its token (rolls back)."""
 
 
+class _Exists(Exception):
+    """An execution of a batch to create exists already (rolls back)."""
+
+
 # --- the store ---------------------------------------------------------------------------
 
 
@@ -166,16 +171,22 @@ class PostgresStore(SqlStore, PgQueue):
 
     # --- executions and events -----------------------------------------------------------
 
-    def create_execution(
-        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
-    ) -> None:
-        """Insert a new execution row and apply `initial`, in one transaction;
-        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+    @staticmethod
+    def _row(record: ExecutionRecord, compiled: str | None) -> dict[str, Any]:
+        """The `insert_execution` parameters of a new execution."""
         row = record_to_row(record, pg_dumps)
         for column in ("created_at", "updated_at", "finished_at"):
             if row[column] is not None:
                 row[column] = ts(row[column])
         row["compiled"] = compiled
+        return row
+
+    def create_execution(
+        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+    ) -> None:
+        """Insert a new execution row and apply `initial`, in one transaction;
+        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+        row = self._row(record, compiled)
         prepared = prepare_initial(record, initial, pg_dumps)
         with self._connection() as conn, conn.pipeline():
             with pipelined_transaction(conn):
@@ -187,6 +198,37 @@ class PostgresStore(SqlStore, PgQueue):
                 conn.execute(NOTIFY_TASKS)
         if prepared is not None:
             self._announce([prepared])
+
+    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
+        """Every execution in one transaction of two round trips: their rows, then their
+        first appends as one commit (see `Store.create_executions`); when one cannot be
+        created, each again on its own, which says which."""
+        if len(items) < 2:
+            return create_each(self.create_execution, items)
+        try:
+            rows = [self._row(item.record, item.compiled) for item in items]
+            prepared = [
+                p for item in items if (p := prepare_initial(item.record, item.initial, pg_dumps))
+            ]
+        except Exception:  # a value one of them cannot store: each says for itself
+            return create_each(self.create_execution, items)
+        wakes = self._wakes_workers(prepared)
+        try:
+            with self._connection() as conn, conn.pipeline():
+                with pipelined_transaction(conn):
+                    inserted = [conn.execute(SQL["insert_execution"], row) for row in rows]
+                    if any(cursor.fetchone() is None for cursor in inserted):
+                        raise _Exists
+                    if prepared:
+                        self._apply(conn, prepared)
+                if wakes:
+                    conn.execute(NOTIFY_TASKS)
+        except StoreUnavailableError:  # the database: every start shares it
+            raise
+        except Exception:  # rolled back (an id exists, a value refused): each for itself
+            return create_each(self.create_execution, items)
+        self._announce(prepared)
+        return [None] * len(items)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`): its checks and

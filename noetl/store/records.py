@@ -197,6 +197,16 @@ class Lease:
 
 
 @dataclass(frozen=True, slots=True)
+class NewExecution:
+    """An execution to create (`Store.create_executions`): its row, its first append and
+    its compiled playbook, as `create_execution` takes them."""
+
+    record: ExecutionRecord
+    initial: Append | None = None
+    compiled: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class Completion:
     """A task's outcome decided by the worker that ran it (`Store.continue_many`): the
     task's lease (`task_id`, `token`), the `append` that follows it, and the tasks of that

@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
-from noetl.store._complete import check_distinct, one_by_one
+from noetl.store._complete import check_distinct, create_each, one_by_one
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     PreparedAppend,
@@ -46,6 +46,7 @@ from noetl.store.base import (
     Input,
     InputKind,
     Lease,
+    NewExecution,
     NotFoundError,
 )
 from noetl.store.managers import SqlStore
@@ -103,6 +104,10 @@ class SqliteStore(SqlStore):
             conn.execute(SQL["insert_execution_input"], {**row, "compiled": compiled})
             if prepared is not None:
                 self._apply(conn, [prepared])
+
+    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
+        """Each in a transaction of its own (see `Store.create_executions`)."""
+        return create_each(self.create_execution, items)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""

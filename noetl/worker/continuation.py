@@ -21,9 +21,9 @@ from typing import Any
 
 from noetl.core import ConcurrencyError, Event, EventType, Outcome
 from noetl.decision.decider import Decider
+from noetl.decision.group_commit import GroupCommit
 from noetl.errors import NoetlError
 from noetl.store.base import Completed, Completion, Lease, Store
-from noetl.worker.group_commit import GroupCommit
 
 log = logging.getLogger("noetl.worker")
 

@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from noetl.worker.group_commit import GroupCommit
+from noetl.decision.group_commit import GroupCommit
 
 
 class Gate:

@@ -1,9 +1,10 @@
-"""The Store contract of `continue_many`: several workers' continuations committed together.
+"""The Store contract of what goes to the store together: a worker's continuations that
+end together (`continue_many`) and the starts the API makes together
+(`create_executions`).
 
-A worker's continuations that end together go to the store in one call. Every adapter
-applies each one as `complete_and_commit` would; PostgreSQL applies them in one
-transaction, and one at a time when that transaction is refused, so one stale
-completion never holds back the others.
+Every adapter applies each item as `complete_and_commit` or `create_execution` would;
+PostgreSQL applies them in one transaction, and one at a time when that transaction is
+refused, so one refused item never holds back the others.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from noetl.store.base import (
     Completion,
     ConcurrencyError,
     Enqueue,
+    NewExecution,
     Store,
     TaskStatus,
 )
@@ -26,8 +28,10 @@ from tests.contract.test_queue_contract import (
     TINY_S,
     claim_one,
     last_seq,
+    make_record,
     make_task,
     start,
+    started,
     status,
 )
 from tests.helpers.clock import StoreClock
@@ -150,3 +154,48 @@ def test_two_continuations_of_one_execution_are_refused(store: Store) -> None:
 
     assert last_seq(store, "e1") == 1
     assert store.continue_many([], worker_id="w1") == []
+
+
+# -- create_executions: starts that arrive together -----------------------------------------
+
+
+def new_execution(execution_id: str, *steps: str) -> NewExecution:
+    initial = Append(
+        execution_id,
+        0,
+        started(execution_id),
+        enqueue=[Enqueue(make_task(step, execution_id)) for step in steps],
+        now=1.0,
+    )
+    return NewExecution(make_record(execution_id), initial, compiled=f'{{"id": "{execution_id}"}}')
+
+
+def test_executions_created_together_are_each_whole(store: Store) -> None:
+    results = store.create_executions(
+        [new_execution("e1", "a"), new_execution("e2", "a", "b"), new_execution("e3")]
+    )
+
+    assert results == [None, None, None]
+    for execution_id in ("e1", "e2", "e3"):
+        assert last_seq(store, execution_id) == 1
+        assert store.get_compiled(execution_id) == f'{{"id": "{execution_id}"}}'
+    claimed = sorted(lease.task.task_id for lease in store.claim("w1", limit=10))
+    assert claimed == ["e1.a", "e2.a", "e2.b"]
+
+
+def test_an_execution_that_exists_is_refused_alone(store: Store) -> None:
+    start(store, Enqueue(make_task("a", "e2")), execution_id="e2")
+    assert claim_one(store).task.task_id == "e2.a"
+
+    results = store.create_executions(
+        [new_execution("e1", "a"), new_execution("e2", "z"), new_execution("e3", "a")]
+    )
+
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], ConcurrencyError)
+    assert "e2 already exists" in str(results[1])
+    assert store.get_task("e2.z") is None  # nothing of the refused one was written
+    assert last_seq(store, "e2") == 1
+    claimed = sorted(lease.task.task_id for lease in store.claim("w1", limit=10))
+    assert claimed == ["e1.a", "e3.a"]
+    assert store.create_executions([]) == []

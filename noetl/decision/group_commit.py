@@ -4,9 +4,9 @@ A thread that submits an item while no call runs makes the call at once, with it
 and whatever else waits (a quiet worker pays no wait at all). Items submitted while a
 call runs wait for it to end; then one of their threads makes the next call for all of
 them (at most `limit`), and each thread gets its own item's answer back. It is how a
-worker's continuations that end together share one transaction
-(`Store.continue_many`): a database round trip and a commit cost about the same for one
-execution as for thirty.
+worker's continuations that end together share one transaction (`Store.continue_many`),
+and the starts that the API's threads make together (`Store.create_executions`): a
+database round trip and a commit cost about the same for one execution as for thirty.
 """
 
 from __future__ import annotations
