@@ -11,6 +11,7 @@ database round trip and a commit cost about the same for one execution as for th
 
 from __future__ import annotations
 
+import copy
 import threading
 from collections.abc import Callable, Sequence
 from typing import Generic, TypeVar
@@ -86,12 +87,22 @@ class GroupCommit(Generic[T, R]):
                 raise RuntimeError(f"{len(answers)} answers for {len(batch)} items")
         except BaseException as exc:  # every item of the call shares its failure
             for slot in batch:
-                slot.error = exc
+                slot.error = _own(exc)  # each thread raises an object of its own
                 slot.done = True
-            raise_now = not isinstance(exc, Exception)
-            if raise_now:
+            if not isinstance(exc, Exception):  # an interrupt: the calling thread's too
                 raise
             return
         for slot, answer in zip(batch, answers, strict=True):
             slot.result = answer
             slot.done = True
+
+
+def _own(exc: BaseException) -> BaseException:
+    """A copy of `exc` for one thread to raise (raising one object in several threads at
+    once mixes their tracebacks); `exc` itself when it cannot be copied."""
+    try:
+        mine = copy.copy(exc)
+    except Exception:
+        return exc
+    mine.__cause__, mine.__context__ = exc.__cause__, exc.__context__
+    return mine

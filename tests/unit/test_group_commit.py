@@ -109,9 +109,12 @@ def test_what_a_call_raises_is_raised_in_every_thread_it_took_and_the_next_call_
         until_waiting(group, 2)
         gate.release.set()
         assert first.result(5) == 0
+        raised = []
         for future in later:
-            with pytest.raises(RuntimeError, match="went away"):
+            with pytest.raises(RuntimeError, match="went away") as caught:
                 future.result(5)
+            raised.append(caught.value)
+    assert raised[0] is not raised[1]  # an object of its own to each thread
 
     assert group.submit(7) == 70  # the group is not stuck
 
