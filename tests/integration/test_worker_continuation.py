@@ -60,9 +60,7 @@ workflow:
 class Cluster:
     """An orchestrator and workers as threads over one store."""
 
-    def __init__(
-        self, store: Store, *, workers: int, decide: bool, concurrency: int = 2
-    ) -> None:
+    def __init__(self, store: Store, *, workers: int, decide: bool, concurrency: int = 2) -> None:
         self.store = store
         self.orchestrator = Orchestrator(store, owner="server")
         self.stop = threading.Event()
