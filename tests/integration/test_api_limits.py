@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,7 +15,6 @@ from noetl import __version__
 from noetl.core import Event
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
-from noetl.store import SqliteStore, open_store
 from noetl.store.base import Append, Store
 from tests.helpers.auth import auth_headers
 
@@ -47,16 +45,6 @@ def nested(levels: int) -> Any:
     for _ in range(levels):
         value = {"a": value}
     return value
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        adapter: Store = SqliteStore(tmp_path / "noetl.db")
-    else:
-        adapter = open_store(request.getfixturevalue("pg_database"))
-    yield adapter
-    adapter.close()
 
 
 @pytest.fixture

@@ -8,16 +8,14 @@ PostgreSQL). Each start still gets its own answer.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from noetl.core import ConcurrencyError
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store import SqliteStore
 from noetl.store.base import NewExecution, Store
 
 PLAYBOOK = """\
@@ -45,18 +43,6 @@ class SlowStarts:
         self.calls.append(len(items))
         time.sleep(0.02)
         return self._store.create_executions(items)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SqliteStore(tmp_path / "db.sqlite")
-    else:
-        from noetl.store.postgres import PostgresStore
-
-        opened = PostgresStore(request.getfixturevalue("pg_database"))
-    yield opened
-    opened.close()
 
 
 def test_starts_made_together_are_written_together(store: Store) -> None:

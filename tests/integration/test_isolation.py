@@ -6,7 +6,6 @@ tests/distributed/test_bad_input.py does the same with real server and worker pr
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,6 @@ from noetl.core import EventType, ExecutionStatus, Outcome, Task
 from noetl.dsl.validate import load_playbook_text
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store import SqliteStore, open_store
 from noetl.store.base import InputKind, Store
 
 LOOP = """\
@@ -36,16 +34,6 @@ workflow:
   - step: start
     tool: {kind: noop}
 """
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        adapter: Store = SqliteStore(tmp_path / "noetl.db")
-    else:
-        adapter = open_store(request.getfixturevalue("pg_database"))
-    yield adapter
-    adapter.close()
 
 
 def work(store: Store) -> int:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +13,7 @@ import psycopg
 import pytest
 
 from noetl.core import Outcome, Task
-from noetl.store import PostgresStore, SqliteStore, Store
+from noetl.store import SqliteStore, Store
 from noetl.tools.artifact import ArtifactTool
 from noetl.worker.pipeline import PipelineTool
 from noetl.worker.selection import ENVELOPE_BYTES, FIELD_BYTES, select_result, spill_result
@@ -22,17 +21,6 @@ from noetl.worker.tools import NoopTool, ToolRegistry
 
 LIMIT = 4096
 ENVELOPE_KEYS = ["_ref", "_store", "_bytes", "_spilled"]
-
-
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    store: Store
-    if request.param == "sqlite":
-        store = SqliteStore(tmp_path / "noetl.db")
-    else:
-        store = PostgresStore(request.getfixturevalue("pg_database"))
-    yield store
-    store.close()
 
 
 def task(select: tuple[str, ...] = (), kind: str = "python") -> Task:

@@ -30,7 +30,6 @@ from noetl.observability.trace_context import (
 from noetl.observability.tracing import Tracing
 from noetl.runtime.local import embedded_runtime
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store import SqliteStore
 from noetl.store.base import Store
 from noetl.tools.http import HttpTool
 from noetl.worker.runner import Worker, WorkerConfig
@@ -90,18 +89,6 @@ def http_url() -> Iterator[str]:
     Recorder.seen = []
     with serving(Recorder) as server:
         yield base_url(server)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SqliteStore(tmp_path / "db.sqlite")
-    else:
-        from noetl.store.postgres import PostgresStore
-
-        opened = PostgresStore(request.getfixturevalue("pg_database"))
-    yield opened
-    opened.close()
 
 
 class TracedCluster:

@@ -9,16 +9,11 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from noetl.core import ExecutionStatus
 from noetl.decision.decider import Decider
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store import SqliteStore
 from noetl.store.base import Store
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import NoopTool, ToolRegistry
@@ -105,18 +100,6 @@ class Cluster:
 
     def reported(self) -> int:
         return sum(w.stats.completed for w in self.workers)
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    if request.param == "sqlite":
-        opened: Store = SqliteStore(tmp_path / "db.sqlite")
-    else:
-        from noetl.store.postgres import PostgresStore
-
-        opened = PostgresStore(request.getfixturevalue("pg_database"))
-    yield opened
-    opened.close()
 
 
 def shape(store: Store, execution_id: str) -> list[tuple[str, str | None]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -52,16 +53,24 @@ def test_a_lone_submit_is_called_at_once() -> None:
     assert calls == [[1], [5]]
 
 
+def submitted_during_a_call(group: GroupCommit[int, int], gate: Gate, count: int) -> list[Any]:
+    """Submit 0, let its call start, submit 1 to `count` meanwhile, then let it end: the
+    outcomes (an answer, or what was raised), in order."""
+    with ThreadPoolExecutor(max_workers=count + 1) as pool:
+        first = pool.submit(group.submit, 0)
+        assert gate.entered.wait(5)
+        later = [pool.submit(group.submit, n) for n in range(1, count + 1)]
+        until_waiting(group, count)
+        gate.release.set()
+        futures = [first, *later]
+        return [f.exception(5) or f.result(5) for f in futures]
+
+
 def test_items_submitted_during_a_call_go_together_in_the_next() -> None:
     gate = Gate()
     group: GroupCommit[int, int] = GroupCommit(gate)
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        first = pool.submit(group.submit, 0)
-        assert gate.entered.wait(5)
-        later = [pool.submit(group.submit, n) for n in range(1, 6)]
-        until_waiting(group, 5)
-        gate.release.set()
-        answers = [first.result(5), *(future.result(5) for future in later)]
+
+    answers = submitted_during_a_call(group, gate, 5)
 
     assert answers == [0, 10, 20, 30, 40, 50]  # each thread its own item's answer
     assert gate.batches[0] == [0]
@@ -72,13 +81,8 @@ def test_items_submitted_during_a_call_go_together_in_the_next() -> None:
 def test_a_call_takes_at_most_limit_items() -> None:
     gate = Gate()
     group: GroupCommit[int, int] = GroupCommit(gate, limit=2)
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        first = pool.submit(group.submit, 0)
-        assert gate.entered.wait(5)
-        later = [pool.submit(group.submit, n) for n in range(1, 6)]
-        until_waiting(group, 5)
-        gate.release.set()
-        answers = [first.result(5), *(future.result(5) for future in later)]
+
+    answers = submitted_during_a_call(group, gate, 5)
 
     assert answers == [0, 10, 20, 30, 40, 50]
     assert [len(batch) for batch in gate.batches] == [1, 2, 2, 1]
@@ -102,20 +106,13 @@ def test_what_a_call_raises_is_raised_in_every_thread_it_took_and_the_next_call_
         return result
 
     group: GroupCommit[int, int] = GroupCommit(call)
-    with ThreadPoolExecutor(max_workers=3) as pool:
-        first = pool.submit(group.submit, 0)
-        assert gate.entered.wait(5)
-        later = [pool.submit(group.submit, n) for n in (1, 2)]
-        until_waiting(group, 2)
-        gate.release.set()
-        assert first.result(5) == 0
-        raised = []
-        for future in later:
-            with pytest.raises(RuntimeError, match="went away") as caught:
-                future.result(5)
-            raised.append(caught.value)
-    assert raised[0] is not raised[1]  # an object of its own to each thread
 
+    first, *raised = submitted_during_a_call(group, gate, 2)
+
+    assert first == 0
+    assert [str(exc) for exc in raised] == ["the database went away"] * 2
+    assert all(isinstance(exc, RuntimeError) for exc in raised)
+    assert raised[0] is not raised[1]  # an object of its own to each thread
     assert group.submit(7) == 70  # the group is not stuck
 
 
