@@ -1,8 +1,9 @@
-"""The continuation: a worker decides what follows a successful task it ran alone.
+"""The continuation: a worker decides what follows a successful task it ran.
 
-A task that was the only one in flight of its execution (`Lease.solo`) is decided right
-where it ran, by the same engine against the same log, and committed in ONE transaction
-with the task's completion, under the expected sequence number; the tasks that decision
+A task that was the only one in flight of its execution (`Lease.solo`), or one whose
+execution's tasks in flight are all held by this worker, is decided right where it ran,
+by the same engine against the same log, and committed in ONE transaction with the
+task's completion, under the expected sequence number; the tasks that decision
 dispatches are leased to this worker in that transaction. The continuations of other
 executions that end while one commits go together in the next transaction
 (`Store.continue_many`, through a `GroupCommit`). If the execution moved meanwhile (a
@@ -37,11 +38,32 @@ class Continued:
     refused: bool = False
 
 
-class Continuation:
-    """Decides and commits what follows solo tasks, for one worker."""
+def may_continue(lease: Lease) -> bool:
+    """Whether the worker tries to decide what follows the task: a solo one, or one that
+    is not a loop item (parallel branches the same decision dispatched, which this worker
+    may hold all of). Loop items take the inbox: their siblings are spread over workers."""
+    return lease.solo or lease.task.index is None
 
-    def __init__(self, decider: Decider, store: Store, *, worker_id: str, lease_s: float) -> None:
+
+class Continuation:
+    """Decides and commits what follows the tasks it may (`may_continue`), for one worker.
+
+    `held(task_id)`: whether this worker holds that task. A task is continued when every
+    task in flight of its execution is one this worker holds (it alone, for a solo task):
+    no other worker's outcome can be decided meanwhile, and what a server decides (a
+    cancel, a timer) makes the commit fail on its sequence."""
+
+    def __init__(
+        self,
+        decider: Decider,
+        store: Store,
+        *,
+        worker_id: str,
+        lease_s: float,
+        held: Callable[[str], bool] = lambda task_id: False,
+    ) -> None:
         self.decider = decider
+        self.held = held
         self.store = store
         self.worker_id = worker_id
         self.lease_s = lease_s
@@ -102,8 +124,10 @@ class Continuation:
         state = cached.state
         if task.task_id not in state.tasks and not decider.catch_up(cached):
             return None
-        if state.terminal or len(state.tasks) != 1 or task.task_id not in state.tasks:
+        if state.terminal or task.task_id not in state.tasks:
             return None
+        if any(other != task.task_id and not self.held(other) for other in state.tasks):
+            return None  # another worker's task is in flight: its outcome may come first
         now = time.time()
         before = state.seq
         event = Event(

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from noetl.core import Outcome, Task
 from noetl.observability import Observer, ReportPath
 from noetl.store.base import Lease
-from noetl.worker.continuation import Continuation
+from noetl.worker.continuation import Continuation, may_continue
 from noetl.worker.reporting import Report, Reporter
 
 log = logging.getLogger("noetl.worker")
@@ -49,7 +49,7 @@ class ReportPaths:
         leases it returns are this worker's next tasks), else through the inbox. The path
         it took (None: sent without an answer)."""
         task = lease.task
-        if self._continuation is not None and outcome.ok and lease.solo:
+        if self._continuation is not None and outcome.ok and may_continue(lease):
             done = self._continuation.attempt(lease, outcome, free_slots)
             if done is not None and done.refused:
                 log.info("result of %s refused: lease no longer held", task.task_id)

@@ -48,7 +48,7 @@ from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
 from noetl.worker.ahead import AHEAD_CLAIMED, Pace, pool_of, run_ahead, sendable
 from noetl.worker.config import WorkerConfig, WorkerStats, default_worker_id
-from noetl.worker.continuation import Continuation
+from noetl.worker.continuation import Continuation, may_continue
 from noetl.worker.heartbeats import Heartbeats
 from noetl.worker.in_flight import InFlightTable
 from noetl.worker.report_paths import ReportPaths
@@ -95,7 +95,13 @@ class Worker:
         self._continuation = (
             None
             if decider is None
-            else Continuation(decider, store, worker_id=self.worker_id, lease_s=config.lease_s)
+            else Continuation(
+                decider,
+                store,
+                worker_id=self.worker_id,
+                lease_s=config.lease_s,
+                held=lambda task_id: self._in_flight.get(task_id) is not None,
+            )
         )
         self._reporter = Reporter(
             store, give_up_s=max(config.lease_s, 5.0), errors=self.stats.errors
@@ -265,15 +271,16 @@ class Worker:
         return bool(leases)
 
     def _groups(self, leases: list[Lease]) -> list[list[Lease]]:
-        """The leases one by one, but short python tasks that are not solo in batches of
-        up to AHEAD_CLAIMED: one thread and one round trip to a child each
-        (`noetl.worker.ahead`). Solo tasks run in threads of their own: their
-        continuations, decided one by one, commit together (`Continuation`); in one
-        thread they ran at 0.87x."""
+        """The leases one by one, but short python tasks that are not to be continued
+        (`may_continue`: loop items) in batches of up to AHEAD_CLAIMED: one thread and one
+        round trip to a child each (`noetl.worker.ahead`). The others run in threads of
+        their own: their continuations, decided one by one, commit together
+        (`Continuation`); solo tasks in one thread ran at 0.87x."""
         if self._pool is None or len(leases) < 2 or not self._pace.short:
             return [[lease] for lease in leases]
-        ahead = [lease for lease in leases if not lease.solo and sendable(lease.task)]
-        groups = [[lease] for lease in leases if lease.solo or not sendable(lease.task)]
+        alone = [may_continue(lease) or not sendable(lease.task) for lease in leases]
+        ahead = [lease for lease, one in zip(leases, alone, strict=True) if not one]
+        groups = [[lease] for lease, one in zip(leases, alone, strict=True) if one]
         groups += [ahead[n : n + AHEAD_CLAIMED] for n in range(0, len(ahead), AHEAD_CLAIMED)]
         return groups
 
@@ -357,7 +364,11 @@ class Worker:
 
     def _run_and_report(self, lease: Lease) -> list[Lease]:
         task = lease.task
-        if lease.solo and self._continuation is not None and "workload" not in task.context:
+        if (
+            may_continue(lease)
+            and self._continuation is not None
+            and "workload" not in task.context
+        ):
             self._prime(task.execution_id)
         # Tasks do not carry the workload: it is read once per execution from its log.
         outcome = self._outcome(lease, self.workloads.attach(task))

@@ -52,6 +52,28 @@ workflow:
 """
 
 
+BRANCHES = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: branches}
+workflow:
+  - step: start
+    next: [A, B]
+  - step: A
+    tool: {kind: noop, args: {n: 1}}
+    result: {as: a}
+    next: join
+  - step: B
+    tool: {kind: noop, args: {n: 2}}
+    result: {as: b}
+    next: join
+  - step: join
+    when: "{{ done('A') and done('B') }}"
+    tool: {kind: noop, args: {n: "{{ a.n + b.n }}"}}
+    result: {as: total}
+"""
+
+
 class Cluster:
     """An orchestrator and workers as threads over one store."""
 
@@ -208,3 +230,40 @@ def test_continuations_that_end_together_commit_together(store: Store) -> None:
     [worker] = cluster.workers
     assert worker._continuation is not None
     assert worker._continuation.commits.calls < 16 * 3
+
+
+def test_parallel_branches_one_worker_holds_are_continued_by_it(store: Store) -> None:
+    """A and B are dispatched together by the start (neither solo); one worker claims
+    both, so no other worker's outcome can come first: it decides both, and the join."""
+    cluster = Cluster(store, workers=1, decide=True, concurrency=4)
+    try:
+        execution_id = cluster.run(BRANCHES)
+    finally:
+        cluster.close()
+    record = store.get_execution(execution_id)
+    assert record is not None and record.status is ExecutionStatus.OK, record
+    assert record.context["total"] == {"n": 3}
+    assert (cluster.continued(), cluster.reported()) == (3, 0)
+    other = Cluster(store, workers=1, decide=False, concurrency=4)
+    try:
+        reference = other.run(BRANCHES)
+    finally:
+        other.close()
+    assert sorted(shape(store, execution_id)) == sorted(shape(store, reference))
+
+
+def test_parallel_branches_on_two_workers_end_right(store: Store) -> None:
+    cluster = Cluster(store, workers=2, decide=True, concurrency=1)
+    try:
+        execution_ids = cluster.run_many(BRANCHES, 6)
+    finally:
+        cluster.close()
+    for execution_id in execution_ids:
+        record = store.get_execution(execution_id)
+        assert record is not None and record.status is ExecutionStatus.OK, record
+        assert record.context["total"] == {"n": 3}
+        events = store.load_events(execution_id)
+        assert [e.seq for e in events] == list(range(1, len(events) + 1))
+        started = collections.Counter(e.step for e in events if e.type == "step.started")
+        assert started == {"start": 1, "A": 1, "B": 1, "join": 1}
+    assert cluster.continued() + cluster.reported() == 6 * 3
