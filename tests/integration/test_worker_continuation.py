@@ -195,6 +195,18 @@ def test_a_cancel_that_lands_first_wins_over_the_continuation(store: Store) -> N
     assert "step.finished" not in types
 
 
+def ended_once(store: Store, execution_id: str, result: tuple[str, Any], steps: list[str]) -> None:
+    """The execution ended ok with `result` (a context key and its value), its log is
+    gapless, and each of `steps` started once."""
+    record = store.get_execution(execution_id)
+    assert record is not None and record.status is ExecutionStatus.OK, record
+    assert record.context[result[0]] == result[1]
+    events = store.load_events(execution_id)
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    started = collections.Counter(e.step for e in events if e.type == "step.started")
+    assert started == dict.fromkeys(steps, 1)
+
+
 class SlowCommits:
     """A store whose `continue_many` takes 20 ms longer, as under load: the
     continuations that end meanwhile wait for the next commit."""
@@ -218,13 +230,7 @@ def test_continuations_that_end_together_commit_together(store: Store) -> None:
     finally:
         cluster.close()
     for execution_id in execution_ids:
-        record = store.get_execution(execution_id)
-        assert record is not None and record.status is ExecutionStatus.OK, record
-        assert record.context["c"] == {"n": 3}
-        events = store.load_events(execution_id)
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        started = collections.Counter(e.step for e in events if e.type == "step.started")
-        assert started == {"s1": 1, "s2": 1, "s3": 1}
+        ended_once(store, execution_id, ("c", {"n": 3}), ["s1", "s2", "s3"])
     # Every outcome was decided by the worker, in fewer commits than continuations.
     assert (cluster.continued(), cluster.reported()) == (16 * 3, 0)
     [worker] = cluster.workers
@@ -259,11 +265,5 @@ def test_parallel_branches_on_two_workers_end_right(store: Store) -> None:
     finally:
         cluster.close()
     for execution_id in execution_ids:
-        record = store.get_execution(execution_id)
-        assert record is not None and record.status is ExecutionStatus.OK, record
-        assert record.context["total"] == {"n": 3}
-        events = store.load_events(execution_id)
-        assert [e.seq for e in events] == list(range(1, len(events) + 1))
-        started = collections.Counter(e.step for e in events if e.type == "step.started")
-        assert started == {"start": 1, "A": 1, "B": 1, "join": 1}
+        ended_once(store, execution_id, ("total", {"n": 3}), ["start", "A", "B", "join"])
     assert cluster.continued() + cluster.reported() == 6 * 3
