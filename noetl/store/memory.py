@@ -13,7 +13,7 @@ import time
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from noetl.store._complete import check_distinct, create_each, one_by_one
+from noetl.store._complete import OneAtATime
 from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
 from noetl.store._memory_admin import MemoryAdmin
@@ -45,15 +45,12 @@ from noetl.store._rows import (
 from noetl.store.base import (
     Append,
     Clock,
-    Completed,
-    Completion,
     ConcurrencyError,
     ExecutionRecord,
     Heartbeat,
     Input,
     InputKind,
     Lease,
-    NewExecution,
     NotFoundError,
     PlaybookRecord,
     TaskStatus,
@@ -61,7 +58,7 @@ from noetl.store.base import (
 )
 
 
-class MemoryStore(MemoryAdmin, MemoryRetention):
+class MemoryStore(OneAtATime, MemoryAdmin, MemoryRetention):
     """Store kept in dicts; thread-safe; nothing survives the process."""
 
     def __init__(self, *, clock: Clock = time.time) -> None:
@@ -114,10 +111,6 @@ class MemoryStore(MemoryAdmin, MemoryRetention):
                 self._apply(prepared, self._clock())
         if prepared is not None and prepared.wakes_workers:
             self._notify("tasks")
-
-    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
-        """Each in a transaction of its own (see `Store.create_executions`)."""
-        return create_each(self.create_execution, items)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append atomically (validate all, then write all)."""
@@ -358,14 +351,6 @@ class MemoryStore(MemoryAdmin, MemoryRetention):
         if prepared.requeue or any(r[0] not in leased for r in prepared.enqueue):
             self._notify("tasks")
         return leases
-
-    def continue_many(
-        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
-    ) -> list[Completed]:
-        """Each completion in a transaction of its own (see `Store.continue_many`): an
-        embedded store's transactions cost little, and none waits on a network."""
-        check_distinct(items)
-        return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""

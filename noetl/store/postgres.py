@@ -365,12 +365,9 @@ class PostgresStore(SqlStore, PgQueue):
                 results[index] = exc
             return results
         self._announce(prepared, leased)
-        mine: dict[str, list[Lease]] = {}
-        for row in rows:
-            lease = self._lease_of(row)
-            mine.setdefault(lease.task.task_id, []).append(lease)
+        mine = {lease.task.task_id: lease for lease in map(self._lease_of, rows)}
         for index, item, _ in batch:
-            results[index] = [got for task_id in item.lease for got in mine.get(task_id, [])]
+            results[index] = [mine[task_id] for task_id in item.lease if task_id in mine]
         return results
 
     @contextmanager

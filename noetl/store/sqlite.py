@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
-from noetl.store._complete import check_distinct, create_each, one_by_one
+from noetl.store._complete import OneAtATime
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
 from noetl.store._rows import (
     PreparedAppend,
@@ -38,15 +38,12 @@ from noetl.store._sqlite_connector import SqliteConnector
 from noetl.store.base import (
     Append,
     Clock,
-    Completed,
-    Completion,
     ConcurrencyError,
     ExecutionRecord,
     Heartbeat,
     Input,
     InputKind,
     Lease,
-    NewExecution,
     NotFoundError,
 )
 from noetl.store.managers import SqlStore
@@ -64,7 +61,7 @@ class _Behind(Exception):
     back; `_refuse` says which)."""
 
 
-class SqliteStore(SqlStore):
+class SqliteStore(OneAtATime, SqlStore):
     """Store in one SQLite file; the file and its directory are created when missing."""
 
     def __init__(self, path: str | Path, *, clock: Clock = time.time) -> None:
@@ -104,10 +101,6 @@ class SqliteStore(SqlStore):
             conn.execute(SQL["insert_execution_input"], {**row, "compiled": compiled})
             if prepared is not None:
                 self._apply(conn, [prepared])
-
-    def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
-        """Each in a transaction of its own (see `Store.create_executions`)."""
-        return create_each(self.create_execution, items)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`)."""
@@ -249,14 +242,6 @@ class SqliteStore(SqlStore):
                 return queue.lease_ids(conn, worker_id, lease, prepared.execution_id, lease_s)
         except _Behind:
             self._refuse([prepared])
-
-    def continue_many(
-        self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
-    ) -> list[Completed]:
-        """Each completion in a transaction of its own (see `Store.continue_many`): an
-        embedded store's transactions cost little, and none waits on a network."""
-        check_distinct(items)
-        return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)
 
     def maintain(self) -> None:
         """Nothing to do: no dead rows pile up that claims must step over."""

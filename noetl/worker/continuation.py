@@ -75,7 +75,7 @@ class Continuation:
         return self.store.continue_many(items, worker_id=self.worker_id, lease_s=self.lease_s)
 
     def prime(self, execution_id: str) -> dict[str, Any] | None:
-        """Load the execution's state for the continuation of a solo task before it runs
+        """Load the execution's state for the continuation of a task before it runs
         (it is then cached), and return its workload: the task's tool needs it, and it
         is in the state folded from the log, so it costs no read of its own. None when it
         cannot be loaded (the worker reads the workload itself then)."""

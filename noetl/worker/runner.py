@@ -333,9 +333,10 @@ class Worker:
             here = [] if self.tools.waits(groups[0][0].task.kind) else groups.pop(0)
             for group in groups:
                 self._launch(group)
-            follow = self._run(here[0]) if len(here) == 1 else []
             if len(here) > 1:
-                self._execute_group(here)
+                self._execute_group(here)  # reported to the inbox: nothing follows here
+                return
+            follow = self._run(here[0]) if here else []
 
     def _run(self, lease: Lease) -> list[Lease]:
         """Run one task and report it; never raises. Returns the tasks its continuation
@@ -376,7 +377,7 @@ class Worker:
 
     def _execute_group(self, leases: list[Lease]) -> None:
         """Run a batch of short python tasks (`_groups`) with one round trip to a child,
-        then report their outcomes together (none is solo: they take the inbox)."""
+        then report their outcomes together (none may be continued: they take the inbox)."""
         assert self._pool is not None
         tasks: list[Task] = []
         ended: set[str] = set()  # reported, or not to be
@@ -440,8 +441,9 @@ class Worker:
         return outcome
 
     def _prime(self, execution_id: str) -> None:
-        """A solo task's continuation will load its execution's state: loaded now, its
-        workload comes with it (one read of the log fewer per execution)."""
+        """The continuation of a task that may be continued (`may_continue`) will load its
+        execution's state: loaded now, its workload comes with it (one read of the log
+        fewer per execution)."""
         assert self._continuation is not None
         if self.workloads.known(execution_id):
             return

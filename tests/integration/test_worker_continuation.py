@@ -117,6 +117,12 @@ class Cluster:
         for thread in self.threads:
             thread.join(timeout=10)
 
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def continued(self) -> int:
         return sum(w.stats.continued for w in self.workers)
 
@@ -129,32 +135,23 @@ def shape(store: Store, execution_id: str) -> list[tuple[str, str | None]]:
 
 
 def test_a_chain_is_continued_by_the_worker_with_the_same_log(store: Store) -> None:
-    cluster = Cluster(store, workers=1, decide=True)
-    try:
+    with Cluster(store, workers=1, decide=True) as cluster:
         execution_id = cluster.run(CHAIN)
-    finally:
-        cluster.close()
     record = store.get_execution(execution_id)
     assert record is not None and record.status is ExecutionStatus.OK
     assert record.context["c"] == {"n": 3}
     # Every outcome was decided by the worker: nothing went through the inbox.
     assert (cluster.continued(), cluster.reported()) == (3, 0)
     # The log is the one the server would have written.
-    other = Cluster(store, workers=1, decide=False)
-    try:
+    with Cluster(store, workers=1, decide=False) as other:
         reference = other.run(CHAIN)
-    finally:
-        other.close()
     assert other.continued() == 0 and other.reported() == 3
     assert shape(store, execution_id) == shape(store, reference)
 
 
 def test_a_parallel_loop_reports_items_to_the_server(store: Store) -> None:
-    cluster = Cluster(store, workers=2, decide=True)
-    try:
+    with Cluster(store, workers=2, decide=True) as cluster:
         execution_ids = [cluster.run(FANOUT) for _ in range(3)]
-    finally:
-        cluster.close()
     for execution_id in execution_ids:
         record = store.get_execution(execution_id)
         assert record is not None and record.status is ExecutionStatus.OK, record
@@ -224,11 +221,8 @@ class SlowCommits:
 
 def test_continuations_that_end_together_commit_together(store: Store) -> None:
     slow: Any = SlowCommits(store)
-    cluster = Cluster(slow, workers=1, decide=True, concurrency=8)
-    try:
+    with Cluster(slow, workers=1, decide=True, concurrency=8) as cluster:
         execution_ids = cluster.run_many(CHAIN, 16)
-    finally:
-        cluster.close()
     for execution_id in execution_ids:
         ended_once(store, execution_id, ("c", {"n": 3}), ["s1", "s2", "s3"])
     # Every outcome was decided by the worker, in fewer commits than continuations.
@@ -241,29 +235,20 @@ def test_continuations_that_end_together_commit_together(store: Store) -> None:
 def test_parallel_branches_one_worker_holds_are_continued_by_it(store: Store) -> None:
     """A and B are dispatched together by the start (neither solo); one worker claims
     both, so no other worker's outcome can come first: it decides both, and the join."""
-    cluster = Cluster(store, workers=1, decide=True, concurrency=4)
-    try:
+    with Cluster(store, workers=1, decide=True, concurrency=4) as cluster:
         execution_id = cluster.run(BRANCHES)
-    finally:
-        cluster.close()
     record = store.get_execution(execution_id)
     assert record is not None and record.status is ExecutionStatus.OK, record
     assert record.context["total"] == {"n": 3}
     assert (cluster.continued(), cluster.reported()) == (3, 0)
-    other = Cluster(store, workers=1, decide=False, concurrency=4)
-    try:
+    with Cluster(store, workers=1, decide=False, concurrency=4) as other:
         reference = other.run(BRANCHES)
-    finally:
-        other.close()
     assert sorted(shape(store, execution_id)) == sorted(shape(store, reference))
 
 
 def test_parallel_branches_on_two_workers_end_right(store: Store) -> None:
-    cluster = Cluster(store, workers=2, decide=True, concurrency=1)
-    try:
+    with Cluster(store, workers=2, decide=True, concurrency=1) as cluster:
         execution_ids = cluster.run_many(BRANCHES, 6)
-    finally:
-        cluster.close()
     for execution_id in execution_ids:
         ended_once(store, execution_id, ("total", {"n": 3}), ["start", "A", "B", "join"])
     assert cluster.continued() + cluster.reported() == 6 * 3
