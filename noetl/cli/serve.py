@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from noetl import __version__
+from noetl.auth.cache import CachedTokens
 from noetl.cli.bus_opt import bus_option, close_store, open_store_with_bus
 from noetl.cli.observe import (
     log_options,
@@ -142,7 +143,8 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
     except BaseException:
         close_store(store, bus)
         raise
-    gate = Gate(store.tokens, sessions, enabled=settings.auth.enabled)
+    tokens = CachedTokens(store.tokens, ttl_s=settings.server.revocation_delay_s)
+    gate = Gate(tokens, sessions, enabled=settings.auth.enabled)
     _warn_about_auth(settings, host, store.tokens.all())
     owner = f"{socket.gethostname()}:{os.getpid()}"
     metrics = new_metrics(store) if settings.metrics.enabled else None

@@ -225,6 +225,10 @@ class ServerSettings(Section):
     pool: Annotated[str, Field(min_length=1)] | None = None
     # The largest request body the API reads (a bigger one is a 413); also `noetl ui`'s.
     max_body_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 16 * 1024 * 1024
+    # How long a token read from the database is trusted (noetl.auth.cache): a token
+    # revoked through another process is still accepted here for at most this long.
+    # 0: read it on every request. (Not under `auth`: `config show` masks that section.)
+    revocation_delay_s: Annotated[float, Field(ge=0, le=60)] = 1.0
 
 
 class UiSettings(Section):

@@ -98,7 +98,8 @@ class Gate:
         session = self.sessions.check(credential, now)
         if session is None:
             raise AuthenticationError(BAD_SESSION)
-        # Revoking a token ends its sessions: its state is read on every use.
+        # Revoking a token ends its sessions: its state is read on every use (through
+        # `CachedTokens` on a server: within `server.revocation_delay_s`).
         token = self.tokens.get(session.token_id)
         if token is None or not token.usable(now):
             raise AuthenticationError(BAD_SESSION)

@@ -141,6 +141,25 @@ def test_without_authentication_a_loopback_server_is_open(
     assert "authentication is off" in server.log.read_text()
 
 
+def test_a_token_revoked_on_the_database_is_refused_within_the_delay(
+    tmp_path: Path, servers: list[Server]
+) -> None:
+    """The server trusts a token it read for `server.revocation_delay_s`; a revocation
+    made elsewhere (here the CLI, on the database) is refused once that time is up."""
+    db = str(tmp_path / "noetl.db")
+    created = noetl("auth", "token", "create", "--role", "viewer", "--json", "--db", db)
+    token = json.loads(created.stdout)
+    env = {"NOETL_DB": db, "NOETL_SERVER_REVOCATION_DELAY_S": "0.5"}
+    server = Server(tmp_path, env=env)
+    servers.append(server)
+    headers = {"Authorization": f"Bearer {token['token']}"}
+    assert httpx.get(f"{server.url}/api/executions", headers=headers, timeout=10).status_code == 200
+    assert noetl("auth", "token", "revoke", token["id"], "--db", db).returncode == 0
+    time.sleep(0.6)
+    refused = httpx.get(f"{server.url}/api/executions", headers=headers, timeout=10)
+    assert refused.status_code == 401, refused.text
+
+
 def test_a_server_with_sessions_on_nats(
     tmp_path: Path, servers: list[Server], nats_url: str, nats_bucket: str
 ) -> None:
