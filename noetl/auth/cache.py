@@ -56,6 +56,15 @@ class CachedTokens:
     def get(self, token_id: str) -> ApiToken | None:
         return self._read(f"id:{token_id}", lambda: self.inner.get(token_id))
 
+    def peek(self, token_hash: str) -> ApiToken | None:
+        """The token with this digest when it was read within `ttl_s`, else None (without
+        reading the store: what a caller on an event loop may ask)."""
+        with self._lock:
+            entry = self._entries.get(f"hash:{token_hash}")
+        if entry is None or self._clock() - entry[0] >= self.ttl_s:
+            return None
+        return entry[1]
+
     def all(self) -> list[ApiToken]:
         return self.inner.all()
 

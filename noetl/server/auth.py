@@ -16,16 +16,18 @@ the admin role, so no route is ever public by omission.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 from starlette.routing import BaseRoute, Mount
 
 from noetl.auth import ANONYMOUS, SESSION_PREFIX, Principal, Role, TokenStore, hash_secret
+from noetl.auth.cache import CachedTokens
 from noetl.errors import AuthenticationError, PermissionDeniedError
 from noetl.sessions.manager import Sessions
 
@@ -94,6 +96,24 @@ class Gate:
             self.tokens.touch(token.token_id, now)
         return Principal(role=token.role, name=token.name, token_id=token.token_id)
 
+    def at_once(self, credential: str | None) -> Principal | None:
+        """The principal when it is known without reading or writing the database (no
+        authentication, a token the cache read a moment ago and need not touch), else
+        None: `authenticate` decides. Safe to call on the event loop."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not credential or credential.startswith(SESSION_PREFIX):
+            return None
+        if not isinstance(self.tokens, CachedTokens):
+            return None
+        token = self.tokens.peek(hash_secret(credential))
+        now = self.clock()
+        if token is None or not token.usable(now) or token.last_used_at is None:
+            return None
+        if now - token.last_used_at >= TOKEN_TOUCH_EVERY_S:
+            return None
+        return Principal(role=token.role, name=token.name, token_id=token.token_id)
+
     def _session(self, credential: str, now: float) -> Principal:
         session = self.sessions.check(credential, now)
         if session is None:
@@ -121,12 +141,21 @@ def _gate(request: Request) -> Gate:
     return gate
 
 
-def authenticate(
+async def authenticate(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> Principal:
-    """The principal of the request's bearer credential; 401 without a valid one."""
-    return _gate(request).authenticate(None if credentials is None else credentials.credentials)
+    """The principal of the request's bearer credential; 401 without a valid one.
+
+    The dependencies here are coroutines: FastAPI runs a plain function dependency in its
+    threadpool, one switch of threads each, which cost a busy server more than the check.
+    What needs the database (a token not read a moment ago, a session) still runs there."""
+    gate = _gate(request)
+    credential = None if credentials is None else credentials.credentials
+    principal = gate.at_once(credential)
+    if principal is not None:
+        return principal
+    return await run_in_threadpool(gate.authenticate, credential)
 
 
 def _who(principal: Principal) -> str:
@@ -135,8 +164,8 @@ def _who(principal: Principal) -> str:
     return f"the token {principal.name!r}"
 
 
-def _require(role: Role) -> Callable[[Principal], Principal]:
-    def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
+def _require(role: Role) -> Callable[[Principal], Awaitable[Principal]]:
+    async def check(principal: Annotated[Principal, Depends(authenticate)]) -> Principal:
         if not principal.role.allows(role):
             raise PermissionDeniedError(
                 f"this needs the {role.value} role; {_who(principal)} has {principal.role.value}"
@@ -169,6 +198,19 @@ def required_role(route: BaseRoute, inherited: Iterable[Role] = ()) -> Role | No
     if isinstance(route, APIRoute):
         roles |= _roles(route.dependant)
     return max(roles, key=lambda r: r.rank) if roles else None
+
+
+# Whether a route declares a role, by the route's id (routes are not hashable; the entry
+# keeps its route, so the id stays its own): `default_deny` asks on every request. Routes
+# are made by the code, a fixed number per app.
+_DECLARES: dict[int, tuple[BaseRoute, bool]] = {}
+
+
+def _declares_role(route: BaseRoute) -> bool:
+    known = _DECLARES.get(id(route))
+    if known is None:
+        known = _DECLARES[id(route)] = (route, required_role(route) is not None)
+    return known[1]
 
 
 def is_public(path: str) -> bool:
@@ -221,17 +263,20 @@ def check_routes(app: FastAPI) -> None:
         )
 
 
-def default_deny(request: Request) -> None:
+async def default_deny(request: Request) -> None:
     """App-wide: a route that neither is public nor declares a role needs the admin role
     (a route added after `create_app` checked the routes is still not public)."""
     route = request.scope.get("route")
-    if route is None or required_role(route) is not None:
+    if route is None or _declares_role(route):
         return
     if is_public(str(getattr(route, "path", ""))):
         return
     scheme, _, credential = request.headers.get("authorization", "").partition(" ")
     bearer = credential.strip() if scheme.lower() == "bearer" else None
-    principal = _gate(request).authenticate(bearer)
+    gate = _gate(request)
+    principal = gate.at_once(bearer)
+    if principal is None:
+        principal = await run_in_threadpool(gate.authenticate, bearer)
     if not principal.role.allows(Role.ADMIN):
         raise PermissionDeniedError(
             f"this needs the admin role; {_who(principal)} has {principal.role.value}"

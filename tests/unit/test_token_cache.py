@@ -159,3 +159,38 @@ def test_an_expired_token_is_refused_even_when_cached(inner: CountingTokens, clo
     with pytest.raises(AuthenticationError):
         gate.authenticate(secret)
     assert inner.reads == 1
+
+
+def test_the_gate_answers_at_once_only_from_a_fresh_cached_token(
+    inner: CountingTokens, clock: Clock
+) -> None:
+    tokens = cached(inner, clock, ttl_s=90)
+    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    secret, record = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now)
+    assert gate.at_once(secret) is None  # never read: the database decides
+    assert gate.at_once(None) is None
+    assert gate.at_once("noetls_a-session") is None  # sessions are read every time
+    gate.authenticate(secret)  # reads it, and records its use
+    principal = gate.at_once(secret)
+    assert principal is not None and principal.token_id == record.token_id
+    clock.now += 61  # still cached, but its use is to be recorded again: not at once
+    assert gate.at_once(secret) is None
+    gate.authenticate(secret)  # records it
+    assert gate.at_once(secret) is not None
+    clock.now += 90  # the entry is old
+    assert gate.at_once(secret) is None
+    assert Gate(tokens, gate.sessions, enabled=False).at_once(None) is not None
+
+
+def test_the_gate_does_not_answer_at_once_for_a_token_past_its_expiry(
+    inner: CountingTokens, clock: Clock
+) -> None:
+    tokens = cached(inner, clock, ttl_s=30)
+    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    secret, _ = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now, expires_in_s=5)
+    gate.authenticate(secret)
+    assert gate.at_once(secret) is not None
+    clock.now += 5
+    assert gate.at_once(secret) is None
+    with pytest.raises(AuthenticationError):
+        gate.authenticate(secret)
