@@ -22,25 +22,50 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
-class _Slot(Generic[T, R]):
-    __slots__ = ("done", "error", "item", "result")
+class _Waiter:
+    """A thread waiting in `submit_many`: woken (its lock released) when its last item is
+    done, or when it is to make the next call."""
 
-    def __init__(self, item: T) -> None:
+    __slots__ = ("lead", "lock")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.lock.acquire()  # held until someone wakes the thread
+        self.lead = False
+
+    def wake(self, *, lead: bool = False) -> None:
+        self.lead = lead
+        self.lock.release()
+
+    def wait(self) -> None:
+        self.lock.acquire()
+
+
+class _Slot(Generic[T, R]):
+    __slots__ = ("done", "error", "item", "last", "result", "waiter")
+
+    def __init__(self, item: T, waiter: _Waiter, *, last: bool) -> None:
         self.item = item
+        self.waiter = waiter
+        self.last = last  # its thread's last item: its answer wakes the thread
         self.done = False
         self.result: R | None = None
         self.error: BaseException | None = None
 
 
 class GroupCommit(Generic[T, R]):
-    """Runs `call` on the items submitted together, one call at a time."""
+    """Runs `call` on the items submitted together, one call at a time.
+
+    Only the threads whose items a call answered are woken when it ends, and the thread of
+    the oldest waiting item, to make the next call: a worker's many task threads are not
+    all woken by every commit."""
 
     def __init__(self, call: Callable[[list[T]], Sequence[R]], *, limit: int = 64) -> None:
         if limit < 1:
             raise ValueError("limit must be at least 1")
         self._call = call
         self._limit = limit
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._queue: list[_Slot[T, R]] = []
         self._busy = False
         self.calls = 0  # how many calls were made (for tests and stats)
@@ -53,30 +78,49 @@ class GroupCommit(Generic[T, R]):
     def submit_many(self, items: Sequence[T]) -> list[R]:
         """Each item's answer, in order (they may go in more than one call: at most
         `limit` an item); what a call raised, raised here."""
-        slots: list[_Slot[T, R]] = [_Slot(item) for item in items]
-        if not slots:
+        if not items:
             return []
-        with self._cond:
+        waiter = _Waiter()
+        last = len(items) - 1
+        slots: list[_Slot[T, R]] = [
+            _Slot(item, waiter, last=i == last) for i, item in enumerate(items)
+        ]
+        with self._lock:
             self._queue.extend(slots)
-            while not slots[-1].done:
-                if self._busy:
-                    self._cond.wait()
-                    continue
-                # Nobody calls: this thread makes the next call, for the oldest items.
-                self._busy = True
-                batch = self._queue[: self._limit]
-                del self._queue[: self._limit]
-                self._cond.release()
-                try:
-                    self._run(batch)
-                finally:
-                    self._cond.acquire()
-                    self._busy = False
-                    self._cond.notify_all()
+            lead = not self._busy
+            self._busy = True
+        if not lead:
+            waiter.wait()  # until the last item is answered, or this thread is to call
+            lead = waiter.lead
+        while lead:
+            lead = self._lead(slots[-1])
         for slot in slots:
             if slot.error is not None:
                 raise slot.error
         return [slot.result for slot in slots]  # type: ignore[misc]  # set with done
+
+    def _lead(self, mine: _Slot[T, R]) -> bool:
+        """Make the next call (this thread holds `_busy`); whether to make another. When
+        `mine` is answered, the call is handed to the oldest waiting item's thread."""
+        with self._lock:
+            batch = self._queue[: self._limit]
+            del self._queue[: self._limit]
+        try:
+            self._run(batch)
+        finally:
+            with self._lock:
+                if not mine.done and self._queue:
+                    again = True
+                else:
+                    again = False
+                    if self._queue:  # the next call is the oldest waiting thread's
+                        self._queue[0].waiter.wake(lead=True)
+                    else:
+                        self._busy = False
+            for slot in batch:
+                if slot.last and slot.waiter is not mine.waiter and slot.done:
+                    slot.waiter.wake()
+        return again
 
     def _run(self, batch: list[_Slot[T, R]]) -> None:
         """Make one call for `batch` and hand each slot its answer (outside the lock)."""

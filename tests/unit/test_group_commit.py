@@ -32,7 +32,7 @@ def until_waiting(group: GroupCommit[int, int], count: int) -> None:
     """Until `count` items wait for the next call (5 s at most)."""
     deadline = time.monotonic() + 5
     while True:
-        with group._cond:
+        with group._lock:
             if len(group._queue) == count:
                 return
         assert time.monotonic() < deadline, "the items never queued"
@@ -126,3 +126,41 @@ def test_a_call_with_the_wrong_number_of_answers_is_an_error() -> None:
 def test_the_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="limit"):
         GroupCommit(lambda items: items, limit=0)
+
+
+def test_many_threads_each_get_their_own_answers_and_none_is_left_waiting() -> None:
+    """16 threads submitting one item or several at a time, against a call that takes a
+    moment: every answer is its item's, and every thread returns (no lost wake-up)."""
+    calls: list[int] = []
+
+    def call(items: list[int]) -> list[int]:
+        calls.append(len(items))
+        time.sleep(0.0005)
+        return [item * 3 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(call, limit=5)
+
+    def submitter(base: int) -> bool:
+        for n in range(60):
+            item = base * 1000 + n
+            if n % 3 == 0:
+                several = [item, item + 500, item + 700]
+                assert group.submit_many(several) == [i * 3 for i in several]
+            else:
+                assert group.submit(item) == item * 3
+        return True
+
+    finished: list[int] = []
+    threads = [
+        threading.Thread(target=lambda b=base: submitter(b) and finished.append(b), daemon=True)
+        for base in range(16)
+    ]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + 30
+    for thread in threads:  # a thread never woken would hang here: daemons, joined with a limit
+        thread.join(max(deadline - time.monotonic(), 0))
+    assert sorted(finished) == list(range(16)), "some threads were never answered"
+    assert sum(calls) == 16 * (40 + 20 * 3)
+    assert max(calls) <= 5
+    assert len(calls) < 16 * 60  # grouped
