@@ -52,6 +52,12 @@ def cached(inner: CountingTokens, clock: Clock, ttl_s: float = 1.0, **kw: int) -
     return CachedTokens(inner, ttl_s=ttl_s, clock=clock, **kw)
 
 
+def gated(inner: CountingTokens, clock: Clock, *, ttl_s: float) -> tuple[CachedTokens, Gate]:
+    """The cache over `inner`, and a gate that checks tokens through it at `clock`."""
+    tokens = cached(inner, clock, ttl_s=ttl_s)
+    return tokens, Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+
+
 def test_a_token_found_a_moment_ago_is_not_read_again(inner: CountingTokens, clock: Clock) -> None:
     tokens = cached(inner, clock)
     secret, record = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now)
@@ -139,8 +145,7 @@ def test_the_cache_keeps_at_most_its_number_of_entries(inner: CountingTokens, cl
 def test_the_gate_through_the_cache_refuses_a_token_revoked_through_it(
     inner: CountingTokens, clock: Clock
 ) -> None:
-    tokens = cached(inner, clock, ttl_s=30)
-    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    tokens, gate = gated(inner, clock, ttl_s=30)
     secret, record = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now)
     assert gate.authenticate(secret).token_id == record.token_id
     assert gate.authenticate(secret).token_id == record.token_id
@@ -151,8 +156,7 @@ def test_the_gate_through_the_cache_refuses_a_token_revoked_through_it(
 
 
 def test_an_expired_token_is_refused_even_when_cached(inner: CountingTokens, clock: Clock) -> None:
-    tokens = cached(inner, clock, ttl_s=30)
-    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    tokens, gate = gated(inner, clock, ttl_s=30)
     secret, _ = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now, expires_in_s=5)
     assert gate.authenticate(secret).role is Role.OPERATOR
     clock.now += 5
@@ -164,8 +168,7 @@ def test_an_expired_token_is_refused_even_when_cached(inner: CountingTokens, clo
 def test_the_gate_answers_at_once_only_from_a_fresh_cached_token(
     inner: CountingTokens, clock: Clock
 ) -> None:
-    tokens = cached(inner, clock, ttl_s=90)
-    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    tokens, gate = gated(inner, clock, ttl_s=90)
     secret, record = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now)
     assert gate.at_once(secret) is None  # never read: the database decides
     assert gate.at_once(None) is None
@@ -185,8 +188,7 @@ def test_the_gate_answers_at_once_only_from_a_fresh_cached_token(
 def test_the_gate_does_not_answer_at_once_for_a_token_past_its_expiry(
     inner: CountingTokens, clock: Clock
 ) -> None:
-    tokens = cached(inner, clock, ttl_s=30)
-    gate = Gate(tokens, Sessions(MemorySessions(threading.Lock())), clock=lambda: clock.now)
+    tokens, gate = gated(inner, clock, ttl_s=30)
     secret, _ = issue_token(tokens, role=Role.OPERATOR, name="t", now=clock.now, expires_in_s=5)
     gate.authenticate(secret)
     assert gate.at_once(secret) is not None
