@@ -105,20 +105,22 @@ class GroupCommit(Generic[T, R]):
         with self._lock:
             batch = self._queue[: self._limit]
             del self._queue[: self._limit]
+        called = False
         try:
             self._run(batch)
+            called = True
         finally:
             with self._lock:
-                if not mine.done and self._queue:
-                    again = True
-                else:
-                    again = False
+                again = called and not mine.done and bool(self._queue)
+                if not again:
+                    if not called:  # an interrupt: this thread leaves, its items with it
+                        self._queue = [s for s in self._queue if s.waiter is not mine.waiter]
                     if self._queue:  # the next call is the oldest waiting thread's
                         self._queue[0].waiter.wake(lead=True)
                     else:
                         self._busy = False
-            for slot in batch:
-                if slot.last and slot.waiter is not mine.waiter and slot.done:
+            for slot in batch:  # every slot of the batch is answered (or failed) by now
+                if slot.last and slot.waiter is not mine.waiter:
                     slot.waiter.wake()
         return again
 

@@ -164,3 +164,46 @@ def test_many_threads_each_get_their_own_answers_and_none_is_left_waiting() -> N
     assert sum(calls) == 16 * (40 + 20 * 3)
     assert max(calls) <= 5
     assert len(calls) < 16 * 60  # grouped
+
+
+class Interrupt(BaseException):
+    """As KeyboardInterrupt: not an error of the items, it ends the calling thread."""
+
+
+def test_a_leader_interrupted_hands_the_next_call_on_and_leaves_with_its_items() -> None:
+    """The leader's first call (item 0; its item 1 still queued) is interrupted while
+    another thread's item waits: that thread makes the next call, for its own item only."""
+    entered, release = threading.Event(), threading.Event()
+    batches: list[list[int]] = []
+
+    def call(items: list[int]) -> list[int]:
+        batches.append(list(items))
+        if len(batches) == 1:
+            entered.set()
+            assert release.wait(5)
+            raise Interrupt
+        return [item * 10 for item in items]
+
+    group: GroupCommit[int, int] = GroupCommit(call, limit=1)
+    outcomes: dict[str, object] = {}
+
+    def leader() -> None:
+        try:
+            group.submit_many([0, 1])
+        except Interrupt:
+            outcomes["leader"] = "interrupted"
+
+    def other() -> None:
+        outcomes["other"] = group.submit(2)
+
+    threads = [threading.Thread(target=leader, daemon=True)]
+    threads[0].start()
+    assert entered.wait(5)
+    threads.append(threading.Thread(target=other, daemon=True))
+    threads[1].start()
+    until_waiting(group, 2)  # the leader's item 1, and item 2
+    release.set()
+    for thread in threads:  # a thread never woken would hang: daemons, joined with a limit
+        thread.join(5)
+    assert outcomes == {"leader": "interrupted", "other": 20}
+    assert batches == [[0], [2]]
