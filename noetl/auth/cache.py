@@ -90,10 +90,9 @@ class CachedTokens:
             return entry[1]
         token = load()
         with self._lock:
-            if token is None:
-                self._entries.pop(key, None)
-                return None
             self._entries.pop(key, None)
+            if token is None:
+                return None
             while len(self._entries) >= self._max:
                 del self._entries[next(iter(self._entries))]
             self._entries[key] = (now, token)

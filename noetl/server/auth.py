@@ -200,19 +200,6 @@ def required_role(route: BaseRoute, inherited: Iterable[Role] = ()) -> Role | No
     return max(roles, key=lambda r: r.rank) if roles else None
 
 
-def _declares_role(request: Request, route: BaseRoute) -> bool:
-    """Whether `route` declares a role, worked out once per route of the app (kept on the
-    app's state by the route's id, which stays the route's while the app lives):
-    `default_deny` asks on every request."""
-    known: dict[int, bool] | None = getattr(request.app.state, "declares_role", None)
-    if known is None:
-        known = request.app.state.declares_role = {}
-    found = known.get(id(route))
-    if found is None:
-        found = known[id(route)] = required_role(route) is not None
-    return found
-
-
 def is_public(path: str) -> bool:
     return path in PUBLIC_PATHS or any(
         path == prefix or path.startswith(prefix + "/") for prefix in PUBLIC_PREFIXES
@@ -267,7 +254,7 @@ async def default_deny(request: Request) -> None:
     """App-wide: a route that neither is public nor declares a role needs the admin role
     (a route added after `create_app` checked the routes is still not public)."""
     route = request.scope.get("route")
-    if route is None or _declares_role(request, route):
+    if route is None or required_role(route) is not None:
         return
     if is_public(str(getattr(route, "path", ""))):
         return
