@@ -56,6 +56,7 @@ class NatsTaskBus:
         self._nc: NatsClient | None = None
         self._js: JetStreamContext | None = None
         self._subs: dict[str, Any] = {}
+        self._redeclaring: asyncio.Future[None] | None = None
         self._ready = threading.Event()  # connected and the stream declared
         self._closing = False
         self._connecting = self._background.submit(self._connect())
@@ -119,11 +120,26 @@ class NatsTaskBus:
         log.warning("task bus disconnected; workers wait on the database meanwhile")
 
     async def _on_reconnected(self) -> None:
-        try:
-            await self._declare()  # a restarted server may have lost the memory stream
-            log.info("task bus reconnected")
-        except Exception as exc:
-            log.warning("task bus: declaring the stream again failed (%s)", exc)
+        # A restarted server may have lost the memory stream; its JetStream may also not
+        # answer yet, so the declaration is tried again until it holds (in a task of its
+        # own: the client's reconnect routine awaits this callback).
+        if self._redeclaring is None or self._redeclaring.done():
+            self._redeclaring = asyncio.ensure_future(self._declare_again())
+
+    async def _declare_again(self) -> None:
+        attempt = 0
+        while not self._closing:
+            nc = self._nc
+            if nc is None or not nc.is_connected:
+                return  # disconnected again: the next reconnect declares
+            try:
+                await self._declare()
+                log.info("task bus reconnected")
+                return
+            except Exception as exc:
+                log.warning("task bus: declaring the stream again failed (%s); retrying", exc)
+                await asyncio.sleep(backoff(attempt))
+                attempt += 1
 
     async def _on_error(self, exc: Exception) -> None:
         log.debug("task bus: %s", exc)
@@ -194,6 +210,8 @@ class NatsTaskBus:
         self._closing = True
 
         async def _close() -> None:
+            if self._redeclaring is not None:
+                self._redeclaring.cancel()
             if self._nc is not None:
                 await self._nc.close()
 

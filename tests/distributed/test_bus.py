@@ -91,7 +91,7 @@ def test_nats_restarted_mid_loop(
     # The workers are back on the bus once NATS is.
     wait_until(
         lambda: all("reconnected" in p.output() for p in cluster.procs[1:]),
-        15,
+        30,
         "the workers to reconnect to the bus",
     )
 

@@ -69,6 +69,32 @@ def test_a_stopped_server_falls_back_and_the_bus_reconnects(
     assert bus.wait("p1", 5) is True  # the stream was declared again
 
 
+def test_a_declaration_refused_after_a_reconnect_is_tried_again(
+    nats_server: PrivateNats, bus: NatsTaskBus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Right after a restart, JetStream may not answer yet: the stream is declared again
+    # until it holds, or the bus would stay off (workers on the database) for good.
+    declare = bus._declare
+    refused = []
+
+    async def refuse_once() -> None:
+        if not refused:
+            refused.append(True)
+            raise TimeoutError("jetstream not ready")
+        await declare()
+
+    monkeypatch.setattr(bus, "_declare", refuse_once)
+    nats_server.stop()
+    deadline = time.monotonic() + 10
+    while bus.connected and time.monotonic() < deadline:
+        time.sleep(0.05)
+    nats_server.start()
+    assert bus.wait_connected(15)
+    assert refused
+    bus.announce(["p1"])
+    assert bus.wait("p1", 5) is True
+
+
 def test_an_unreachable_server_never_blocks(tmp_path: Path) -> None:
     away = open_bus(PrivateNats(tmp_path).url)  # nothing listens there
     try:
