@@ -30,6 +30,7 @@ from noetl.core import (
     EnqueueTask,
     Event,
     EventType,
+    ExecutionStatus,
     Outcome,
     RequeueTask,
     StartTimer,
@@ -39,15 +40,16 @@ from noetl.decision.appends import build_append
 from noetl.decision.complexity import admit
 from noetl.decision.records import RunResult, merge_workload, new_execution_id, new_record
 from noetl.decision.spilled import with_reader
-from noetl.dsl.graph import Graph, build_graph
 from noetl.dsl.model import Playbook
 from noetl.engine import Engine, ExecutionState
 from noetl.engine.options import EngineOptions
 from noetl.engine.recovery import abort
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
+from noetl.runtime.compiled import PlaybookCache
 from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
 from noetl.runtime.family import ExecutionFamily
+from noetl.runtime.watch import StatusWatch
 from noetl.runtime.workers import ThreadWorkers, call_later
 from noetl.store.base import Append, Store
 from noetl.worker.tools import ToolRegistry
@@ -100,8 +102,7 @@ class EmbeddedRuntime:
             canceled=lambda task: task.task_id in self._canceled.get(task.execution_id, ()),
         )
         self._executions: dict[str, _Execution] = {}
-        self._graphs: dict[int, Graph] = {}
-        self._dumped: dict[int, tuple[Playbook, str]] = {}
+        self._playbooks = PlaybookCache()
         self._cancel_requests: queue.SimpleQueue[str] = queue.SimpleQueue()
         # Timers that came due: (execution id, the StartTimer payload).
         self._timers: queue.SimpleQueue[tuple[str, dict[str, Any]]] = queue.SimpleQueue()
@@ -115,6 +116,8 @@ class EmbeddedRuntime:
         self._tasks: dict[str, dict[str, Task]] = {}
         # Tasks a decision canceled, per running execution: one still queued is not run.
         self._canceled: dict[str, set[str]] = {}
+        # An execution finished by another process (a cancel over the database) stops here.
+        self._watch = StatusWatch(store)
 
     # --- public --------------------------------------------------------------------------
 
@@ -138,7 +141,7 @@ class EmbeddedRuntime:
                 raise ConcurrencyError(f"execution {execution_id} exists", [execution_id])
             merged = merge_workload(playbook.workload, workload or {})
             admit(playbook, merged, self.options)  # TooComplexError over complexity.refuse
-            engine = Engine(self._graph(playbook), options=self.options)
+            engine = Engine(self._playbooks.graph(playbook), options=self.options)
             state = engine.new_state(execution_id)
             execution = _Execution(engine=engine, state=state, started_at=now)
             decision = engine.start(state, merged, now)
@@ -153,7 +156,8 @@ class EmbeddedRuntime:
             )
             # The row and its start in one write; the compiled playbook lets another
             # process (a replay from the dead-letter queue) decide for it later.
-            self.store.create_execution(record, initial, compiled=self._compiled(playbook))
+            compiled = self._playbooks.compiled(playbook)
+            self.store.create_execution(record, initial, compiled=compiled)
             self.observer.committed(engine.graph, state, decision.events)
             self._executions[execution_id] = execution
             if parent_execution_id is not None and parent_execution_id in self._executions:
@@ -172,13 +176,18 @@ class EmbeddedRuntime:
         on_progress: Callable[[dict[str, ExecutionState]], None] | None = None,
         progress_interval: float = 0.1,
     ) -> list[RunResult]:
-        """Drive executions until all are finished; returns their results in order."""
+        """Drive executions until all are finished; returns their results in order.
+        ConcurrencyError when another process finished one of them (its running tasks are
+        canceled first)."""
         ids = list(execution_ids)
         pending = self._unfinished(ids)
         last_progress = 0.0
         while pending:
             self._turn(timeout=progress_interval)
             pending = self._unfinished(ids)
+            elsewhere = self._watch.finished_elsewhere(pending)
+            if elsewhere is not None:
+                self._stop(*elsewhere)
             if on_progress is not None and time.monotonic() - last_progress >= progress_interval:
                 last_progress = time.monotonic()
                 on_progress({i: self._executions[i].state for i in ids})
@@ -475,26 +484,17 @@ class EmbeddedRuntime:
             return None
         return sampler.stamp
 
+    def _stop(self, execution_id: str, status: ExecutionStatus) -> None:
+        """Another process finished it: its tasks here are canceled, ConcurrencyError."""
+        with self._lock:
+            running = list(self._tasks.get(execution_id, {}))
+            self._canceled.setdefault(execution_id, set()).update(running)
+            for task_id in running:
+                self.tools.cancel(task_id)
+        raise ConcurrencyError(f"execution {execution_id} ended as {status} elsewhere")
+
     def _unfinished(self, ids: list[str]) -> set[str]:
         """Of `ids` and their child executions, the ones still running."""
-        return self._family.unfinished(ids, self._terminal, self.cancel)
-
-    def _terminal(self, execution_id: str) -> bool | None:
-        execution = self._executions.get(execution_id)
-        return None if execution is None else execution.state.terminal
-
-    def _compiled(self, playbook: Playbook) -> str:
-        """The playbook as JSON (its validated model), dumped once per playbook object."""
-        key = id(playbook)
-        cached = self._dumped.get(key)
-        if cached is None or cached[0] is not playbook:
-            cached = (playbook, playbook.model_dump_json(by_alias=True))
-            self._dumped[key] = cached
-        return cached[1]
-
-    def _graph(self, playbook: Playbook) -> Graph:
-        graph = self._graphs.get(id(playbook))
-        if graph is None or graph.playbook is not playbook:
-            graph = build_graph(playbook)
-            self._graphs[id(playbook)] = graph
-        return graph
+        known = self._executions
+        terminal = lambda i: None if (e := known.get(i)) is None else e.state.terminal  # noqa: E731
+        return self._family.unfinished(ids, terminal, self.cancel)
