@@ -28,14 +28,13 @@ queue and the inbox in `_pg_queue`, their statements in `sql/postgres_queue.sql`
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 
 from noetl.store._complete import check_distinct, create_each, one_by_one
-from noetl.store._pg_commit import REFUSED, Refused, guard, write
+from noetl.store._pg_commit import REFUSED, Refused, one_statement, send
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
     PgConnector,
@@ -239,12 +238,7 @@ class PostgresStore(SqlStore, PgQueue):
             return
         wakes = self._wakes_workers(prepared)
         try:
-            with self._guarded() as conn:
-                with pipelined_transaction(conn):
-                    guard(conn, prepared)
-                    write(conn, prepared)
-                if wakes:
-                    conn.execute(NOTIFY_TASKS)
+            self._send(prepared, wake=wakes)
         except Refused:
             with self._connection() as conn, conn.pipeline():
                 with pipelined_transaction(conn):
@@ -270,17 +264,14 @@ class PostgresStore(SqlStore, PgQueue):
         leased = frozenset(lease)
         wakes = self._wakes_workers([prepared], leased)
         try:
-            with self._guarded() as conn:
-                with pipelined_transaction(conn):
-                    guard(conn, [prepared], held=[(task_id, token)])
-                    written = write(
-                        conn, [prepared], lease=leased, worker_id=worker_id, lease_s=lease_s
-                    )
-                if wakes:
-                    conn.execute(NOTIFY_TASKS)
-                # The checks, the writes, the leases, COMMIT and a notification went out
-                # together.
-                rows = written.fetchall() if leased else []
+            rows = self._send(
+                [prepared],
+                held=[(task_id, token)],
+                lease=leased,
+                worker_id=worker_id,
+                lease_s=lease_s,
+                wake=wakes,
+            )
         except Refused:
             try:
                 with self._connection() as conn, conn.pipeline():
@@ -341,15 +332,14 @@ class PostgresStore(SqlStore, PgQueue):
         leased = frozenset(task_id for _, item, _ in batch for task_id in item.lease)
         wakes = self._wakes_workers(prepared, leased)
         try:
-            with self._guarded() as conn:
-                with pipelined_transaction(conn):
-                    guard(conn, prepared, held=[(item.task_id, item.token) for _, item, _ in batch])
-                    written = write(
-                        conn, prepared, lease=leased, worker_id=worker_id, lease_s=lease_s
-                    )
-                if wakes:
-                    conn.execute(NOTIFY_TASKS)
-                rows = written.fetchall() if leased else []
+            rows = self._send(
+                prepared,
+                held=[(item.task_id, item.token) for _, item, _ in batch],
+                lease=leased,
+                worker_id=worker_id,
+                lease_s=lease_s,
+                wake=wakes,
+            )
         except Refused:
             alone = one_by_one(
                 self.complete_and_commit,
@@ -370,13 +360,35 @@ class PostgresStore(SqlStore, PgQueue):
             results[index] = [mine[task_id] for task_id in item.lease if task_id in mine]
         return results
 
-    @contextmanager
-    def _guarded(self) -> Iterator[Conn]:
-        """A pooled connection in pipeline mode for a guarded commit: `Refused` when the
-        guard refused it (nothing of it was written)."""
+    def _send(
+        self,
+        prepared: list[PreparedAppend],
+        *,
+        held: Sequence[tuple[str, int]] = (),
+        lease: frozenset[str] = frozenset(),
+        worker_id: str | None = None,
+        lease_s: float = 30.0,
+        wake: bool = False,
+    ) -> list[tuple[Any, ...]]:
+        """A checked commit in one round trip: `noetl_commit` alone (ONE statement, its
+        own transaction), or with the rarer writes behind it in one pipelined transaction;
+        the rows of the tasks leased at once. `Refused` when its checks refused it (nothing
+        of it was written)."""
+
+        def sent(conn: Conn) -> Cursor:
+            return send(
+                conn, prepared, held=held, lease=lease, worker_id=worker_id, lease_s=lease_s,
+                wake=wake,
+            )  # fmt: skip
+
         try:
-            with self._connection() as conn, conn.pipeline():
-                yield conn
+            with self._connection() as conn:
+                if one_statement(prepared):
+                    return sent(conn).fetchall()
+                with conn.pipeline():
+                    with pipelined_transaction(conn):
+                        written = sent(conn)
+                    return written.fetchall()
         except psycopg.Error as exc:
             if exc.sqlstate == REFUSED:
                 raise Refused from None
@@ -396,7 +408,7 @@ class PostgresStore(SqlStore, PgQueue):
         (in pipeline mode: they go out with the commit). `held`: the cursor of a statement
         sent before the lock whose empty answer means "the worker's lease is gone"
         (_LeaseLost, raised before anything is written). `lease`, `worker_id`, `lease_s`:
-        tasks leased at once (`_pg_commit.write`); the returned cursor yields them."""
+        tasks leased at once (`_pg_commit.send`); the returned cursor yields them."""
         ids = sorted({item.execution_id for item in prepared})
         # Locked in id order, so two commits over the same executions cannot deadlock.
         locked = conn.execute(SQL["lock_executions"], (ids,))
@@ -418,7 +430,9 @@ class PostgresStore(SqlStore, PgQueue):
         consumed = [] if missing is None else [(int(i), e) for i, e in missing.fetchall()]
         if behind or consumed:
             raise stale_all(behind, consumed)
-        return write(conn, prepared, lease=lease, worker_id=worker_id, lease_s=lease_s)
+        return send(
+            conn, prepared, checked=False, lease=lease, worker_id=worker_id, lease_s=lease_s
+        )
 
     def _announce(
         self, prepared: list[PreparedAppend], leased: frozenset[str] = frozenset()

@@ -225,7 +225,7 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
     " 0008_checkpoints, 0009_retention, 0010_schedules, 0011_commit_guard,"
-    " 0012_lean_event_log"
+    " 0012_lean_event_log, 0013_commit_function"
 )
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
@@ -336,15 +336,16 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0010_schedules",
         "0011_commit_guard",
         "0012_lean_event_log",
+        "0013_commit_function",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
     assert (status.applied, status.pending, status.version) == (
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12],
+        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
         [],
-        12,
+        13,
     )
 
 
@@ -380,8 +381,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]
+    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
+    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -415,9 +416,9 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
     assert f"applied {ALL_MIGRATIONS}" in first.stdout
-    assert "already initialized (schema version 12)" in second.stdout
+    assert "already initialized (schema version 13)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 12" in migrate.stdout
+    assert "at schema version 13" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",

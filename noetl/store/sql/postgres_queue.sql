@@ -21,92 +21,13 @@ RETURNING execution_id
 -- name: lock_executions
 SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
 
--- A commit's checks, sent ahead of its writes in the same pipeline (one round trip): mark
--- the deciding worker's tasks done (arrays of task ids and tokens; empty for a plain
--- commit), lock the executions as `lock_executions` does, and refuse the commit
--- (`noetl_refuse` raises: the writes behind it are never applied) when a lease is gone
--- (fewer rows done than task ids), an execution is missing or not at the sequence its
--- first append continues (the arrays of ids and sequences), or an input decided on is no
--- longer in the inbox.
--- name: guard
-WITH done AS (
-    UPDATE task_queue q SET status = 'done', updated_at = now()
-    FROM unnest(%b::text[], %b::bigint[]) AS h(task_id, token)
-    WHERE q.task_id = h.task_id AND q.lease_token = h.token AND q.status = 'leased'
-    RETURNING 1
-), locked AS (
-    SELECT execution_id, last_seq FROM execution
-    WHERE execution_id = ANY(%b::text[]) ORDER BY execution_id FOR NO KEY UPDATE
-)
-SELECT noetl_refuse('stale')
-WHERE (SELECT count(*) FROM done) <> cardinality(%b::text[])
-   OR (SELECT count(*) FROM locked) <> cardinality(%b::text[])
-   OR EXISTS (
-       SELECT 1 FROM unnest(%b::text[], %b::bigint[]) AS u(e, seq)
-       JOIN locked l ON l.execution_id = u.e WHERE l.last_seq <> u.seq)
-   OR EXISTS (
-       SELECT 1 FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
-       WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e))
-
--- Set-based writes: the events, executions, step states and tasks of a whole commit (many
--- executions, many events) in ONE statement, with the rows passed as arrays, each kind of
--- row a data-modifying CTE (run once and to completion whether or not it is read).
--- PostgreSQL's and the client's cost is per statement far more than per row, so a loop of
--- a thousand items costs a few statements per commit.
--- Queue changes are timed by now(): the database clock at the start of the transaction.
--- A task id enqueued again (a step called again) re-queues its row and keeps its
--- lease_token, so the fencing token only grows and an older lease stays fenced off. A new
--- row starts at its execution's token_floor (the highest token of its rows a prune
--- deleted), so that holds across a prune too. Tasks flagged `l` are leased at once to worker %s (the deciding worker's next tasks,
--- `complete_and_commit`): inserted as leased with token 1, or, for a task id enqueued
--- again, leased with its next token; the leased rows come back.
--- name: write_all
-WITH ev AS (
-    INSERT INTO event_log (execution_id, seq, type, ts, step, payload)
-    SELECT e, s, t, ts, st, p::jsonb
-    FROM unnest(%b::text[], %b::bigint[], %b::text[], %b::timestamptz[], %b::text[], %b::text[])
-        AS u(e, s, t, ts, st, p)
-), ex AS (
-    UPDATE execution x SET
-        last_seq = u.last_seq,
-        updated_at = u.now,
-        status = COALESCE(u.status, x.status),
-        finished_at = CASE WHEN u.status IS NULL THEN x.finished_at ELSE u.finished_at END,
-        context = COALESCE(u.context::jsonb, x.context)
-    FROM unnest(%b::text[], %b::bigint[], %b::timestamptz[], %b::text[], %b::timestamptz[],
-                %b::text[]) AS u(execution_id, last_seq, now, status, finished_at, context)
-    WHERE x.execution_id = u.execution_id
-), st AS (
-    INSERT INTO step_state (execution_id, step, status, updated_at)
-    SELECT e, st, s::jsonb, ts
-    FROM unnest(%b::text[], %b::text[], %b::text[], %b::timestamptz[]) AS u(e, st, s, ts)
-    ON CONFLICT (execution_id, step) DO UPDATE SET
-        status = excluded.status, updated_at = excluded.updated_at
-), tq AS (
-    INSERT INTO task_queue (task_id, execution_id, step, pool, priority, attempt, payload,
-                            not_before, status, lease_token, worker_id, lease_expires_at,
-                            created_at, updated_at)
-    SELECT t, e, st, pl, pr, a, p::jsonb, now() + make_interval(secs => d),
-           CASE WHEN l THEN 'leased' ELSE 'queued' END,
-           COALESCE((SELECT x.token_floor FROM execution x WHERE x.execution_id = u.e), 0)
-               + CASE WHEN l THEN 1 ELSE 0 END,
-           CASE WHEN l THEN w.worker_id END,
-           CASE WHEN l THEN now() + make_interval(secs => w.lease_s) END, now(), now()
-    FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], %b::int[], %b::int[],
-                %b::text[], %b::float8[], %b::bool[]) AS u(t, e, st, pl, pr, a, p, d, l),
-         (SELECT %s::text AS worker_id, %s::float8 AS lease_s) AS w
-    ON CONFLICT (task_id) DO UPDATE SET
-        execution_id = excluded.execution_id, step = excluded.step, pool = excluded.pool,
-        priority = excluded.priority, status = excluded.status, attempt = excluded.attempt,
-        lease_token = task_queue.lease_token
-            + CASE WHEN excluded.status = 'leased' THEN 1 ELSE 0 END,
-        lease_expires_at = excluded.lease_expires_at, worker_id = excluded.worker_id,
-        cancel_requested = false, not_before = excluded.not_before, payload = excluded.payload,
-        updated_at = excluded.updated_at
-    RETURNING task_id, status, payload::text, attempt, lease_token, lease_expires_at, worker_id
-)
-SELECT task_id, payload, attempt, lease_token, lease_expires_at, worker_id
-FROM tq WHERE status = 'leased'
+-- A commit's checks and writes: events, executions, step states, tasks, the inputs
+-- decided (migrations/postgres/0013_commit_function.sql). Each kind of row is the JSON
+-- text of an array of arrays (`_pg_commit.json_rows`): psycopg dumps a Python list
+-- element by element, this is one C call a row.
+-- name: commit
+SELECT * FROM noetl_commit(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb,
+                           %s::jsonb, %s::jsonb, %s::text, %s::float8, %s::boolean)
 
 -- The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
 -- name: consumed_inputs
