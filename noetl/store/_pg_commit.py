@@ -1,5 +1,6 @@
-"""The PostgreSQL store's commit, as statements: the guard that checks a commit where its
-rows are, and the writes of its appends (`noetl.store.postgres` runs them in one pipeline).
+"""The PostgreSQL store's commit: one call of `noetl_commit` (migration 0013), which checks
+a commit where its rows are and writes its appends, then the rarer queue and dead-letter
+writes when there are any (`noetl.store.postgres` sends them in one transaction).
 
 Every JSON column is already encoded (`_rows.prepare` with `_pg_nul.pg_dumps`); each kind
 of row goes to the database as the JSON text of an array of arrays (`json_rows`), one

@@ -298,7 +298,7 @@ class PostgresStore(SqlStore, PgQueue):
 
     @staticmethod
     def _lease_of(row: tuple[Any, ...]) -> Lease:
-        """A lease from a row `write_all` returned for a task leased at once."""
+        """A lease from a row `noetl_commit` returned for a task leased at once."""
         _, payload, attempt, lease_token, expires, holder = row
         return lease_from_row(
             {
@@ -313,9 +313,9 @@ class PostgresStore(SqlStore, PgQueue):
     def continue_many(
         self, items: Sequence[Completion], *, worker_id: str, lease_s: float = 30.0
     ) -> list[Completed]:
-        """Every completion in one transaction of one round trip: one guard for all their
-        leases and sequences, one `write_all` (see `Store.continue_many`). When the guard
-        refuses, each again on its own (`complete_and_commit`), which says which."""
+        """Every completion in one transaction of one round trip: one `noetl_commit` with
+        all their leases and sequences (see `Store.continue_many`). When its checks
+        refuse, each again on its own (`complete_and_commit`), which says which."""
         check_distinct(items)
         if len(items) == 1:  # a quiet worker's one continuation: the one-task path
             return one_by_one(self.complete_and_commit, items, worker_id=worker_id, lease_s=lease_s)

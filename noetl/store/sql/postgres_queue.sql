@@ -34,10 +34,6 @@ SELECT * FROM noetl_commit(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb
 SELECT d.id, d.e FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
 WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.id = d.id AND i.execution_id = d.e)
 
--- name: delete_all_inputs
-DELETE FROM inbox i USING unnest(%b::bigint[], %b::text[]) AS d(id, e)
-WHERE i.id = d.id AND i.execution_id = d.e
-
 -- An append changes only the tasks and inputs of its own execution.
 -- name: requeue
 UPDATE task_queue SET
