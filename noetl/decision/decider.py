@@ -43,6 +43,9 @@ log = logging.getLogger("noetl.decider")
 # cache holds up to `cache_size` states, and a few megabytes of JSON are ten times that
 # as Python objects. Such an execution is folded from its log when it is decided again.
 KEEP_WORKLOAD_BYTES = 1024 * 1024
+# Engines kept by playbook text: a server that starts many different inline playbooks
+# reads the older ones again (each execution's cached state keeps its engine meanwhile).
+ENGINES = 256
 
 
 @dataclass
@@ -95,8 +98,10 @@ class Decider:
         self.options = with_reader(options or EngineOptions(), store.results)
         # The cache is shared by API threads and the loop thread: every access holds this.
         self._lock = threading.Lock()
-        self._engines: dict[str, Engine] = {}
-        self._dumped: dict[int, str] = {}  # id(engine.playbook) -> its JSON (engines live on)
+        # Engines by text (LRU of ENGINES; a running execution's state holds its own).
+        self._engines: OrderedDict[str, Engine] = OrderedDict()
+        # id(engine.playbook) -> (that playbook, its JSON), for the engines cached.
+        self._dumped: dict[int, tuple[Playbook, str]] = {}
         self._states: OrderedDict[str, Cached] = OrderedDict()
         self._cache_size = cache_size
         # Starts that arrive while one is written go together in the next transaction.
@@ -113,6 +118,8 @@ class Decider:
         key = hashlib.sha256(text.encode("utf-8")).hexdigest()
         with self._lock:
             engine = self._engines.get(key)
+            if engine is not None:
+                self._engines.move_to_end(key)
         if engine is None:
             model = compiled() if compiled is not None else None
             if model is not None:
@@ -123,8 +130,35 @@ class Decider:
                     playbook = self.scripts(playbook, path or "<inline>")
             engine = Engine(build_graph(playbook), options=self.options)
             with self._lock:
-                engine = self._engines.setdefault(key, engine)
+                engine = self._keep_engine(key, engine)
         return engine
+
+    def _keep_engine(self, key: str, engine: Engine) -> Engine:
+        """Cache `engine` under `key` unless one is there (that one wins); called with the
+        lock held."""
+        engine = self._engines.setdefault(key, engine)
+        while len(self._engines) > ENGINES:
+            _, dropped = self._engines.popitem(last=False)
+            self._dumped.pop(id(dropped.playbook), None)
+        return engine
+
+    def prepare(self, text: str, path: str | None, playbook: Playbook) -> None:
+        """Keep the engine of `text`, whose validated model the caller holds already (the
+        catalog validated it as it registered it): the first start of a registered
+        playbook then reads no YAML. Nothing happens when its engine is cached already."""
+        key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with self._lock:
+            if key in self._engines:
+                return
+        try:
+            if self.scripts is not None:
+                playbook = self.scripts(playbook, path or "<inline>")
+            engine = Engine(build_graph(playbook), options=self.options)
+        except Exception as exc:  # a script file missing: its start says so, as before
+            log.debug("no engine for %s ahead of its start: %s", path, exc)
+            return
+        with self._lock:
+            self._keep_engine(key, engine)
 
     def start(
         self,
@@ -177,13 +211,15 @@ class Decider:
     def _compiled(self, engine: Engine) -> str:
         """The validated playbook of `engine` as JSON, dumped once per engine (engines are
         cached per text, so starting many executions of one playbook dumps it once)."""
-        key = id(engine.playbook)
+        playbook = engine.playbook
         with self._lock:
-            text = self._dumped.get(key)
-        if text is None:
-            text = engine.playbook.model_dump_json(by_alias=True)
-            with self._lock:
-                self._dumped[key] = text
+            found = self._dumped.get(id(playbook))
+        if found is not None and found[0] is playbook:
+            return found[1]
+        text = playbook.model_dump_json(by_alias=True)
+        with self._lock:
+            if any(cached is engine for cached in self._engines.values()):
+                self._dumped[id(playbook)] = (playbook, text)
         return text
 
     def load(self, execution_id: str) -> Cached | None:

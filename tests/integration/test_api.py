@@ -389,6 +389,24 @@ def test_start_a_registered_playbook_by_path_and_version(client: TestClient) -> 
     assert child["playbook_path"] == "tests/no_tools"
 
 
+def test_a_registered_playbook_starts_without_reading_its_yaml_again(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Registering builds the playbook's engine from the model it validated: its first
+    start reads no YAML (a large playbook's read is most of a start)."""
+    client.post("/api/playbooks", json={"content": NO_TOOLS})
+
+    def no_reading(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("the playbook's YAML was read again")
+
+    monkeypatch.setattr("noetl.decision.decider.load_playbook_text", no_reading)
+    started = start(client, {"path": "tests/no_tools"})
+    assert client.get(f"/api/executions/{started}").json()["status"] == "ok"
+    # Another text (not registered) is read as it starts, as before (here: refused).
+    other = NO_TOOLS.replace("user: ada", "user: eve")
+    assert client.post("/api/executions", json={"playbook": other}).status_code == 500
+
+
 @pytest.mark.parametrize(
     ("body", "needles"),
     [

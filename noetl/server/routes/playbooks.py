@@ -67,6 +67,8 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
             ]
         )
     record = deps.store.register_playbook(path, playbook.metadata.name, body.content, deps.clock())
+    # Its engine is built now, from the model just validated: the first start reads no YAML.
+    deps.orchestrator.decider.prepare(body.content, path, playbook)
     # The triggers block of the version registered last is what the schedules follow.
     sync_playbook_schedules(deps.store, path, playbook)
     return PlaybookRegistered(
