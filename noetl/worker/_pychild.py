@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import threading
+import time
 import traceback
 import uuid
 from collections import OrderedDict
@@ -421,6 +422,14 @@ def _logs_into(capture: _Capture) -> Iterator[None]:
         _HANDLER.target = None
 
 
+def _timed(runner: Runner, request: Reply, writer: Connection) -> Reply:
+    """The reply to `request`, with the milliseconds it ran here as its last item (the
+    parent may read it late: `PythonPool.start_early`)."""
+    began = time.perf_counter()
+    reply = runner.run(request, writer)
+    return (*reply, (time.perf_counter() - began) * 1000)
+
+
 def serve(reader: Connection, writer: Connection) -> None:
     """The child's main loop: answer calls until the parent closes its end."""
     # Ctrl-C reaches the whole process group; the parent decides when children stop.
@@ -432,8 +441,8 @@ def serve(reader: Connection, writer: Connection) -> None:
             request = reader.recv()
             if isinstance(request, list):  # a batch (`PythonPool.run_ahead`): a reply each
                 for one in request:
-                    writer.send(runner.run(one, writer))
+                    writer.send(_timed(runner, one, writer))
             else:
-                writer.send(runner.run(request, writer))
+                writer.send(_timed(runner, request, writer))
     except (EOFError, OSError):  # the parent is gone or closed the pool: exit quietly
         return

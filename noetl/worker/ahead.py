@@ -10,17 +10,32 @@ Only while the recent python tasks were short (`Pace`): a round trip is nothing 
 a long task, and a long task in a batch holds back the ones behind it while another
 child may be idle. Tasks with secrets to resolve are never sent ahead: a middleware of
 their own chain resolves them first.
+
+The same holds for the one task a worker's continuation leases itself (the next step of
+a chain): `EarlyStart` sends it to a child before the commit that leases it is sent, so
+the step runs while the database writes. Should that commit not lease it after all (the
+execution moved, the database is away), its child is killed (`PythonPool.forget_early`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from noetl.core import Outcome, Task
+from noetl.decision.workloads import Workloads
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.tools import PythonTool, ToolRegistry
 
-__all__ = ["AHEAD", "AHEAD_BELOW_MS", "AHEAD_CLAIMED", "Pace", "pool_of", "run_ahead", "sendable"]
+__all__ = [
+    "AHEAD",
+    "AHEAD_BELOW_MS",
+    "AHEAD_CLAIMED",
+    "EarlyStart",
+    "Pace",
+    "pool_of",
+    "run_ahead",
+    "sendable",
+]
 
 # Python tasks sent to a child at once, at most: by the embedded runtime's python lane
 # (32 ran no faster than 16 there), and by a worker, of the tasks of one claim (up to its
@@ -69,3 +84,30 @@ def run_ahead(pool: PythonPool, tasks: Sequence[Task]) -> None:
     ready = [task for task in tasks if sendable(task)]
     if len(ready) > 1:
         pool.run_ahead(ready)
+
+
+class EarlyStart:
+    """Sends the next task a continuation leases this worker to a child before its commit
+    (see the module's docstring): a short python task with no secrets whose execution's
+    workload is at hand, while the worker is not stopping."""
+
+    def __init__(
+        self, pool: PythonPool, pace: Pace, workloads: Workloads, stopping: Callable[[], bool]
+    ) -> None:
+        self._pool = pool
+        self._pace = pace
+        self._workloads = workloads
+        self._stopping = stopping
+
+    def start(self, task: Task) -> Task | None:
+        """Send `task` (its workload attached) to a free child; the task sent, or None."""
+        if not (self._pace.short and sendable(task)) or self._stopping():
+            return None
+        if not self._workloads.known(task.execution_id):
+            return None  # reading it would delay the commit
+        attached = self._workloads.attach(task)
+        return attached if self._pool.start_early(attached) else None
+
+    def forget(self, task: Task) -> None:
+        """`task` will not be run here after all: stop it if it was sent (else nothing)."""
+        self._pool.forget_early(task)

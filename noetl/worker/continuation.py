@@ -9,6 +9,8 @@ executions that end while one commits go together in the next transaction
 (`Store.continue_many`, through a `GroupCommit`). If the execution moved meanwhile (a
 cancel, another server), or anything else goes wrong, nothing is written and the outcome
 takes the inbox path (`None`), where a server decides with its full error handling.
+The one task a continuation leases this worker may start in a python child while its
+commit is sent (`noetl.worker.ahead.EarlyStart`); it is stopped if the commit fails.
 """
 
 from __future__ import annotations
@@ -20,11 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from noetl.core import ConcurrencyError, Event, EventType, Outcome
+from noetl.core import ConcurrencyError, Event, EventType, Outcome, Task
 from noetl.decision.decider import Decider
 from noetl.decision.group_commit import GroupCommit
 from noetl.errors import NoetlError
-from noetl.store.base import Completed, Completion, Lease, Store
+from noetl.store.base import Append, Completed, Completion, Lease, Store
+from noetl.worker.ahead import EarlyStart
 
 log = logging.getLogger("noetl.worker")
 
@@ -61,8 +64,10 @@ class Continuation:
         worker_id: str,
         lease_s: float,
         held: Callable[[str], bool] = lambda task_id: False,
+        early: EarlyStart | None = None,
     ) -> None:
         self.decider = decider
+        self.early = early
         self.held = held
         self.store = store
         self.worker_id = worker_id
@@ -145,7 +150,14 @@ class Continuation:
         # Only its own pool's tasks: a `sinks` task waits for the pool it was queued in.
         mine = [item.task.task_id for item in append.enqueue if item.pool == decider.pool]
         lease_ids = mine[: max(free(), 0)]
-        leases = self.commits.submit(Completion(task.task_id, lease.token, append, lease_ids))
+        sent = self._start_early(append, lease_ids)
+        leases: Completed = None
+        try:
+            leases = self.commits.submit(Completion(task.task_id, lease.token, append, lease_ids))
+        finally:
+            if sent is not None and not _leases(leases, sent):
+                assert self.early is not None
+                self.early.forget(sent)  # not leased here after all: stopped
         if isinstance(leases, Exception):
             raise leases  # `attempt` forgets the state: the outcome takes the inbox path
         if leases is None:
@@ -160,3 +172,18 @@ class Continuation:
         if state.terminal:
             decider.forget(task.execution_id)  # finished: nothing more to decide for it
         return Continued(leases)
+
+    def _start_early(self, append: Append, lease_ids: list[str]) -> Task | None:
+        """Start the one task this commit is to lease this worker in a python child now
+        (`EarlyStart`); the task sent, or None."""
+        if self.early is None or len(lease_ids) != 1:
+            return None
+        for item in append.enqueue:
+            if item.task.task_id == lease_ids[0]:
+                return self.early.start(item.task)
+        return None
+
+
+def _leases(leases: Completed, task: Task) -> bool:
+    """Whether a commit's answer leased `task` to this worker."""
+    return isinstance(leases, list) and any(lease.task.task_id == task.task_id for lease in leases)

@@ -30,11 +30,10 @@ printed (a task run ahead in a batch, `run_ahead`, passes its lines on with its 
 from __future__ import annotations
 
 import atexit
-import json
 import threading
 import time
 from types import TracebackType
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from noetl.core import Outcome, Task
 from noetl.tools.deadline import Deadline
@@ -47,6 +46,7 @@ from noetl.worker.python_child import (
     exit_message,
     fork_context,
 )
+from noetl.worker.python_reply import Ahead, elapsed_ms, failed, outcome_of, ran_ms, request_of
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
 
@@ -76,6 +76,8 @@ class PythonPool:
         # and the ids canceled while their batch ran.
         self._ahead: dict[tuple[str, int], Ahead] = {}
         self._canceled_ahead: set[str] = set()
+        # Tasks sent to a child early (`start_early`), their replies still in its pipe.
+        self._early: dict[tuple[str, int], Early] = {}
         try:
             for _ in range(processes):
                 self._free.append(ChildProcess(self._ctx))
@@ -113,9 +115,12 @@ class PythonPool:
         ahead = self._ahead.pop((task.task_id, task.attempt), None) if self._ahead else None
         if ahead is not None:
             return ahead.outcome(task, Printed(current_output()))
-        request = _request(task)
+        early = self._early.pop((task.task_id, task.attempt), None) if self._early else None
+        if early is not None:
+            return self._take_early(task, early)
+        request = request_of(task)
         if isinstance(request, str):
-            return _failed(task, started, request, "FatalError")
+            return failed(task, started, request, "FatalError")
         deadline = Deadline.of(task)
         if deadline is not None:
             timeout_ms = deadline.timeout_ms
@@ -127,7 +132,7 @@ class PythonPool:
                 task.task_id, request, max(timeout_ms, 0), deadline, printed
             )
         except CallFailure as failure:
-            return _failed(
+            return failed(
                 task,
                 started,
                 failure.message,
@@ -135,7 +140,7 @@ class PythonPool:
                 retryable=failure.retryable,
                 stdout=printed.text(),
             )
-        return _outcome(task, reply, _elapsed_ms(began))
+        return outcome_of(task, reply, elapsed_ms(began))
 
     def cancel(self, task_id: str) -> bool:
         """Stop the call running `task_id`: kill its child (it is replaced); that call
@@ -162,7 +167,7 @@ class PythonPool:
         batch: list[Task] = []
         requests: list[Reply] = []
         for task in tasks:
-            request = _request(task)
+            request = request_of(task)
             if isinstance(request, str) or (task.timeout_ms is not None and task.timeout_ms <= 0):
                 continue
             batch.append(task)
@@ -195,6 +200,71 @@ class PythonPool:
         if self._ahead:
             for task in tasks:
                 self._ahead.pop((task.task_id, task.attempt), None)
+
+    def start_early(self, task: Task) -> bool:
+        """Send a python task to a free child now and return without waiting for its
+        reply: the task's `run` (in its own chain, later) takes it, and its time counts
+        from now. For a thread with something else to do meanwhile (a worker commits the
+        continuation that leases it the task). False, with nothing sent, when no started
+        child is free at once, the spec cannot run, or the task has no time to run."""
+        key = (task.task_id, task.attempt)
+        request = request_of(task)
+        timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
+        if isinstance(request, str) or timeout_ms <= 0 or key in self._early:
+            return False
+        with self._cond:
+            if self._closed or not self._free or self._free[-1] is None:
+                return False
+            child = self._free.pop()
+            assert child is not None
+            if not child.ready or child.died_while_idle():
+                self._free.append(child)  # its next `run` waits for it or replaces it
+                return False
+            self._leased += 1
+            self._busy.add(child)
+            self._running[task.task_id] = child
+        began = time.perf_counter()
+        try:
+            child.writer.send(request)
+        except (EOFError, OSError):
+            self._end_early(task, child, healthy=False)
+            return False
+        self._early[key] = Early(child, began, time.monotonic() + timeout_ms / 1000, timeout_ms)
+        return True
+
+    def forget_early(self, task: Task) -> None:
+        """Give up a task `start_early` sent whose `run` will not come (the commit that
+        was to lease it failed): its child is killed and replaced."""
+        early = self._early.pop((task.task_id, task.attempt), None) if self._early else None
+        if early is not None:
+            early.child.kill()
+            self._end_early(task, early.child, healthy=False)
+
+    def _take_early(self, task: Task, early: Early) -> Outcome:
+        """The outcome of a task `start_early` sent: its reply, by its deadline."""
+        child, printed, healthy = early.child, Printed(current_output()), False
+        try:
+            try:
+                reply = child.reply(early.deadline, printed)
+            except (EOFError, OSError):
+                failure = self._dead(child)
+                return failed(task, early.began, failure.message, failure.error_type,
+                              retryable=failure.retryable, stdout=printed.text())  # fmt: skip
+            if reply is None:
+                message = f"timed out after {early.timeout_ms} ms"
+                return failed(task, early.began, message, "TimeoutError", retryable=True,
+                              stdout=printed.text())  # fmt: skip
+            healthy = not child.canceled
+            return outcome_of(task, reply, ran_ms(reply))  # sent early: read late
+        finally:
+            self._end_early(task, child, healthy=healthy)
+
+    def _end_early(self, task: Task, child: ChildProcess, *, healthy: bool) -> None:
+        with self._cond:
+            if self._running.get(task.task_id) is child:
+                del self._running[task.task_id]
+            self._canceled_ahead.discard(task.task_id)
+        self._release(child, healthy)
 
     def _batch(self, child: ChildProcess, tasks: list[Task], requests: list[Reply]) -> bool:
         """Send the batch and take its replies (see `run_ahead`); False when the child
@@ -364,16 +434,20 @@ class PythonPool:
             wait_s = timeout_ms / 1000 if deadline is None else deadline.remaining()
             reply = child.call(request, wait_s, printed)
         except (EOFError, OSError):
-            code = child.stop()
-            if child.canceled:
-                raise CallFailure("canceled", "CancelError") from None
-            if self._closed:
-                message = "python pool was closed while the task ran"
-                raise CallFailure(message, "CancelError", retryable=True) from None
-            raise CallFailure(exit_message(code), "ProcessError") from None
+            raise self._dead(child) from None
         if reply is None:
             raise CallFailure(f"timed out after {timeout_ms} ms", "TimeoutError", retryable=True)
         return reply
+
+    def _dead(self, child: ChildProcess) -> CallFailure:
+        """Why a call ended when its child's pipe closed (stopping the child)."""
+        code = child.stop()
+        if child.canceled:
+            return CallFailure("canceled", "CancelError")
+        if self._closed:
+            return CallFailure("python pool was closed while the task ran", "CancelError",
+                               retryable=True)  # fmt: skip
+        return CallFailure(exit_message(code), "ProcessError")
 
     def _release(self, used: ChildProcess | None, healthy: bool) -> None:
         """Give the slot back: the same child if healthy, else a fresh one."""
@@ -406,91 +480,11 @@ class PythonPool:
             self._cond.notify()
 
 
-class Ahead(NamedTuple):
-    """A task's reply from `run_ahead` (or why it has none), how long it ran (ms) and
-    what it printed meanwhile."""
+class Early(NamedTuple):
+    """A task `start_early` sent: its child, when it was sent (`time.perf_counter`), by
+    when its reply is due (`time.monotonic`) and its timeout."""
 
-    reply: Reply | None
-    failure: CallFailure | None
-    duration_ms: float
-    printed: Printed
-
-    def outcome(self, task: Task, output: Printed) -> Outcome:
-        """The task's outcome; its printed lines passed on to the task's output now."""
-        for part in self.printed.parts:
-            output.add(part)
-        if self.failure is not None or self.reply is None:
-            failure = self.failure or CallFailure("no reply", "ProcessError")
-            return Outcome(
-                task_id=task.task_id,
-                ok=False,
-                error=failure.message,
-                error_type=failure.error_type,
-                retryable=failure.retryable,
-                stdout=self.printed.text(),
-                duration_ms=self.duration_ms,
-            )
-        return _outcome(task, self.reply, self.duration_ms)
-
-
-def _request(task: Task) -> Reply | str:
-    """The message for the child, or why the spec cannot be run."""
-    spec = task.spec
-    code, module = spec.get("code"), spec.get("module")
-    name = spec.get("callable") or "main"
-    if (code is None) == (module is None):
-        return "python tool needs exactly one of spec.code or spec.module"
-    if not isinstance(code or module, str) or not isinstance(name, str):
-        return "python tool spec.code, spec.module and spec.callable must be strings"
-    style = spec.get("style") or "main"
-    libs = spec.get("libs") or {}
-    if style not in ("main", "toplevel") or not isinstance(libs, dict):
-        return "python tool spec.style must be main or toplevel, and spec.libs a map"
-    return (code, module, name, task.args, task.context, style, libs)
-
-
-def _elapsed_ms(started: float) -> float:
-    return (time.perf_counter() - started) * 1000
-
-
-def _failed(
-    task: Task,
-    started: float,
-    error: str,
-    error_type: str,
-    *,
-    retryable: bool = False,
-    stdout: str = "",
-) -> Outcome:
-    return Outcome(
-        task_id=task.task_id,
-        ok=False,
-        error=error,
-        error_type=error_type,
-        retryable=retryable,
-        stdout=stdout,
-        duration_ms=_elapsed_ms(started),
-    )
-
-
-def _outcome(task: Task, reply: Reply, duration_ms: float) -> Outcome:
-    if reply[0]:
-        _, text, stdout = reply
-        this: Any = json.loads(text)
-        return Outcome(
-            task_id=task.task_id,
-            ok=True,
-            this=this,
-            stdout=stdout,
-            duration_ms=duration_ms,
-        )
-    _, error, error_type, retryable, stdout = reply
-    return Outcome(
-        task_id=task.task_id,
-        ok=False,
-        error=error,
-        error_type=error_type,
-        retryable=retryable,
-        stdout=stdout,
-        duration_ms=duration_ms,
-    )
+    child: ChildProcess
+    began: float
+    deadline: float
+    timeout_ms: int

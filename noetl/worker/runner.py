@@ -46,7 +46,7 @@ from noetl.errors import NoetlError
 from noetl.observability import NOOP, Observer, ReportPath
 from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
-from noetl.worker.ahead import AHEAD_CLAIMED, Pace, pool_of, run_ahead, sendable
+from noetl.worker.ahead import AHEAD_CLAIMED, EarlyStart, Pace, pool_of, run_ahead, sendable
 from noetl.worker.config import WorkerConfig, WorkerStats, default_worker_id
 from noetl.worker.continuation import Continuation, may_continue
 from noetl.worker.heartbeats import Heartbeats
@@ -92,6 +92,14 @@ class Worker:
         self._in_flight = InFlightTable(tools.waits)
         self._draining = threading.Event()
         self._hard_stop = threading.Event()
+        # Short python tasks claimed together go to a child together (`_groups`).
+        self._pool = pool_of(tools)
+        self._pace = Pace()
+        self._early = (
+            None
+            if self._pool is None
+            else EarlyStart(self._pool, self._pace, self.workloads, self._hard_stop.is_set)
+        )
         self._continuation = (
             None
             if decider is None
@@ -101,6 +109,7 @@ class Worker:
                 worker_id=self.worker_id,
                 lease_s=config.lease_s,
                 held=lambda task_id: self._in_flight.get(task_id) is not None,
+                early=self._early,
             )
         )
         self._reporter = Reporter(
@@ -108,9 +117,6 @@ class Worker:
         )
         self._paths = ReportPaths(self._reporter, self._continuation, observer)
         self._threads = TaskThreads(config.concurrency)
-        # Short python tasks claimed together go to a child together (`_groups`).
-        self._pool = pool_of(tools)
-        self._pace = Pace()
         self._heartbeats = Heartbeats(
             store,
             worker_id=self.worker_id,
@@ -353,6 +359,9 @@ class Worker:
         finally:
             # Never left tracked (and heartbeaten) once its thread is done with it.
             orphans = self._in_flight.hand_over([lease], follow, self._hard_stop.is_set)
+            if self._early is not None:  # started early (`EarlyStart`) but not run here
+                for stopped in [lease, *orphans]:
+                    self._early.forget(stopped.task)
         if orphans:  # leased to this worker as it stopped: straight back to the queue
             self._release(orphans)
             return []
