@@ -8,35 +8,21 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from noetl.core import ExecutionStatus, Task
 from noetl.decision.decider import Decider
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store.base import Store
+from noetl.store.base import Lease, Store
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import default_registry
+from tests.integration.test_python_ahead import task
 
 ADD = "def main(context, args):\n    return args['v'] + 1\n"
 SLEEP = "import time\n\ndef main(context, args):\n    time.sleep(args['s'])\n    return 1\n"
 PRINT = "def main(context, args):\n    print('early', args['v'])\n    return args['v']\n"
-
-
-def task(n: int, source: str, *, timeout_ms: int | None = None, **args: Any) -> Task:
-    return Task(
-        task_id=f"t{n}",
-        execution_id="e1",
-        step="step",
-        kind="python",
-        spec={"code": source},
-        args=args,
-        context={},
-        key=f"e1:step:{n}",
-        timeout_ms=timeout_ms,
-    )
 
 
 @pytest.fixture
@@ -165,13 +151,19 @@ def monkeypatch_pace(worker: Worker) -> None:
     worker._pace.observe = lambda task, outcome: None  # type: ignore[method-assign]
 
 
+def started(orchestrator: Orchestrator, store: Store, worker: Worker) -> tuple[str, Lease]:
+    """A new execution of CHAIN, and its first task claimed by `worker`."""
+    execution_id = orchestrator.start_execution(CHAIN)
+    [lease] = store.claim("w", limit=1)
+    worker._in_flight.track([lease])  # as its claim does
+    return execution_id, lease
+
+
 def test_a_chain_runs_each_next_step_while_its_commit_is_sent(store: Store) -> None:
     orchestrator = Orchestrator(store, owner="server")
     worker, pool = worker_of(store)
     with pool:
-        execution_id = orchestrator.start_execution(CHAIN)
-        [lease] = store.claim("w", limit=1)
-        worker._in_flight.track([lease])  # as its claim does
+        execution_id, lease = started(orchestrator, store, worker)
         worker._go_on(worker._run(lease))  # s0, then each continuation in this thread
 
     record = store.get_execution(execution_id)
@@ -190,9 +182,7 @@ def test_a_commit_that_fails_stops_the_step_it_started(store: Store) -> None:
     orchestrator = Orchestrator(store, owner="server")
     worker, pool = worker_of(store)
     with pool:
-        execution_id = orchestrator.start_execution(CHAIN)
-        [lease] = store.claim("w", limit=1)
-        worker._in_flight.track([lease])  # as its claim does
+        execution_id, lease = started(orchestrator, store, worker)
         [nxt] = worker._run(lease)  # s0 continued: s1 sent early, then leased to the worker
         assert orchestrator.cancel(execution_id)
         assert orchestrator.run_once() == 1  # the cancel is decided: the worker is behind
