@@ -100,6 +100,8 @@ class Decider:
         self._lock = threading.Lock()
         # Engines by text (LRU of ENGINES; a running execution's state holds its own).
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        # Texts that passed `dsl` (LRU, as many as engines): checked once each.
+        self._admitted: OrderedDict[str, None] = OrderedDict()
         # id(engine.playbook) -> (that playbook, its JSON), for the engines cached.
         self._dumped: dict[int, tuple[Playbook, str]] = {}
         self._states: OrderedDict[str, Cached] = OrderedDict()
@@ -175,7 +177,7 @@ class Decider:
         (with every diagnostic) for an invalid playbook, ConcurrencyError when an execution
         with that id exists already (nothing is written then)."""
         if self.dsl is not None:
-            load_playbook_text(text, path or "<inline>", policy=self.dsl).require()
+            self._admit(text, path, self.dsl)
         engine = self.engine(text, path)
         playbook = engine.playbook
         execution_id = execution_id or new_execution_id(now)
@@ -207,6 +209,20 @@ class Decider:
             self.remember(execution_id, cached)
         self.observer.committed(engine.graph, state, initial.events)
         return execution_id
+
+    def _admit(self, text: str, path: str | None, policy: DslPolicy) -> None:
+        """Raise PlaybookError unless `text` satisfies `policy`: checked once per text
+        (the texts admitted last are kept, as many as engines)."""
+        key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with self._lock:
+            if key in self._admitted:
+                self._admitted.move_to_end(key)
+                return
+        load_playbook_text(text, path or "<inline>", policy=policy).require()
+        with self._lock:
+            self._admitted[key] = None
+            while len(self._admitted) > ENGINES:
+                self._admitted.popitem(last=False)
 
     def _compiled(self, engine: Engine) -> str:
         """The validated playbook of `engine` as JSON, dumped once per engine (engines are

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from noetl.decision import decider as decider_module
 from noetl.decision.decider import Decider
+from noetl.dsl.policy import DslPolicy
+from noetl.errors import PlaybookError
 from noetl.store import SqliteStore
 
 PLAYBOOK = """\
@@ -43,5 +46,36 @@ def test_engines_are_bounded_and_each_execution_keeps_its_own_model(
             compiled = store.get_compiled(execution_id)
             assert compiled is not None
             assert json.loads(compiled)["metadata"]["name"] == f"p{n}"
+    finally:
+        store.close()
+
+
+def test_a_dsl_policy_is_checked_once_per_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment's DSL policy (here: strict) is checked as a text first starts; the
+    next starts of that text read no YAML. A text the policy refuses is refused each time."""
+    reads: list[str] = []
+    real = decider_module.load_playbook_text
+
+    def counted(text: str, name: str = "<playbook>", **kwargs: Any) -> Any:
+        reads.append(name)
+        return real(text, name, **kwargs)
+
+    monkeypatch.setattr(decider_module, "load_playbook_text", counted)
+    store = SqliteStore(tmp_path / "noetl.db")
+    try:
+        decider = Decider(store, dsl=DslPolicy(strict=True))
+        for now in (1.0, 2.0, 3.0):
+            decider.start(
+                PLAYBOOK.format(n=1), path=None, workload=None, parent_execution_id=None,
+                now=now,
+            )  # fmt: skip
+        assert len(reads) == 2  # the policy's check and the engine's build, once each
+        warned = PLAYBOOK.format(n=2) + "    unknown_field: 1\n"
+        for _ in range(2):
+            with pytest.raises(PlaybookError):
+                decider.start(warned, path=None, workload=None, parent_execution_id=None, now=4.0)
+        assert len(reads) == 4
     finally:
         store.close()
