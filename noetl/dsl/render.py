@@ -27,7 +27,7 @@ import itertools
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from jinja2 import StrictUndefined, nodes
 from jinja2 import TemplateError as JinjaTemplateError
@@ -57,10 +57,25 @@ _MAX_MESSAGE = 500  # an error message quotes user data at most this long
 # dict's key (what Jinja, data before attributes, would read), without building a context.
 _PATH = re.compile(r"^\s*[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*\s*$")
 _MISS = object()
+# Compiled templates and parsed expressions a renderer keeps, per kind: a long-lived one
+# (the sinks', a schedule's) sees the templates of every playbook a process ever runs.
+DEFAULT_CACHE_SIZE = 4096
+V = TypeVar("V")
+
+
+def _remember(cache: dict[str, V], key: str, value: V, limit: int) -> None:
+    """Keep `value` under `key`, dropping the oldest entry once `cache` holds `limit`."""
+    if len(cache) >= limit:
+        del cache[next(iter(cache))]
+    cache[key] = value
 
 
 class Renderer:
-    """Compiles (with a cache) and renders templates against a context mapping."""
+    """Compiles (with a cache) and renders templates against a context mapping.
+
+    The cache keeps at most `cache_size` entries of each kind (compiled templates,
+    expressions, and what a text was found to be), the oldest dropped first: a text seen
+    again after its entry went is compiled again, never rendered differently."""
 
     def __init__(
         self,
@@ -68,7 +83,11 @@ class Renderer:
         max_steps: int = DEFAULT_MAX_STEPS,
         max_output: int = DEFAULT_MAX_OUTPUT,
         globals: Mapping[str, Any] | None = None,
+        cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
+        if cache_size < 1:
+            raise ValueError("cache_size must be at least 1")
+        self.cache_size = cache_size
         self.env = LimitedEnvironment()
         if globals:
             self.env.globals.update(globals)
@@ -122,7 +141,7 @@ class Renderer:
             template = self._templates.get(text)
             if template is None:
                 template = self.env.from_string(text)
-                self._templates[text] = template
+                _remember(self._templates, text, template, self.cache_size)
             return self._render_chunks(template, context)
         except TemplateError as exc:
             raise type(exc)(_short(str(exc))) from None
@@ -167,7 +186,7 @@ class Renderer:
             path = self._paths[expr]
         else:
             path = tuple(expr.strip().split(".")) if _PATH.match(expr) else None
-            self._paths[expr] = path
+            _remember(self._paths, expr, path, self.cache_size)
         if path is None:
             return _MISS
         value: Any = context
@@ -194,14 +213,15 @@ class Renderer:
             ]
             if len(parts) != 1 or isinstance(parts[0], nodes.TemplateData):
                 expr = None
-        self._single[text] = expr
+        _remember(self._single, text, expr, self.cache_size)
         return expr
 
     def _expression(self, source: str) -> Callable[..., Any]:
         compiled = self._expressions.get(source)
         if compiled is None:
-            compiled = self.env.compile_expression(source, undefined_to_none=False)
-            self._expressions[source] = compiled
+            made: Callable[..., Any] = self.env.compile_expression(source, undefined_to_none=False)
+            _remember(self._expressions, source, made, self.cache_size)
+            return made
         return compiled
 
     def truthy(

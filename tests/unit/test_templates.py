@@ -168,3 +168,20 @@ def test_an_undefined_name_in_a_condition_may_read_as_false() -> None:
         renderer.truthy("{{ 1 / 0 }}", {}, undefined_false=True)
     assert not isinstance(caught.value, UndefinedNameError)
     assert renderer.truthy("{{ page is defined and page.n > 1 }}", {"page": {"n": 2}}) is True
+
+
+def test_a_renderer_keeps_a_bounded_cache_and_renders_the_same_after_eviction() -> None:
+    """A long-lived renderer (the sinks', a schedule's) sees every playbook's templates:
+    it keeps at most `cache_size` of each kind, and a text whose entry was dropped is
+    compiled again with the same result."""
+    renderer = Renderer(cache_size=8)
+    context = {"n": 3, "who": {"name": "ada"}}
+    for i in range(100):
+        assert renderer.render(f"{{{{ n + {i} }}}}", context) == 3 + i
+        assert renderer.render(f"#{i} {{{{ who.name }}}}", context) == f"#{i} ada"
+    caches = (renderer._templates, renderer._expressions, renderer._single, renderer._paths)
+    assert all(0 < len(cache) <= 8 for cache in caches)
+    assert renderer.render("{{ n + 0 }}", context) == 3  # evicted long ago, compiled again
+    assert renderer.render("#0 {{ who.name }}", context) == "#0 ada"
+    with pytest.raises(ValueError, match="cache_size"):
+        Renderer(cache_size=0)
