@@ -96,7 +96,8 @@ def db_prune(*, settings: Settings, dry_run: bool) -> None:
     """Delete the history of executions that FINISHED before the cutoff: their queue
     rows, inputs, events, step states, results and checkpoints, and their dead letters
     settled over dlq.retention_days ago. Each keeps a tombstone (id, playbook, status,
-    times, when it was pruned). Running executions are never touched."""
+    times, when it was pruned). Running executions are never touched, nor is one with a
+    pending dead letter (its replay needs the history) until an operator settles it."""
     from noetl.runtime.retention import RetentionPolicy
 
     policy = RetentionPolicy.of(settings)

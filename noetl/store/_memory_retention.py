@@ -66,6 +66,11 @@ class MemoryRetention:
         return PruneReport(executions, rows, dry_run=dry_run, batches=batches)
 
     def _prunable(self, finished_before: float, limit: int | None) -> list[str]:
+        held = {  # a pending dead letter's replay needs its execution's history
+            row["execution_id"]
+            for row in self._dlq.values()
+            if row["status"] == DeadLetterStatus.PENDING.value
+        }
         found = sorted(
             (row["finished_at"], execution_id)
             for execution_id, row in self._executions.items()
@@ -73,6 +78,7 @@ class MemoryRetention:
             and row.get("pruned_at") is None
             and row["finished_at"] is not None
             and row["finished_at"] < finished_before
+            and execution_id not in held
         )
         return [execution_id for _, execution_id in found[:limit]]
 

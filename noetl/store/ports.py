@@ -447,8 +447,9 @@ class RetentionPort(Protocol):
         keep its execution row as a tombstone (`pruned_at` set, context emptied, its
         highest fencing token kept as the floor of any task of it queued again). Also
         delete the dead letters of pruned executions that an operator settled (replayed,
-        discarded) before `dead_letters_before`; pending ones stay. Running executions
-        are never touched.
+        discarded) before `dead_letters_before`; pending ones stay, and so does the whole
+        history of their execution (a replay needs it) until they are settled. Running
+        executions are never touched.
 
         Works in transactions of at most `batch` executions, oldest first, so locks are
         short. `dry_run`: count what would go, delete nothing. PostgreSQL: one prune at a

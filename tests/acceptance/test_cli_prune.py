@@ -124,19 +124,25 @@ def test_a_bad_duration_is_refused(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr
 
 
-def test_a_dead_letter_of_a_pruned_execution_says_so_on_replay(tmp_path: Path) -> None:
+def test_a_pending_dead_letter_keeps_its_execution_through_a_prune(tmp_path: Path) -> None:
+    """Its replay needs the history: the execution stays whole until an operator settles
+    the dead letter, then the next prune takes it."""
     db = tmp_path / "noetl.db"
     failed = run(tmp_path, db, "fails", FAILS)
     listed = noetl("dlq", "list", "--db", db, "--json", clean_env=True)
     (entry,) = json.loads(listed.stdout)["items"]
     time.sleep(1.1)
-    assert noetl("db", "prune", "--older-than", "1s", "--db", db, clean_env=True).returncode == 0
+    held = noetl("db", "prune", "--older-than", "1s", "--db", db, clean_env=True)
+    assert held.returncode == 0, held.stderr
+    assert ": pruned 0 execution(s)" in held.stdout, held.stdout
+    status = noetl("exec", "status", "--id", failed, "--db", db, clean_env=True)
+    assert "pruned" not in status.stdout + status.stderr
+    assert "fail" in status.stdout
 
-    replay = noetl("dlq", "replay", entry["message_id"], "--db", db, clean_env=True)
-    assert replay.returncode == 1
-    assert f"execution {failed} has finished and its history was pruned on" in replay.stderr
-    assert "Traceback" not in replay.stderr
-    # Still pending (it waits for an operator), and it can be discarded.
-    discard = noetl("dlq", "discard", entry["message_id"], "--reason", "pruned", "--db", db,
+    discard = noetl("dlq", "discard", entry["message_id"], "--reason", "not worth it", "--db", db,
                     clean_env=True)  # fmt: skip
     assert discard.returncode == 0, discard.stderr
+    gone = noetl("db", "prune", "--older-than", "1s", "--db", db, clean_env=True)
+    assert ": pruned 1 execution(s)" in gone.stdout, gone.stdout
+    status = noetl("exec", "status", "--id", failed, "--db", db, clean_env=True)
+    assert f"execution {failed} has finished and its history was pruned on" in status.stderr

@@ -115,7 +115,7 @@ def test_prune_works_in_batches(store: Store) -> None:
     assert all(r.pruned_at is not None for r in store.list_executions())
 
 
-def test_settled_dead_letters_go_after_their_retention_pending_ones_stay(
+def test_a_pending_dead_letter_keeps_its_execution_until_an_operator_settles_it(
     store: Store, clock: StoreClock
 ) -> None:
     start(store, execution_id="e1")
@@ -123,20 +123,39 @@ def test_settled_dead_letters_go_after_their_retention_pending_ones_stay(
     assert store.discard_dead_letter("e1.a", "bad input")
     assert store.post_replay("e1.b", {"by": "test"})
     finish(store, "e1", ExecutionStatus.FAIL)
+    finished_with_history(store, "e2")
 
-    kept = store.prune(CUTOFF, dead_letters_before=NEVER)
-    assert kept.executions == 1 and kept.rows["dlq"] == 0
+    # e1.c waits for an operator, and its replay needs e1's history: e1 stays whole.
+    dry = store.prune(CUTOFF, dead_letters_before=ALWAYS, dry_run=True)
+    assert dry.executions == 1 and dry.rows["dlq"] == 0
+    held = store.prune(CUTOFF, dead_letters_before=ALWAYS)
+    assert held.executions == 1 and held.rows["dlq"] == 0
+    assert store.get_execution("e1").pruned_at is None  # type: ignore[union-attr]
+    assert store.get_execution("e2").pruned_at is not None  # type: ignore[union-attr]
+    assert store.load_events("e1")
     assert store.dead_letter_counts() == {"pending": 1, "replayed": 1, "discarded": 1}
 
+    # Settled, e1 goes; its settled dead letters go once past their own retention.
+    assert store.discard_dead_letter("e1.c", "not worth a replay")
+    kept = store.prune(CUTOFF, dead_letters_before=NEVER)
+    assert kept.executions == 1 and kept.rows["dlq"] == 0
+    assert store.dead_letter_counts() == {"pending": 0, "replayed": 1, "discarded": 2}
     dry = store.prune(CUTOFF, dead_letters_before=clock() + 60, dry_run=True)
-    assert dry.rows["dlq"] == 2 and dry.executions == 0
+    assert dry.rows["dlq"] == 3 and dry.executions == 0
     gone = store.prune(CUTOFF, dead_letters_before=clock() + 60)
-    assert gone.rows["dlq"] == 2
-    assert store.dead_letter_counts() == {"pending": 1, "replayed": 0, "discarded": 0}
-    # The pending one stays, but it cannot be replayed: the history it belongs to is gone.
+    assert gone.rows["dlq"] == 3
+    assert store.dead_letter_counts() == {"pending": 0, "replayed": 0, "discarded": 0}
+
+
+def test_a_dead_letter_of_a_pruned_execution_says_its_history_is_gone(store: Store) -> None:
+    """A dead letter noted after its execution was pruned (or left pending by an older
+    release's prune) cannot be replayed, and says why; it can still be discarded."""
+    finished_with_history(store, "e1")
+    assert store.prune(CUTOFF, dead_letters_before=NEVER).executions == 1
+    note(store, entry("e1.z"))
     with pytest.raises(HistoryPrunedError, match="e1"):
-        store.post_replay("e1.c", {"by": "test"})
-    assert store.discard_dead_letter("e1.c", "history pruned")
+        store.post_replay("e1.z", {"by": "test"})
+    assert store.discard_dead_letter("e1.z", "history pruned")
 
 
 def test_fencing_tokens_keep_growing_across_a_prune(store: Store) -> None:

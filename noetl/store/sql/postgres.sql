@@ -283,12 +283,15 @@ DELETE FROM task_checkpoint WHERE task_id = %(task_id)s
 
 -- --- retention (noetl.store.managers.retention) ------------------------------------------
 
--- Finished executions not pruned yet, oldest first. SKIP LOCKED: one being written to
--- (a late commit, a replay taking its row) is left for the next pass; the row lock keeps
--- it from being written while its history goes.
+-- Finished executions not pruned yet, oldest first; one with a pending dead letter stays
+-- until an operator settles it (its replay needs the history). SKIP LOCKED: one being
+-- written to (a late commit, a replay taking its row) is left for the next pass; the row
+-- lock keeps it from being written while its history goes.
 -- name: prunable_executions
 SELECT execution_id FROM execution
 WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s
+  AND NOT EXISTS (SELECT 1 FROM dlq d WHERE d.execution_id = execution.execution_id
+                  AND d.status = 'pending')
 ORDER BY finished_at LIMIT %(limit)s FOR UPDATE SKIP LOCKED
 
 -- The fencing floor: the highest token of the rows about to go, kept on the tombstone.
@@ -339,6 +342,8 @@ DELETE FROM dlq WHERE message_id IN (
 WITH gone AS (
     SELECT execution_id FROM execution
     WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < %(before)s
+  AND NOT EXISTS (SELECT 1 FROM dlq d WHERE d.execution_id = execution.execution_id
+                  AND d.status = 'pending')
 )
 SELECT
     (SELECT count(*) FROM gone),
@@ -351,8 +356,7 @@ SELECT
     (SELECT count(*) FROM task_checkpoint WHERE execution_id IN (SELECT execution_id FROM gone)),
     (SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
      WHERE d.status <> 'pending' AND d.updated_at < %(dlq_before)s
-       AND (e.pruned_at IS NOT NULL
-            OR (e.status <> 'running' AND e.finished_at < %(before)s)))
+       AND (e.pruned_at IS NOT NULL OR e.execution_id IN (SELECT execution_id FROM gone)))
 
 
 -- --- schedules and their ticks (noetl.store.managers.schedules) ----------------------------

@@ -275,11 +275,14 @@ DELETE FROM task_checkpoint WHERE task_id = :task_id
 
 -- --- retention (noetl.store.managers.retention) ------------------------------------------
 
--- Finished executions not pruned yet, oldest first (the batch's transaction holds the
--- write lock: nothing writes to them meanwhile).
+-- Finished executions not pruned yet, oldest first, but for those with a pending dead
+-- letter (its replay needs the history; they stay until an operator settles it). The
+-- batch's transaction holds the write lock: nothing writes to them meanwhile.
 -- name: prunable_executions
 SELECT execution_id FROM execution
 WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
+  AND NOT EXISTS (SELECT 1 FROM dlq d WHERE d.execution_id = execution.execution_id
+                  AND d.status = 'pending')
 ORDER BY finished_at LIMIT :limit
 
 -- The fencing floor: the highest token of the rows about to go, kept on the tombstone.
@@ -329,6 +332,8 @@ DELETE FROM dlq WHERE message_id IN (
 WITH gone AS (
     SELECT execution_id FROM execution
     WHERE pruned_at IS NULL AND status <> 'running' AND finished_at < :before
+  AND NOT EXISTS (SELECT 1 FROM dlq d WHERE d.execution_id = execution.execution_id
+                  AND d.status = 'pending')
 )
 SELECT
     (SELECT count(*) FROM gone),
@@ -341,8 +346,7 @@ SELECT
     (SELECT count(*) FROM task_checkpoint WHERE execution_id IN (SELECT execution_id FROM gone)),
     (SELECT count(*) FROM dlq d JOIN execution e ON e.execution_id = d.execution_id
      WHERE d.status <> 'pending' AND d.updated_at < :dlq_before
-       AND (e.pruned_at IS NOT NULL
-            OR (e.status <> 'running' AND e.finished_at < :before)))
+       AND (e.pruned_at IS NOT NULL OR e.execution_id IN (SELECT execution_id FROM gone)))
 
 
 -- --- schedules and their ticks (noetl.store.managers.schedules) ----------------------------
