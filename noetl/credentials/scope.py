@@ -239,6 +239,10 @@ class SecretScope:
             self._values.add(value)
             SECRET_VALUES.remember(value)  # log lines of this process mask it too
 
+    def holds(self, text: str) -> bool:
+        """Whether `text` contains a secret value handed out to this task."""
+        return any(secret in text for secret in self._values)
+
     def mask(self, value: Any) -> Any:
         """`value` with every handed-out secret replaced by `***` (strings, lists, maps)."""
         if not self._values:

@@ -17,9 +17,10 @@ What is sent, from the task's rendered `spec` (`HttpSpec`) and `args`:
   and basic are sent as `Authorization`, api_key as its header (`X-API-Key` unless it
   names another), header as the header it names. Its values are masked in the outcome
   (the encoded `Basic` value too). A spec header of the same name is refused rather than
-  silently replaced; the header is dropped from a redirect to another origin (scheme,
-  host or port). A credential of another type (snowflake, a cloud service account, ...)
-  fails the task, fatally, naming its type.
+  silently replaced. On a redirect to another origin (scheme, host or port) the request
+  loses the credential's header, `Authorization`, `Proxy-Authorization` and `Cookie`, and
+  every spec header whose value holds one of the task's secrets. A credential of another
+  type (snowflake, a cloud service account, ...) fails the task, fatally, naming its type.
 
 The result (`this`) is `{"status_code", "headers", "data"}`: headers with lower-case names;
 data the parsed JSON when the content type says JSON (None for an empty body, the text
@@ -222,7 +223,8 @@ class HttpTool:
         try:
             # Merged here: httpx would replace the URL's own query with `params`.
             url = httpx.URL(spec.url).copy_merge_params(_params(spec.params))
-            home = None if header is None else {_CREDENTIAL_HOME: (header, _origin(url))}
+            guarded = _guarded(headers, header)
+            home = {_CREDENTIAL_HOME: (guarded, _origin(url))} if guarded else None
             return self.client.build_request(
                 spec.method,
                 url,
@@ -307,9 +309,24 @@ def _headers(spec_headers: Mapping[str, Any], task: Task) -> dict[str, str]:
     return headers
 
 
-# A request extension (kept by httpx on each redirect): the credential's header and the
-# origin it was meant for.
+# A request extension (kept by httpx on each redirect): the headers that carry a credential
+# or a secret, and the origin they were meant for.
 _CREDENTIAL_HOME = "noetl.credential_home"
+# Headers that carry credentials by their nature, whatever their value (curl drops these
+# on a redirect to another host too).
+_ALWAYS_GUARDED = frozenset({"authorization", "proxy-authorization", "cookie"})
+
+
+def _guarded(headers: Mapping[str, str], credential_header: str | None) -> frozenset[str]:
+    """The names of the headers that must not follow a redirect to another origin: the
+    credential's, those that carry credentials by nature, and any whose value holds one of
+    the task's secrets (`headers: {X-Token: "{{ secrets.api }}"}`)."""
+    scope = current_scope()
+    names = {credential_header} if credential_header is not None else set()
+    for name, value in headers.items():
+        if name.lower() in _ALWAYS_GUARDED or scope.holds(value):
+            names.add(name)
+    return frozenset(names)
 
 
 def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
@@ -318,12 +335,13 @@ def _origin(url: str | httpx.URL) -> tuple[str, str, int | None]:
 
 
 def _keep_credential_home(request: httpx.Request) -> None:
-    """Drop a credential's header from a redirect to another origin (httpx drops only
-    `Authorization`, and keeps it from http to https; an api key must not follow a
-    redirect either)."""
+    """Drop the guarded headers (`_guarded`) from a redirect to another origin (httpx drops
+    only `Authorization`, and keeps it from http to https; an api key or a secret token
+    must not follow a redirect either)."""
     home = request.extensions.get(_CREDENTIAL_HOME)
     if home is not None and _origin(request.url) != home[1]:
-        request.headers.pop(home[0], None)
+        for name in home[0]:
+            request.headers.pop(name, None)
 
 
 def _authorize(headers: dict[str, str], name: str) -> str:

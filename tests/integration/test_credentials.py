@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ import psycopg
 import pytest
 
 from noetl.core import Outcome, Task
+from noetl.core.secrets import marker
 from noetl.credentials import CredentialConfig
 from noetl.credentials.keys import Keyring, new_key
 from noetl.credentials.records import parse_credential
@@ -280,3 +282,43 @@ def test_a_credential_header_does_not_follow_a_redirect_to_another_origin(
     home = call(echo, {"c": record}, tmp_path, credential="c", path=f"/hop/{here}")
     assert home.ok, home.error
     assert [TOKEN in seen[header] for seen in echo.seen[-2:]] == [True, True]  # type: ignore[attr-defined]
+
+
+class _Secrets:
+    """A worker's secrets: `api` only."""
+
+    def secret(self, name: str) -> str | None:
+        return TOKEN if name == "api" else None
+
+    def credential(self, name: str) -> dict[str, Any] | None:
+        return None
+
+
+def test_a_header_holding_a_secret_does_not_follow_a_redirect_to_another_origin(
+    echo: ThreadingHTTPServer, other: ThreadingHTTPServer
+) -> None:
+    """`headers: {X-Token: "{{ secrets.api }}"}` goes only to the origin it was written for,
+    as does a `Cookie`; a header without a secret follows the redirect."""
+    here, there = echo.server_address[1], other.server_address[1]
+    headers = {"X-Token": f"tok {marker('api')}", "Cookie": "sid=1", "X-Plain": "visible"}
+
+    def hop(to: int) -> Outcome:
+        url = f"http://127.0.0.1:{here}/hop/{to}"
+        task = replace(make_task("http", {"url": url, "headers": headers}), secrets=("api",))
+        registry = ToolRegistry([HttpTool()], secrets=_Secrets())
+        try:
+            return registry.run(task)
+        finally:
+            registry.close()
+
+    away = hop(there)
+    assert away.ok, away.error
+    assert echo.seen[-1]["x-token"] == f"tok {TOKEN}"  # type: ignore[attr-defined]
+    assert echo.seen[-1]["cookie"] == "sid=1"  # type: ignore[attr-defined]
+    landed = other.seen[-1]  # type: ignore[attr-defined]
+    assert "x-token" not in landed and "cookie" not in landed
+    assert landed["x-plain"] == "visible"
+    home = hop(here)
+    assert home.ok, home.error
+    assert [seen["x-token"] for seen in echo.seen[-2:]] == [f"tok {TOKEN}"] * 2  # type: ignore[attr-defined]
+    assert TOKEN not in payload(away) and TOKEN not in payload(home)
