@@ -214,6 +214,11 @@ class Metrics:
             "When this process last completed a retention pass (epoch seconds; 0: never)",
             registry=r,
         )
+        self.retention_interval = Gauge(
+            "noetl_retention_interval_seconds",
+            "Seconds between the retention job's passes in this process (0: the job is off)",
+            registry=r,
+        )
         # --- schedules (the scheduler loop of `noetl server start` / `noetl ui`) -----------
         self.schedule_ticks = counter(
             "noetl_schedule_ticks_total",
@@ -298,6 +303,7 @@ ALL_METRIC_NAMES = frozenset(
         "noetl_retention_pruned_rows_total",
         "noetl_retention_pruned_executions_total",
         "noetl_retention_last_prune_timestamp_seconds",
+        "noetl_retention_interval_seconds",
         "noetl_schedule_ticks_total",
         "noetl_schedule_tick_lag_seconds",
         *STORE_GAUGE_NAMES,

@@ -75,6 +75,8 @@ class RetentionJob:
         self.interval_s = interval_s
         self.metrics = metrics
         self.clock = clock
+        if metrics is not None:  # the RetentionStalled alert compares passes to it
+            metrics.retention_interval.set(interval_s)
 
     def run_once(self) -> PruneReport:
         """One pass: prune, then log it and count it."""

@@ -64,7 +64,7 @@ def family(name: str) -> str:
 
 
 def test_the_alert_rules_are_valid(promtool: str) -> None:
-    assert "SUCCESS: 11 rules found" in run(promtool, "check", "rules", str(ALERTS))
+    assert "SUCCESS: 12 rules found" in run(promtool, "check", "rules", str(ALERTS))
 
 
 def test_the_alerts_fire_as_their_unit_tests_expect(promtool: str) -> None:
@@ -151,4 +151,5 @@ def test_every_alert_carries_the_payload_fields_and_a_runbook_that_exists() -> N
         "DLQNotEmpty",
         "DLQTooComplex",
         "ExecutionStuck",
+        "RetentionStalled",
     } <= names

@@ -98,6 +98,8 @@ def test_a_pass_prunes_logs_and_counts(caplog: pytest.LogCaptureFixture) -> None
     assert "noetl_retention_pruned_executions_total 2.0" in scrape
     last = metrics.registry.get_sample_value("noetl_retention_last_prune_timestamp_seconds")
     assert last is not None and FAKE_START + 3600 < last <= clock.now
+    # what the RetentionStalled alert compares the last pass with
+    assert metrics.registry.get_sample_value("noetl_retention_interval_seconds") == 60
 
 
 def test_the_job_runs_until_stopped_and_survives_a_failed_pass() -> None:
