@@ -19,6 +19,7 @@ import click
 from noetl import __version__
 from noetl.auth.cache import CachedTokens
 from noetl.cli.bus_opt import bus_option, close_store, open_store_with_bus
+from noetl.cli.heap import settle
 from noetl.cli.observe import (
     log_options,
     metrics_options,
@@ -179,6 +180,7 @@ def serve(settings: Settings, *, host: str, port: int, name: str, note: str = ""
         sink_runner = start_sink_runner(
             settings, store, observer=observer, bus=bus, log=lambda t: click.echo(t, err=True)
         )
+        settle()  # start-up is over: its objects stay out of the collector's walks
         server.run()  # returns on SIGTERM / SIGINT after finishing open requests
     finally:
         stop_sink_runner(sink_runner)  # its writes finish first, the loop still running

@@ -10,6 +10,7 @@ from types import FrameType
 import click
 
 from noetl.cli.bus_opt import bus_option, close_store, open_store_with_bus
+from noetl.cli.heap import settle
 from noetl.cli.observe import (
     exporter_metrics,
     log_options,
@@ -195,6 +196,7 @@ def worker_start(*, settings: Settings) -> None:
                 f"file sink root {roots.sinks}, playbooks root {roots.playbooks})",
                 err=True,
             )
+            settle()  # start-up is over: its objects stay out of the collector's walks
             stats = worker.run(stop.is_set)
             click.echo(
                 f"worker {worker.worker_id} stopped: {stats.completed + stats.continued} "
