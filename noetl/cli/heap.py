@@ -1,4 +1,4 @@
-"""The heap of a long-lived process (`noetl server start`, `noetl worker start`).
+"""The heap of a NoETL process (`noetl server start`, `noetl worker start`, `noetl run`).
 
 What such a process imports and builds before it serves (the web framework, the models,
 the app, the pools) lives as long as it does, yet every full collection walked it again:

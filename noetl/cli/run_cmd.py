@@ -12,6 +12,7 @@ from typing import IO, Any, cast
 import click
 from rich.console import Console
 
+from noetl.cli.heap import settle
 from noetl.cli.held_log import CurrentStderr, HeldLog
 from noetl.cli.inputs import apply_sets, check_workload, read_workload, unknown_sets
 from noetl.cli.live import LiveView
@@ -247,6 +248,7 @@ def _run(
     held: HeldLog | None = None,
     console: Console | None = None,
 ) -> RunResult:
+    settle()  # start-up is over: its objects stay out of the collector's walks
     execution_id = runtime.start(playbook, workload=workload, source_text=text, path=path)
     console = console or Console(stderr=True)
     live = not as_json and console.is_terminal
