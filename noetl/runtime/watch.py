@@ -2,9 +2,9 @@
 
 `noetl run` owns its executions' decisions, but another process may finish one over the
 same database: `noetl exec cancel --db`, the console (`noetl ui`). The embedded runtime
-asks a `StatusWatch` every turn; at most every `every_s` seconds it reads the status of up
-to `most` of the running executions from the store (in turn, so a wait for many reads few
-at a time), and names one the store has finished.
+asks a `StatusWatch` every turn; at most every `every_s` seconds it reads which of the
+running executions the store has finished (`finished_among`: the status column only, a
+statement per thousand ids), and names one of them.
 """
 
 from __future__ import annotations
@@ -15,16 +15,13 @@ from noetl.core.types import ExecutionStatus
 from noetl.store.ports import ExecutionPort
 
 WATCH_S = 1.0
-WATCH_MAX = 16
 
 
 class StatusWatch:
-    def __init__(self, store: ExecutionPort, *, every_s: float = WATCH_S, most: int = WATCH_MAX):
+    def __init__(self, store: ExecutionPort, *, every_s: float = WATCH_S):
         self.store = store
         self.every_s = every_s
-        self.most = most
         self._last = time.monotonic()
-        self._cursor = 0
 
     def finished_elsewhere(self, running: set[str]) -> tuple[str, ExecutionStatus] | None:
         """One of `running` the store has as finished, with its status; None when none is
@@ -32,12 +29,8 @@ class StatusWatch:
         if not running or time.monotonic() - self._last < self.every_s:
             return None
         self._last = time.monotonic()
-        ordered = sorted(running)
-        start = self._cursor % len(ordered)
-        looked = (ordered + ordered)[start : start + min(self.most, len(ordered))]
-        self._cursor = start + len(looked)
-        for execution_id in looked:
-            record = self.store.get_execution(execution_id)
-            if record is not None and record.status.terminal:
-                return execution_id, record.status
-        return None
+        finished = self.store.finished_among(running)
+        if not finished:
+            return None
+        execution_id = min(finished)  # the same one each time, whatever the set's order
+        return execution_id, finished[execution_id]

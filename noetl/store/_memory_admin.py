@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
@@ -90,6 +90,15 @@ class MemoryAdmin:
         with self._lock:
             row = self._executions.get(execution_id)
             return None if row is None else record_from_row(row)
+
+    def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
+        with self._lock:
+            rows = [(e, self._executions.get(e)) for e in execution_ids]
+            return {
+                e: ExecutionStatus(row["status"])
+                for e, row in rows
+                if row is not None and row["status"] != ExecutionStatus.RUNNING
+            }
 
     def execution_family(self, execution_id: str) -> list[str]:
         with self._lock:

@@ -285,6 +285,10 @@ class ExecutionPort(Protocol):
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         """The execution row, or None."""
 
+    def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
+        """Those of `execution_ids` that have finished, with their status, in one read of
+        the status column alone (ids that do not exist are left out)."""
+
     def execution_family(self, execution_id: str) -> list[str]:
         """The execution and its descendants (children started by its `playbook` steps,
         their children, ...): the ids, the execution's first; [] when it does not exist."""

@@ -350,6 +350,19 @@ def test_steps_projection_upserts(store: Store) -> None:
 # -- listing ------------------------------------------------------------------------------
 
 
+def test_finished_among_names_the_finished_of_many_with_their_status(store: Store) -> None:
+    ids = [f"e{n:04}" for n in range(2500)]  # over the thousand ids of one statement
+    for execution_id in ids:
+        store.create_execution(make_record(execution_id))
+    ended = {"e0007": ExecutionStatus.CANCELED, "e1500": ExecutionStatus.OK}
+    ended["e2499"] = ExecutionStatus.FAIL
+    for execution_id, status in ended.items():
+        store.commit([Append(execution_id, 0, [], status=status, now=50.0)])
+    assert store.finished_among([*ids, "nobody"]) == ended
+    assert store.finished_among(["e0001", "e0007"]) == {"e0007": ExecutionStatus.CANCELED}
+    assert store.finished_among([]) == {}
+
+
 def test_list_executions_newest_first_with_filter_and_paging(store: Store) -> None:
     created = {"a": 10.0, "b": 30.0, "c": 20.0, "d": 30.0, "e": 5.0}
     for execution_id, created_at in created.items():

@@ -3,12 +3,16 @@ go with a commit, in the adapters, in the same transaction as the queue's.)"""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
 from noetl.store._rows import check_page
 from noetl.store.connector import Connector, Row
 from noetl.store.records import ExecutionRecord
+
+# Ids per statement of `finished_among`: a wait on many executions reads them in a few.
+FINISHED_AMONG_CHUNK = 1000
 
 
 class Executions:
@@ -67,6 +71,15 @@ class Executions:
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         row = self._db.fetch_one("get_execution", {"execution_id": execution_id})
         return None if row is None else self._record(row)
+
+    def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
+        ids = list(execution_ids)
+        found: dict[str, ExecutionStatus] = {}
+        for start in range(0, len(ids), FINISHED_AMONG_CHUNK):
+            chunk = self._db.json_in(ids[start : start + FINISHED_AMONG_CHUNK])
+            for execution_id, status in self._db.fetch_all("finished_among", {"ids": chunk}):
+                found[execution_id] = ExecutionStatus(status)
+        return found
 
     def execution_family(self, execution_id: str) -> list[str]:
         rows = self._db.fetch_all("execution_family", {"execution_id": execution_id})

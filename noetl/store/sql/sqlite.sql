@@ -211,6 +211,11 @@ SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_tex
 FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = :execution_id
 
+-- The finished ones of a list of executions (`ids`: a JSON array): the status column only.
+-- name: finished_among
+SELECT execution_id, status FROM execution
+WHERE execution_id IN (SELECT value FROM json_each(:ids)) AND status <> 'running'
+
 -- name: list_executions
 SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
