@@ -222,8 +222,8 @@ def test_buckets_and_names_are_the_documented_ones() -> None:
     # come from the store)
     from_store = set(STORE_GAUGE_NAMES) - {"noetl_worker_heartbeat_timestamp"}  # a worker's too
     assert exported == ALL_METRIC_NAMES - from_store
-    # 24 of decisions and workers, 3 of retention, 2 of schedules
-    assert len(exported) == 29
+    # 24 of decisions and workers, 4 of retention, 2 of schedules
+    assert len(exported) == 30
 
 
 def test_two_registries_do_not_share_values() -> None:
