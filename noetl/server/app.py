@@ -21,6 +21,7 @@ from noetl.runtime.views import ViewCache
 from noetl.server.auth import Gate, check_routes, default_deny, requires
 from noetl.server.deps import Services
 from noetl.server.errors import install_error_handlers
+from noetl.server.lean_start import LeanStart
 from noetl.server.limits import DEFAULT_MAX_BODY_BYTES, EdgeLimits
 from noetl.server.routes import (
     admin,
@@ -76,6 +77,7 @@ def create_app(
     credential_keys: Keyring | None = None,
     dsl: DslPolicy | None = None,
     scheduler: Scheduler | None = None,
+    lean_start: bool = True,
 ) -> FastAPI:
     """The API over `store`; executions are started and canceled through `orchestrator`.
     With `metrics`, their Prometheus text is served at `metrics_path` (viewer role).
@@ -86,7 +88,9 @@ def create_app(
     character in the URL a 422, before any route sees the request (noetl.server.limits).
     `credential_keys` encrypt the credentials stored through the API (none: `POST
     /api/credentials` answers 503). `dsl`: what the catalog accepts of the DSL (forms,
-    strict validation; noetl.dsl.policy)."""
+    strict validation; noetl.dsl.policy). `lean_start`: a plain `POST /api/executions` is
+    answered without FastAPI's per-request machinery (noetl.server.lean_start); off, the
+    route answers every start."""
     if gate is None:
         gate = Gate(store.tokens, Sessions(store.sessions), clock=clock)
     app = FastAPI(
@@ -106,6 +110,10 @@ def create_app(
         dsl=dsl or DslPolicy(),
         scheduler=scheduler or Scheduler(store, orchestrator, owner="api", clock=clock),
     )
+    # Innermost of ours: a plain start is answered before FastAPI's routing (the rest go
+    # on to it); inside CatchAll and the limits, which it needs as every route does.
+    if lean_start:
+        app.add_middleware(LeanStart, services=app.state.services, handlers=app.exception_handlers)
     install_error_handlers(app)
     # Added last, so outermost: an oversized body is refused before anything reads it.
     app.add_middleware(EdgeLimits, max_body_bytes=max_body_bytes)
