@@ -280,3 +280,19 @@ def test_a_body_in_several_parts_is_read_whole_by_either_path(pair: Pair) -> Non
     assert bad["json"]["error"] == "invalid_request"
     assert "JSON" in bad["json"]["message"]
     assert pair.answered() == 1
+
+
+def test_with_authentication_off_a_start_without_a_token_takes_the_lean_path(
+    tmp_path: Path,
+) -> None:
+    store = SqliteStore(tmp_path / "open.db")
+    try:
+        gate = Gate(CachedTokens(store.tokens, ttl_s=30), Sessions(store.sessions), enabled=False)
+        app = create_app(store, Orchestrator(store, owner="t"), version="t", gate=gate)
+        client = TestClient(app)
+        answer = client.post("/api/executions", json={"playbook": PLAYBOOK})
+        assert answer.status_code == 201, answer.text
+        assert _lean_of(app).answered == 1
+        assert store.get_execution(answer.json()["execution_id"]) is not None
+    finally:
+        store.close()
