@@ -192,7 +192,7 @@ class PostgresStore(SqlStore, PgQueue):
                 if conn.execute(SQL["insert_execution"], row).fetchone() is None:
                     raise ConcurrencyError(f"execution {record.execution_id} already exists")
                 if prepared is not None:
-                    self._apply(conn, [prepared])
+                    self._initial(conn, [prepared])
             if prepared is not None and self._wakes_workers([prepared]):
                 conn.execute(NOTIFY_TASKS)
         if prepared is not None:
@@ -219,7 +219,7 @@ class PostgresStore(SqlStore, PgQueue):
                     if any(cursor.fetchone() is None for cursor in inserted):
                         raise _Exists
                     if prepared:
-                        self._apply(conn, prepared)
+                        self._initial(conn, prepared)
                 if wakes:
                     conn.execute(NOTIFY_TASKS)
         except StoreUnavailableError:  # the database: every start shares it
@@ -393,6 +393,16 @@ class PostgresStore(SqlStore, PgQueue):
             if exc.sqlstate == REFUSED:
                 raise Refused from None
             raise
+
+    def _initial(self, conn: Conn, prepared: list[PreparedAppend]) -> None:
+        """The first appends of executions this transaction just inserted: nobody else
+        can see their rows yet and they stand at sequence 0, so there is nothing to lock
+        or check when each starts at 0 and consumes no input (else `_apply` checks, and
+        refuses what does not start at 0)."""
+        if any(item.expected_seq != 0 for item in prepared) or inputs_to_check(prepared):
+            self._apply(conn, prepared)
+        else:
+            send(conn, prepared, checked=False)
 
     def _apply(
         self,
