@@ -225,8 +225,9 @@ EXPECTED_COLUMNS: dict[str, list[tuple[str, str, str]]] = {
 ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
     " 0008_checkpoints, 0009_retention, 0010_schedules, 0011_commit_guard,"
-    " 0012_lean_event_log, 0013_commit_function"
+    " 0012_lean_event_log, 0013_commit_function, 0014_commit_by_keys"
 )
+VERSIONS = list(range(1, 15))
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
     "execution": ["execution_id"],
@@ -337,15 +338,16 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0011_commit_guard",
         "0012_lean_event_log",
         "0013_commit_function",
+        "0014_commit_by_keys",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS
     assert migrate_schema(pg_empty_database) == []
     status = schema_status(pg_empty_database)
     assert (status.applied, status.pending, status.version) == (
-        [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13],
+        VERSIONS,
         [],
-        13,
+        VERSIONS[-1],
     )
 
 
@@ -381,8 +383,8 @@ def test_processes_migrating_at_once_apply_each_migration_once(pg_empty_database
         thread.join(timeout=30)
 
     assert errors == []
-    assert sorted(results) == [[], [], [], [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]]
-    assert schema_status(pg_empty_database).applied == [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13]
+    assert sorted(results) == [[], [], [], VERSIONS]
+    assert schema_status(pg_empty_database).applied == VERSIONS
 
 
 def test_the_search_path_of_the_dsn_chooses_the_schema(pg_empty_database: str) -> None:
@@ -416,9 +418,9 @@ def test_noetl_db_init_twice_is_idempotent(pg_empty_database: str) -> None:
         assert proc.returncode == 0, proc.stderr
         assert "s3cr3t" not in proc.stdout + proc.stderr
     assert f"applied {ALL_MIGRATIONS}" in first.stdout
-    assert "already initialized (schema version 13)" in second.stdout
+    assert "already initialized (schema version 14)" in second.stdout
     assert "applied" not in migrate.stdout
-    assert "at schema version 13" in migrate.stdout
+    assert "at schema version 14" in migrate.stdout
     assert status.stdout.splitlines()[1:] == [
         "applied:  " + ALL_MIGRATIONS,
         "pending:  none",
