@@ -229,9 +229,11 @@ def _start_and_wait(
     body = json.dumps({"playbook": text} if path is None else {"path": path}).encode()
     post = _Poster(url, token, body)
     started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=min(8, runs)) as pool:
-        ids = list(pool.map(post, range(runs)))
-    post.close()
+    try:
+        with ThreadPoolExecutor(max_workers=min(8, runs)) as pool:
+            ids = list(pool.map(post, range(runs)))
+    finally:
+        post.close()
     pending = set(ids)
     deadline = time.monotonic() + timeout
     # One light query per poll (status only), so watching does not load the database.
