@@ -73,6 +73,13 @@ def worker_group() -> None:
     help="Decide what follows a task that was its execution's only one in flight here, "
     "and run the next task at once (else every outcome goes to the server).",
 )
+@setting_option(
+    "worker.chain_steps",
+    "--chain-steps",
+    type=click.IntRange(0, 64),
+    help="Short python steps a worker may run past a task it continues before it commits "
+    "them together (0: commit each step on its own).",
+)
 @bus_option
 @setting_option(
     "secrets.file",
@@ -173,6 +180,8 @@ def worker_start(*, settings: Settings) -> None:
                     lease_s=config.lease_s,
                     poll_s=config.poll_s,
                     worker_id=worker_id,
+                    chain_steps=config.chain_steps,
+                    chain_ms=config.chain_ms,
                 ),
                 decider=decider if config.continue_ else None,
                 observer=observer,

@@ -252,6 +252,10 @@ class WorkerSettings(Section):
     lease_s: Annotated[float, Field(gt=0, le=3600)] = 30.0
     poll_s: Annotated[float, Field(gt=0, le=60)] = 0.5
     continue_: bool = Field(default=True, alias="continue")
+    # A continuation's chain (noetl.worker.chain): the short python steps it may run past
+    # its task before it commits them together (0: none), and for how long at most.
+    chain_steps: Annotated[int, Field(ge=0, le=64)] = 8
+    chain_ms: Annotated[float, Field(ge=0, le=10_000)] = 25.0
     # The largest result (as JSON) a task may return; a bigger one fails the task. Also
     # the limit of `noetl run`'s in-process workers.
     max_result_bytes: Annotated[int, Field(ge=1024, le=1 << 30)] = 16 * 1024 * 1024

@@ -139,3 +139,45 @@ def _queue_changes(
         elif isinstance(command, StartTimer):
             timers.append(Timer(command.delay_s, dict(command.payload)))
     return {"enqueue": enqueue, "requeue": requeue, "cancel_tasks": cancel, "timers": timers}
+
+
+def plain(append: Append) -> bool:
+    """Whether `append` is a decision a chain may run past (`chain_appends`): events,
+    step states and the tasks it dispatches, nothing else (no finish, no queue changes
+    besides new tasks, no timers, inputs or dead letters)."""
+    return (
+        append.status is None
+        and append.context is None
+        and not append.requeue
+        and not append.cancel_tasks
+        and not append.inputs_done
+        and not append.timers
+        and not append.dead_letters
+        and not append.dead_letter_status
+    )
+
+
+def chain_appends(appends: Sequence[Append]) -> Append:
+    """One append for consecutive decisions of one execution, each continuing the one
+    before (a worker's chain of steps, `noetl.worker.chain`): their events in order, the
+    last state of each step they touched, and the last decision's writes. The tasks the
+    earlier decisions dispatched ran in that chain already: they are not queued (their
+    dispatch events record them, as in the embedded runtime). Every decision but the last
+    must be `plain`."""
+    *earlier, last = appends
+    seq = appends[0].expected_seq
+    for append in appends:
+        if append.execution_id != last.execution_id or append.expected_seq != seq:
+            raise ValueError("a chain's appends must continue one another")
+        seq += len(append.events)
+    if not all(plain(append) for append in earlier):
+        raise ValueError("only the last append of a chain may do more than dispatch")
+    steps: dict[str, dict[str, Any]] = {}
+    for append in appends:
+        steps.update(append.steps)
+    return dataclasses.replace(
+        last,
+        expected_seq=appends[0].expected_seq,
+        events=[event for append in appends for event in append.events],
+        steps=steps,
+    )

@@ -195,6 +195,11 @@ class Lease:
     # in the queue is `expires_at - lease_s - ready_at`; None where the adapter cannot say.
     ready_at: float | None = None
 
+    def queued_s(self, lease_s: float) -> float | None:
+        """How long the task waited between becoming due and being claimed (database
+        clock: the claim time is the lease's expiry less its length); None: unknown."""
+        return None if self.ready_at is None else self.expires_at - lease_s - self.ready_at
+
 
 @dataclass(frozen=True, slots=True)
 class NewExecution:

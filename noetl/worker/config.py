@@ -24,6 +24,10 @@ class WorkerConfig:
     heartbeat_s: float | None = None  # default: a third of the lease
     poll_s: float = 0.5
     worker_id: str = ""
+    # Steps a continuation may run past its task before it commits, and for how long
+    # (`noetl.worker.chain`); 0 steps: none.
+    chain_steps: int = 8
+    chain_ms: float = 25.0
 
     def heartbeat_interval(self) -> float:
         return self.heartbeat_s if self.heartbeat_s is not None else self.lease_s / 3

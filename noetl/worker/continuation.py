@@ -11,6 +11,8 @@ cancel, another server), or anything else goes wrong, nothing is written and the
 takes the inbox path (`None`), where a server decides with its full error handling.
 The one task a continuation leases this worker may start in a python child while its
 commit is sent (`noetl.worker.ahead.EarlyStart`); it is stopped if the commit fails.
+Or, when it is a short python step, the continuation runs it at once and decides on it
+too, and commits the whole chain in one transaction (`noetl.worker.chain`).
 """
 
 from __future__ import annotations
@@ -19,26 +21,57 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from noetl.core import ConcurrencyError, Event, EventType, Outcome, Task
-from noetl.decision.decider import Decider
+from noetl.decision.appends import chain_appends, plain
+from noetl.decision.decider import Cached, Decider
 from noetl.decision.group_commit import GroupCommit
 from noetl.errors import NoetlError
 from noetl.store.base import Append, Completed, Completion, Lease, Store
 from noetl.worker.ahead import EarlyStart
+from noetl.worker.chain import Chain
+from noetl.worker.config import WorkerConfig
 
 log = logging.getLogger("noetl.worker")
+STRIPES = 4096
 
 
 @dataclass(frozen=True, slots=True)
 class Continued:
-    """What a continuation did: committed, with this worker's next tasks (`leases`), or
-    `refused` (the task's lease was no longer held; nothing was written)."""
+    """What a continuation did: committed, with this worker's next tasks (`leases`) and
+    the tasks it ran in a chain and committed with it (`chained`, `noetl.worker.chain`),
+    or `refused` (the task's lease was no longer held; nothing was written)."""
 
     leases: list[Lease]
     refused: bool = False
+    chained: tuple[tuple[Task, Outcome], ...] = ()
+
+
+def continuation_for(
+    decider: Decider | None,
+    store: Store,
+    config: WorkerConfig,
+    *,
+    worker_id: str,
+    held: Callable[[str], bool],
+    early: EarlyStart | None,
+    chain: Callable[[], Chain],
+) -> Continuation | None:
+    """A worker's continuation (None without a decider: the worker reports every outcome
+    through the inbox), with a chain (`chain()`) unless `config.chain_steps` is 0."""
+    if decider is None:
+        return None
+    return Continuation(
+        decider,
+        store,
+        worker_id=worker_id,
+        lease_s=config.lease_s,
+        held=held,
+        early=early,
+        chain=chain() if config.chain_steps > 0 else None,
+    )
 
 
 def may_continue(lease: Lease) -> bool:
@@ -65,14 +98,18 @@ class Continuation:
         lease_s: float,
         held: Callable[[str], bool] = lambda task_id: False,
         early: EarlyStart | None = None,
+        chain: Chain | None = None,
     ) -> None:
         self.decider = decider
         self.early = early
+        self.chain = chain
         self.held = held
         self.store = store
         self.worker_id = worker_id
         self.lease_s = lease_s
-        self._stripes = [threading.Lock() for _ in range(64)]
+        # One thread at a time decides for an execution. A chain holds its stripe while it
+        # runs its steps: enough stripes that other executions' threads seldom share it.
+        self._stripes = [threading.Lock() for _ in range(STRIPES)]
         # Continuations that end while one commits go together in the next commit.
         self.commits: GroupCommit[Completion, Completed] = GroupCommit(self._commit_many)
 
@@ -133,27 +170,13 @@ class Continuation:
             return None
         if any(other != task.task_id and not self.held(other) for other in state.tasks):
             return None  # another worker's task is in flight: its outcome may come first
-        now = time.time()
-        before = state.seq
-        event = Event(
-            0, EventType.TOOL_PROCESSED, task.execution_id, now, None, outcome.to_payload()
-        )
-        decision = cached.engine.decide(state, event, now)
-        append = decider.append(
-            state,
-            before=before,
-            events=decision.events,
-            commands=decision.commands,
-            now=now,
-            playbook=cached.engine.playbook,
-        )
-        # Only its own pool's tasks: a `sinks` task waits for the pool it was queued in.
-        mine = [item.task.task_id for item in append.enqueue if item.pool == decider.pool]
-        lease_ids = mine[: max(free(), 0)]
-        sent = self._start_early(append, lease_ids)
+        append, run = self._run_chain(cached, task, outcome, free)
+        sent = None if run.failed is not None else self._start_early(append, run.lease_ids)
         leases: Completed = None
         try:
-            leases = self.commits.submit(Completion(task.task_id, lease.token, append, lease_ids))
+            leases = self.commits.submit(
+                Completion(task.task_id, lease.token, append, run.lease_ids)
+            )
         finally:
             if sent is not None and not _leases(leases, sent):
                 assert self.early is not None
@@ -163,15 +186,98 @@ class Continuation:
         if leases is None:
             decider.forget(task.execution_id)  # its state holds a decision not written
             return Continued([], refused=True)
+        if run.failed is not None:
+            self._hold(leases, *run.failed)
+        done = Continued(leases, chained=tuple(run.chained))
         try:
             decider.committed([append])
         except Exception:  # committed: the leases it returned must still be run
             log.exception("after continuing %s", task.task_id)
             decider.forget(task.execution_id)
-            return Continued(leases)
+            return done
         if state.terminal:
             decider.forget(task.execution_id)  # finished: nothing more to decide for it
-        return Continued(leases)
+        return done
+
+    def _run_chain(
+        self, cached: Cached, task: Task, outcome: Outcome, free: Callable[[], int]
+    ) -> tuple[Append, _Run]:
+        """Decide on `outcome`, then run and decide on the tasks the chain may take
+        (`_chainable`), up to the first that fails (kept in `failed`: leased to this
+        worker, it reports that outcome). One append for all those decisions, and the
+        rest of what was done (`_Run`)."""
+        run = _Run()
+        appends: list[Append] = []
+        began = time.monotonic()
+        while True:
+            if self.chain is not None:
+                self.chain.observe(cached.engine, task, outcome)
+            append = self._decide(cached, task, outcome)
+            appends.append(append)
+            # Only its own pool's tasks: a `sinks` task waits for the pool it was queued in.
+            mine = [item.task.task_id for item in append.enqueue if item.pool == self.decider.pool]
+            run.lease_ids = mine[: max(free(), 0)]
+            nxt = self._chainable(cached, append, run.lease_ids, len(run.chained), began)
+            if nxt is None:
+                break
+            assert self.chain is not None
+            outcome = self.chain.run(nxt)
+            if not outcome.ok:
+                run.failed = (nxt, outcome)
+                break
+            task = nxt
+            run.chained.append((task, outcome))
+        return (appends[0] if len(appends) == 1 else chain_appends(appends)), run
+
+    def _hold(self, leases: list[Lease], task: Task, outcome: Outcome) -> None:
+        """Keep the failed outcome of a chained task for the lease the commit returned
+        (its worker reports it instead of running the task again)."""
+        assert self.chain is not None
+        for leased in leases:
+            if leased.task.task_id == task.task_id:
+                self.chain.hold(leased, outcome)
+
+    def _decide(self, cached: Cached, task: Task, outcome: Outcome) -> Append:
+        """The append of the engine's decision on `task`'s successful `outcome` (the
+        cached state moves on with it)."""
+        state = cached.state
+        now = time.time()
+        before = state.seq
+        event = Event(
+            0, EventType.TOOL_PROCESSED, task.execution_id, now, None, outcome.to_payload()
+        )
+        decision = cached.engine.decide(state, event, now)
+        return self.decider.append(
+            state,
+            before=before,
+            events=decision.events,
+            commands=decision.commands,
+            now=now,
+            playbook=cached.engine.playbook,
+        )
+
+    def _chainable(
+        self, cached: Cached, append: Append, lease_ids: list[str], depth: int, began: float
+    ) -> Task | None:
+        """The task `append` dispatches that the chain may run before the commit: the only
+        one it dispatches, to this worker, a plain decision (`plain`), the only task in
+        flight of its execution, while the chain is within its steps and its time."""
+        chain = self.chain
+        if (
+            chain is None
+            or depth >= chain.steps
+            or len(append.enqueue) != 1
+            or len(lease_ids) != 1
+            or not plain(append)
+            or time.monotonic() - began > chain.budget_s
+        ):
+            return None
+        item = append.enqueue[0]
+        if item.delay_s or item.task.task_id != lease_ids[0]:
+            return None
+        if set(cached.state.tasks) != {item.task.task_id}:
+            return None  # another task is in flight: its outcome may come first
+        return item.task if chain.may_run(cached.engine, item.task) else None
 
     def _start_early(self, append: Append, lease_ids: list[str]) -> Task | None:
         """Start the one task this commit is to lease this worker in a python child now
@@ -182,6 +288,16 @@ class Continuation:
             if item.task.task_id == lease_ids[0]:
                 return self.early.start(item.task)
         return None
+
+
+@dataclass(slots=True)
+class _Run:
+    """What `_run_chain` did besides its append: the tasks of that append to lease to this
+    worker, the tasks run in the chain, and a chained task that failed."""
+
+    lease_ids: list[str] = field(default_factory=list)
+    chained: list[tuple[Task, Outcome]] = field(default_factory=list)
+    failed: tuple[Task, Outcome] | None = None
 
 
 def _leases(leases: Completed, task: Task) -> bool:

@@ -44,21 +44,24 @@ class ReportPaths:
 
     def report(
         self, lease: Lease, outcome: Outcome, free_slots: Callable[[], int]
-    ) -> tuple[ReportPath | None, list[Lease]]:
+    ) -> tuple[ReportPath | None, list[Lease], int]:
         """Report the outcome: by deciding its continuation here when that applies (the
         leases it returns are this worker's next tasks), else through the inbox. The path
-        it took (None: sent without an answer)."""
+        it took (None: sent without an answer), and how many tasks the continuation ran
+        in its chain and committed with it (`noetl.worker.chain`)."""
         task = lease.task
         if self._continuation is not None and outcome.ok and may_continue(lease):
             done = self._continuation.attempt(lease, outcome, free_slots)
             if done is not None and done.refused:
                 log.info("result of %s refused: lease no longer held", task.task_id)
                 self.observe(task, outcome, "refused")
-                return "refused", []
+                return "refused", [], 0
             if done is not None:
                 self.observe(task, outcome, "continued")  # its leases must run regardless
-                return "continued", done.leases
-        return self.complete(lease, outcome), []
+                for chained, result in done.chained:  # run and committed in its chain
+                    self.observe(chained, result, "continued")
+                return "continued", done.leases, len(done.chained)
+        return self.complete(lease, outcome), [], 0
 
     def complete(self, lease: Lease, outcome: Outcome) -> ReportPath | None:
         """Report the outcome to the inbox with the lease's token, through the reporter

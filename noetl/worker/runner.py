@@ -47,8 +47,9 @@ from noetl.observability import NOOP, Observer, ReportPath
 from noetl.store.base import Lease, Store, WorkerRecord
 from noetl.worker._threads import TaskThreads
 from noetl.worker.ahead import AHEAD_CLAIMED, EarlyStart, Pace, pool_of, run_ahead, sendable
+from noetl.worker.chain import Chain
 from noetl.worker.config import WorkerConfig, WorkerStats, default_worker_id
-from noetl.worker.continuation import Continuation, may_continue
+from noetl.worker.continuation import continuation_for, may_continue
 from noetl.worker.heartbeats import Heartbeats
 from noetl.worker.in_flight import InFlightTable
 from noetl.worker.report_paths import ReportPaths
@@ -100,18 +101,24 @@ class Worker:
             if self._pool is None
             else EarlyStart(self._pool, self._pace, self.workloads, self._hard_stop.is_set)
         )
-        self._continuation = (
-            None
-            if decider is None
-            else Continuation(
-                decider,
-                store,
-                worker_id=self.worker_id,
-                lease_s=config.lease_s,
-                held=lambda task_id: self._in_flight.get(task_id) is not None,
-                early=self._early,
-            )
+        self._continuation = continuation_for(
+            decider,
+            store,
+            config,
+            worker_id=self.worker_id,
+            held=lambda task_id: self._in_flight.get(task_id) is not None,
+            early=self._early,
+            chain=lambda: Chain(
+                tools,
+                self._pace,
+                self.workloads,
+                self._hard_stop.is_set,
+                observer,
+                steps=config.chain_steps,
+                budget_s=config.chain_ms / 1000,
+            ),
         )
+        self._chain = None if self._continuation is None else self._continuation.chain
         self._reporter = Reporter(
             store, give_up_s=max(config.lease_s, 5.0), errors=self.stats.errors
         )
@@ -269,7 +276,7 @@ class Worker:
         self._in_flight.track(leases)
         for lease in leases:
             try:
-                self.observer.claimed(lease.task, _queued_s(lease, self.config.lease_s))
+                self.observer.claimed(lease.task, lease.queued_s(self.config.lease_s))
             except Exception:
                 log.exception("observing the claim of %s failed", lease.task.task_id)
         for group in self._groups(leases):
@@ -424,8 +431,9 @@ class Worker:
     def _outcome(self, lease: Lease, task: Task) -> Outcome | None:
         """Run the task's tool; None when its outcome is not to be reported (the task was
         handed back meanwhile)."""
-        try:
-            outcome = self.tools.run(task)
+        try:  # a task a chain ran already (and failed) is reported, not run again
+            held = None if self._chain is None else self._chain.take(lease)
+            outcome = self.tools.run(task) if held is None else held
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = Outcome(
                 task.task_id,
@@ -463,8 +471,11 @@ class Worker:
     def _report(self, lease: Lease, outcome: Outcome) -> list[Lease]:
         """Report the outcome (noetl.worker.report_paths); the leases its continuation
         returned are this worker's next tasks."""
-        path, leases = self._paths.report(lease, outcome, lambda: self._free_after(lease.task))
+        path, leases, chained = self._paths.report(
+            lease, outcome, lambda: self._free_after(lease.task)
+        )
         self._count(path)
+        self.stats.continued += chained
         return leases
 
     def _complete(self, lease: Lease, outcome: Outcome) -> None:
@@ -485,11 +496,3 @@ class Worker:
             return 0
         own = 0 if self.tools.waits(task.kind) else 1  # this task's slot is free again
         return self.config.concurrency - self.busy() + own
-
-
-def _queued_s(lease: Lease, lease_s: float) -> float | None:
-    """How long the task waited between becoming due and being claimed (database clock:
-    the claim time is the lease's expiry less its length)."""
-    if lease.ready_at is None:
-        return None
-    return lease.expires_at - lease_s - lease.ready_at

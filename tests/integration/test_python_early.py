@@ -138,7 +138,8 @@ def worker_of(store: Store) -> tuple[Worker, Counting]:
     worker = Worker(
         store,
         default_registry(pool),
-        WorkerConfig(worker_id="w", concurrency=2, poll_s=0.02),
+        # No chain (noetl.worker.chain, tested on its own): each step is committed alone.
+        WorkerConfig(worker_id="w", concurrency=2, poll_s=0.02, chain_steps=0),
         decider=Decider(store),
     )
     # As after short python tasks, whatever this machine's load makes of these ones.

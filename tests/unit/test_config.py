@@ -312,6 +312,8 @@ BAD_VALUES = [
     ("worker.lease_s", "0", "greater than 0"),
     ("worker.poll_s", "fast", "valid number"),
     ("worker.continue", "maybe", "valid boolean"),
+    ("worker.chain_steps", "65", "less than or equal to 64"),
+    ("worker.chain_ms", "-1", "greater than or equal to 0"),
     ("worker.result_inline_bytes", "1023", "greater than or equal to 1024"),
     ("worker.result_inline_bytes", "33554432", "at most worker.max_result_bytes (16777216)"),
     ("run.workers", "257", "less than or equal to 256"),

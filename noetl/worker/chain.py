@@ -1,0 +1,127 @@
+"""A chain: the steps a worker's continuation runs before it commits (local steps).
+
+A continuation decides what follows a task right where it ran (`noetl.worker.continuation`).
+When that decision dispatches one short python task to this worker and nothing else, the
+worker may run that task at once, decide on its outcome too, and so on, and commit the
+whole chain in ONE transaction: the first task done, every decision's events in order,
+and what the last decision dispatches. A chain of five steps costs one commit instead of
+five. The tasks run inside a chain get no queue row: their dispatch events record them,
+as in the embedded runtime. (Temporal's local activities make the same trade.)
+
+What a chain gives up is the durability of each step on its own: until the chain commits,
+the steps it ran are known to this worker only. If the worker dies, or the commit is
+refused (a cancel, another server), the first task's outcome is reported through the
+inbox as usual and the chained steps run again when they are dispatched again: at least
+once, as every task is. That is why a chain is short, in steps (`steps`) and in time
+(`budget_s`: no step starts past it), and only takes python tasks with no secrets or
+sinks of a step that last ran in less than that time on this worker (`observe`), or, for
+a step not seen yet, while the worker's recent python tasks ran under a millisecond
+(`Pace.short`): a step seen to run long is not held in a chain again. A chained task
+that fails ends the chain: the commit leases it to this worker and its outcome (`take`)
+goes through the inbox, where failures are decided.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+
+from noetl.core import Outcome, Task
+from noetl.decision.workloads import Workloads
+from noetl.engine import Engine
+from noetl.observability import Observer
+from noetl.store.base import Lease
+from noetl.worker.ahead import Pace, sendable
+from noetl.worker.tools import ToolRegistry
+
+__all__ = ["CHAIN_MS", "CHAIN_STEPS", "Chain"]
+
+# Defaults: steps a chain runs past its first task, and how long it may keep running them.
+CHAIN_STEPS = 8
+CHAIN_MS = 25.0
+
+
+class Chain:
+    """Runs the tasks a continuation chains (`may_run`, `run`), and keeps the outcome of a
+    chained task that failed until its worker runs its lease (`hold`, `take`)."""
+
+    def __init__(
+        self,
+        tools: ToolRegistry,
+        pace: Pace,
+        workloads: Workloads,
+        stopping: Callable[[], bool],
+        observer: Observer,
+        *,
+        steps: int = CHAIN_STEPS,
+        budget_s: float = CHAIN_MS / 1000,
+    ) -> None:
+        if steps < 1:
+            raise ValueError("a chain runs at least one step (or none is made)")
+        self.steps = steps
+        self.budget_s = budget_s
+        self._tools = tools
+        self._pace = pace
+        self._workloads = workloads
+        self._stopping = stopping
+        self._observer = observer
+        self._held: dict[tuple[str, int], Outcome] = {}
+        # How long each python step of a playbook last took, by the playbook's engine.
+        self._took: weakref.WeakKeyDictionary[Engine, dict[str, float]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def observe(self, engine: Engine, task: Task, outcome: Outcome) -> None:
+        """Note how long a python task of `engine`'s playbook took (decided by this
+        worker's continuation): a step is chained only while it last ran short."""
+        if task.kind != "python" or outcome.duration_ms is None:
+            return
+        with self._lock:
+            took = self._took.get(engine)
+            if took is None:
+                took = self._took[engine] = {}
+            took[task.step] = outcome.duration_ms
+
+    def may_run(self, engine: Engine, task: Task) -> bool:
+        """Whether `task` may run in a chain: a python task with no secrets and no sinks,
+        not a loop item, of a step that last ran here in less than the chain's time (a
+        step that runs long is not held in a chain), or of a step not seen yet while the
+        recent python tasks ran short (`Pace.short`); its execution's workload at hand,
+        the worker not stopping."""
+        if not sendable(task) or task.sinks or task.index is not None or self._stopping():
+            return False
+        with self._lock:
+            took = self._took.get(engine, {}).get(task.step)
+        short = self._pace.short if took is None else took < self.budget_s * 1000
+        return short and self._workloads.known(task.execution_id)
+
+    def run(self, task: Task) -> Outcome:
+        """Run `task` through the worker's tool chain (its workload attached); a tool's
+        error past the registry's guards is a failed outcome."""
+        self._observer.claimed(task, 0.0)
+        try:
+            outcome = self._tools.run(self._workloads.attach(task))
+        except Exception as exc:  # the registry already guards; this is the last line
+            outcome = Outcome(
+                task.task_id,
+                ok=False,
+                error=str(exc),
+                error_type=type(exc).__name__,
+                retryable=getattr(exc, "retryable", False) is True,
+            )
+        self._pace.observe(task, outcome)
+        return outcome
+
+    def hold(self, lease: Lease, outcome: Outcome) -> None:
+        """Keep the outcome of a chained task its commit leased to this worker."""
+        with self._lock:
+            self._held[lease.task.task_id, lease.token] = outcome
+
+    def take(self, lease: Lease) -> Outcome | None:
+        """The outcome held for `lease` (then forgotten), or None: run it. By the lease's
+        token too: a task handed back as the worker stopped is not taken for a later
+        lease of the same task (it may be retried under its id)."""
+        with self._lock:
+            return self._held.pop((lease.task.task_id, lease.token), None)
