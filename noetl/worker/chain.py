@@ -29,7 +29,6 @@ from collections.abc import Callable
 
 from noetl.core import Outcome, Task
 from noetl.decision.workloads import Workloads
-from noetl.engine import Engine
 from noetl.observability import Observer
 from noetl.store.base import Lease
 from noetl.worker.ahead import Pace, sendable
@@ -68,23 +67,24 @@ class Chain:
         self._observer = observer
         self._held: dict[tuple[str, int], Outcome] = {}
         # How long each python step of a playbook last took, by the playbook's engine.
-        self._took: weakref.WeakKeyDictionary[Engine, dict[str, float]] = (
+        self._took: weakref.WeakKeyDictionary[object, dict[str, float]] = (
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
 
-    def observe(self, engine: Engine, task: Task, outcome: Outcome) -> None:
-        """Note how long a python task of `engine`'s playbook took (decided by this
-        worker's continuation): a step is chained only while it last ran short."""
+    def observe(self, playbook: object, task: Task, outcome: Outcome) -> None:
+        """Note how long a python task of `playbook` took (decided by this worker's
+        continuation; `playbook` is what stands for one playbook text, its engine): a step
+        seen to run long is not chained."""
         if task.kind != "python" or outcome.duration_ms is None:
             return
         with self._lock:
-            took = self._took.get(engine)
+            took = self._took.get(playbook)
             if took is None:
-                took = self._took[engine] = {}
+                took = self._took[playbook] = {}
             took[task.step] = outcome.duration_ms
 
-    def may_run(self, engine: Engine, task: Task) -> bool:
+    def may_run(self, playbook: object, task: Task) -> bool:
         """Whether `task` may run in a chain: a python task with no secrets and no sinks,
         not a loop item, of a step that last ran here in less than the chain's time (a
         step that runs long is not held in a chain), or of a step not seen yet while the
@@ -93,7 +93,7 @@ class Chain:
         if not sendable(task) or task.sinks or task.index is not None or self._stopping():
             return False
         with self._lock:
-            took = self._took.get(engine, {}).get(task.step)
+            took = self._took.get(playbook, {}).get(task.step)
         short = self._pace.short if took is None else took < self.budget_s * 1000
         return short and self._workloads.known(task.execution_id)
 
