@@ -32,6 +32,7 @@ from noetl.decision.workloads import Workloads
 from noetl.observability import Observer
 from noetl.store.base import Lease
 from noetl.worker.ahead import Pace, sendable
+from noetl.worker.reporting import tool_error
 from noetl.worker.tools import ToolRegistry
 
 __all__ = ["CHAIN_MS", "CHAIN_STEPS", "Chain"]
@@ -104,13 +105,7 @@ class Chain:
         try:
             outcome = self._tools.run(self._workloads.attach(task))
         except Exception as exc:  # the registry already guards; this is the last line
-            outcome = Outcome(
-                task.task_id,
-                ok=False,
-                error=str(exc),
-                error_type=type(exc).__name__,
-                retryable=getattr(exc, "retryable", False) is True,
-            )
+            outcome = tool_error(task.task_id, exc)
         self._pace.observe(task, outcome)
         return outcome
 

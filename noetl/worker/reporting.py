@@ -60,6 +60,18 @@ def refused_outcome(outcome: Outcome, exc: BaseException) -> Outcome:
     )
 
 
+def tool_error(task_id: str, exc: Exception) -> Outcome:
+    """The failed outcome of a tool's error past the registry's guards (the last line):
+    the error as it is, retryable when the exception says so."""
+    return Outcome(
+        task_id,
+        ok=False,
+        error=str(exc),
+        error_type=type(exc).__name__,
+        retryable=getattr(exc, "retryable", False) is True,
+    )
+
+
 def worker_failure(task_id: str, exc: BaseException, *, started: bool) -> Outcome:
     """The failed outcome of a task the worker itself failed: it could not start it
     (retryable: another worker may have what this one lacks), or a bug past the tool's

@@ -53,7 +53,7 @@ from noetl.worker.continuation import continuation_for, may_continue
 from noetl.worker.heartbeats import Heartbeats
 from noetl.worker.in_flight import InFlightTable
 from noetl.worker.report_paths import ReportPaths
-from noetl.worker.reporting import Reporter, worker_failure
+from noetl.worker.reporting import Reporter, tool_error, worker_failure
 from noetl.worker.tools import ToolRegistry
 
 __all__ = ["Worker", "WorkerConfig", "WorkerStats", "default_worker_id"]
@@ -435,13 +435,7 @@ class Worker:
             held = None if self._chain is None else self._chain.take(lease)
             outcome = self.tools.run(task) if held is None else held
         except Exception as exc:  # the registry already guards; this is the last line
-            outcome = Outcome(
-                task.task_id,
-                ok=False,
-                error=str(exc),
-                error_type=type(exc).__name__,
-                retryable=getattr(exc, "retryable", False) is True,
-            )
+            outcome = tool_error(task.task_id, exc)
         entry = self._in_flight.get(task.task_id)
         lost = entry.lost if entry else True
         if entry is not None and entry.waits and self._should_stop() and not lost:

@@ -11,7 +11,6 @@ import dataclasses
 import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -48,8 +47,8 @@ def worker_of(
     monkeypatch_pace(worker)
     if worker._chain is not None:
         seen = functools.partial(Chain.observe, worker._chain)
-        worker._chain.observe = lambda engine, task, outcome: seen(  # type: ignore[method-assign]
-            engine, task, dataclasses.replace(outcome, duration_ms=1.0)
+        worker._chain.observe = lambda playbook, task, outcome: seen(  # type: ignore[method-assign]
+            playbook, task, dataclasses.replace(outcome, duration_ms=1.0)
         )
     return worker
 
@@ -165,16 +164,23 @@ def test_only_python_tasks_without_secrets_sinks_or_a_loop_are_chained(
         assert not worker._chain.may_run(engine, other), other
 
 
-def test_a_chain_keeps_to_its_length(store: Store, pool: PythonPool) -> None:
+def chained_once_taught(
+    store: Store, pool: PythonPool, *, chain_steps: int = 8, chain_ms: float = 25.0
+) -> tuple[Worker, str]:
+    """A worker that has seen CHAIN's steps, and a second execution it ran (done, `ok`)."""
     orchestrator = Orchestrator(store, owner="server")
-    worker = worker_of(store, pool, chain_steps=2)
+    worker = worker_of(store, pool, chain_steps=chain_steps, chain_ms=chain_ms)
     taught(store, worker, orchestrator, CHAIN)
     execution_id = orchestrator.start_execution(CHAIN)
     run_all(worker, claimed(store, worker))
-
     record = store.get_execution(execution_id)
     assert record is not None and record.status is ExecutionStatus.OK, record
     assert record.context["v"] == 6
+    return worker, execution_id
+
+
+def test_a_chain_keeps_to_its_length(store: Store, pool: PythonPool) -> None:
+    worker, execution_id = chained_once_taught(store, pool, chain_steps=2)
     # s0 with s1 and s2; then s3 (leased by that commit) with s4 and s5.
     assert commits(worker) == 6 + 2
     rows = [store.get_task(task_id) is not None for task_id in task_ids(store, execution_id)]
@@ -182,14 +188,7 @@ def test_a_chain_keeps_to_its_length(store: Store, pool: PythonPool) -> None:
 
 
 def test_a_chain_keeps_to_its_time(store: Store, pool: PythonPool) -> None:
-    orchestrator = Orchestrator(store, owner="server")
-    worker = worker_of(store, pool, chain_ms=0)
-    taught(store, worker, orchestrator, CHAIN)
-    execution_id = orchestrator.start_execution(CHAIN)
-    run_all(worker, claimed(store, worker))
-
-    record = store.get_execution(execution_id)
-    assert record is not None and record.status is ExecutionStatus.OK, record
+    worker, _ = chained_once_taught(store, pool, chain_ms=0)
     assert commits(worker) == 6 + 6  # no time to run anything past a task: one each
 
 
@@ -201,9 +200,9 @@ def test_a_step_that_last_ran_long_is_not_chained(store: Store, pool: PythonPool
     assert chain is not None
     record_of = functools.partial(Chain.observe, chain)  # not as short as `worker_of` says
 
-    def slow_s3(engine: Any, task: Task, outcome: Outcome) -> None:
+    def slow_s3(playbook: object, task: Task, outcome: Outcome) -> None:
         took = 30.0 if task.step == "s3" else 1.0  # s3 past the 25 ms
-        record_of(engine, task, dataclasses.replace(outcome, duration_ms=took))
+        record_of(playbook, task, dataclasses.replace(outcome, duration_ms=took))
 
     chain.observe = slow_s3  # type: ignore[method-assign]
     taught_again = orchestrator.start_execution(CHAIN)  # s3 last ran long now
