@@ -364,3 +364,54 @@ def test_killed_worker_waiting_for_children_is_replaced_without_duplicate_childr
     reclaimed = [e["payload"]["task_id"] for e in events if e["type"] == "task.reclaimed"]
     assert f"{execution_id}.call.0" in reclaimed
     assert set(runs(out)) == {"c1", "c2", "c3"}
+
+
+RECORD_SLEEPY = RECORD.replace(
+    'time.sleep(args.get("sleep", 0))', 'time.sleep(float(args.get("sleep") or 0))'
+)
+
+
+def test_a_worker_killed_mid_chain_leaves_none_of_the_chain_written(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A worker runs s1 to s3 in a chain after s0 (`noetl.worker.chain`) and is killed
+    while s3 runs: none of the chain was written, s0's lease expires, and another worker
+    runs s0 to s3 again (at least once, as every task) and the rest once; the log holds
+    each step once."""
+    names = [f"s{i}" for i in range(6)]
+    lines = ["apiVersion: noetl.io/v2", "kind: Playbook", "metadata: {name: chained}", "workflow:"]
+    for index, name in enumerate(names):
+        sleep = "{{ workload.sleep }}" if name == "s3" else "0"
+        lines += [
+            f"  - step: {name}",
+            "    tool:",
+            "      kind: python",
+            f"      code: {json.dumps(RECORD_SLEEPY)}",
+            f'      args: {{out: "{{{{ workload.out }}}}", step: {name}, sleep: "{sleep}"}}',
+        ]
+        if index + 1 < len(names):
+            lines.append(f"    next: {names[index + 1]}")
+    playbook = "\n".join(lines) + "\n"
+    # A chain may take steps that last ran in under 10 s, for up to 10 s.
+    cluster.env["NOETL_WORKER_CHAIN_MS"] = "10000"
+    cluster.start_server()
+    first = cluster.start_worker("w1", lease_s=2.0, concurrency=1)
+    seen = tmp_path / "seen.txt"
+    taught = cluster.start_execution(playbook, {"out": str(seen), "sleep": 0})
+    assert cluster.wait_finished(taught, timeout=60)["status"] == "ok"
+
+    out = tmp_path / "runs.txt"  # s3 now runs long, but it last ran short: chained
+    execution_id = cluster.start_execution(playbook, {"out": str(out), "sleep": 3})
+    wait_until(lambda: runs(out)["s3"] == 1, 30, "step s3 to run")
+    written = {e["step"] for e in cluster.events(execution_id) if e["type"] == "tool.processed"}
+    assert written == set()  # s0 to s2 ran, and are known to the worker only
+    first.kill9()
+    cluster.start_worker("w2", lease_s=2.0, concurrency=1)
+    result = cluster.wait_finished(execution_id, timeout=60)
+
+    assert result["status"] == "ok", result
+    assert runs(out) == {"s0": 2, "s1": 2, "s2": 2, "s3": 2, "s4": 1, "s5": 1}
+    events = cluster.events(execution_id)
+    assert started_counts(events) == dict.fromkeys(names, 1)
+    assert [e["step"] for e in events if e["type"] == "tool.processed"] == names
+    assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
