@@ -46,7 +46,7 @@ from noetl.worker.python_child import (
     exit_message,
     fork_context,
 )
-from noetl.worker.python_reply import Ahead, elapsed_ms, failed, outcome_of, ran_ms, request_of
+from noetl.worker.python_reply import Ahead, failed, outcome_of, ran_ms, request_of
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
 
@@ -128,9 +128,7 @@ class PythonPool:
             timeout_ms = self._default_timeout_ms if task.timeout_ms is None else task.timeout_ms
         printed = Printed(current_output())
         try:
-            reply, began = self._run_leased(
-                task.task_id, request, max(timeout_ms, 0), deadline, printed
-            )
+            reply = self._run_leased(task.task_id, request, max(timeout_ms, 0), deadline, printed)
         except CallFailure as failure:
             return failed(
                 task,
@@ -140,7 +138,7 @@ class PythonPool:
                 retryable=failure.retryable,
                 stdout=printed.text(),
             )
-        return outcome_of(task, reply, elapsed_ms(began))
+        return outcome_of(task, reply, ran_ms(reply))  # its time in the child
 
     def cancel(self, task_id: str) -> bool:
         """Stop the call running `task_id`: kill its child (it is replaced); that call
@@ -351,10 +349,9 @@ class PythonPool:
         timeout_ms: int,
         deadline: Deadline | None,
         printed: Printed,
-    ) -> tuple[Reply, float]:
-        """The reply, and when the call began (a child was free for it)."""
+    ) -> Reply:
+        """The reply of the call, on a child that was free for it."""
         child = self._acquire()
-        began = time.perf_counter()
         healthy = False
         try:
             child = self._running_child(child, [task_id])
@@ -367,7 +364,7 @@ class PythonPool:
                     self._canceled_ahead.discard(task_id)
             # canceled just as the reply came: the child is (being) killed, replace it
             healthy = not child.canceled
-            return reply, began
+            return reply
         finally:
             self._release(child, healthy)
 

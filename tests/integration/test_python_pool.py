@@ -428,3 +428,22 @@ def test_close_while_a_task_runs(module_path: None) -> None:
     assert [(o.ok, o.error_type, o.retryable) for o in outcomes] == [(False, "CancelError", True)]
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+class SlowToRead(PythonPool):
+    """A pool whose thread reads each reply 0.3 s late (as a busy machine wakes it)."""
+
+    def _run_leased(self, *args: Any, **kwargs: Any) -> Any:
+        answer = super()._run_leased(*args, **kwargs)
+        time.sleep(0.3)
+        return answer
+
+
+def test_a_tasks_duration_is_its_time_in_the_child_not_its_round_trip() -> None:
+    """`duration_ms` is what the child counted: the parent's wake-ups and the pipe are
+    not the task's time (the worker's pace, and a chain's choice of steps, read it)."""
+    with SlowToRead(processes=1) as pool:
+        pool.run(make_task({"code": "def main(context, args):\n    return 1\n"}))  # started
+        outcome = pool.run(make_task({"code": "def main(context, args):\n    return 2\n"}))
+    assert outcome.ok and outcome.this == 2
+    assert outcome.duration_ms is not None and outcome.duration_ms < 250
