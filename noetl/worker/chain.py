@@ -13,12 +13,19 @@ the steps it ran are known to this worker only. If the worker dies, or the commi
 refused (a cancel, another server), the first task's outcome is reported through the
 inbox as usual and the chained steps run again when they are dispatched again: at least
 once, as every task is. That is why a chain is short, in steps (`steps`) and in time
-(`budget_s`: no step starts past it), and only takes python tasks with no secrets or
-sinks of a step that last ran in less than that time on this worker (`observe`), or, for
-a step not seen yet, while the worker's recent python tasks ran under a millisecond
-(`Pace.short`): a step seen to run long is not held in a chain again. A chained task
-that fails ends the chain: the commit leases it to this worker and its outcome (`take`)
-goes through the inbox, where failures are decided.
+(`budget_s`: no step starts past it, and none holds the commit past it), and only takes
+python tasks with no secrets or sinks of a step that last ran in less than that time on
+this worker (`observe`), or, for a step not seen yet, while the worker's recent python
+tasks ran under a millisecond (`Pace.short`): a step seen to run long is not held in a
+chain again.
+
+A chained task is sent to a free child (`PythonPool.start_early`) and waited for until the
+chain's time is up. One that runs longer (`Overran`) ends the chain where it is: the
+commit leases it to this worker, whose run of that lease takes its reply from the child
+it runs in, so a step that turns out long costs its chain nothing but the wait. With no
+child free at once, a step seen short here runs in the next child free; a step not seen
+yet is not chained. A chained task that fails ends the chain: the commit leases it to this
+worker and its outcome (`take`) goes through the inbox, where failures are decided.
 """
 
 from __future__ import annotations
@@ -26,20 +33,28 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
+from typing import NamedTuple
 
 from noetl.core import Outcome, Task
 from noetl.decision.workloads import Workloads
 from noetl.observability import Observer
 from noetl.store.base import Lease
-from noetl.worker.ahead import Pace, sendable
+from noetl.worker.ahead import Pace, pool_of, sendable
 from noetl.worker.reporting import tool_error
 from noetl.worker.tools import ToolRegistry
 
-__all__ = ["CHAIN_MS", "CHAIN_STEPS", "Chain"]
+__all__ = ["CHAIN_MS", "CHAIN_STEPS", "Chain", "Overran"]
 
 # Defaults: steps a chain runs past its first task, and how long it may keep running them.
 CHAIN_STEPS = 8
 CHAIN_MS = 25.0
+
+
+class Overran(NamedTuple):
+    """A chained task still running in its child when the chain's time was up (`task`:
+    as sent, its workload attached)."""
+
+    task: Task
 
 
 class Chain:
@@ -62,6 +77,7 @@ class Chain:
         self.steps = steps
         self.budget_s = budget_s
         self._tools = tools
+        self._pool = pool_of(tools)
         self._pace = pace
         self._workloads = workloads
         self._stopping = stopping
@@ -93,21 +109,39 @@ class Chain:
         the worker not stopping."""
         if not sendable(task) or task.sinks or task.index is not None or self._stopping():
             return False
-        with self._lock:
-            took = self._took.get(playbook, {}).get(task.step)
+        took = self._took_ms(playbook, task)
         short = self._pace.short if took is None else took < self.budget_s * 1000
         return short and self._workloads.known(task.execution_id)
 
-    def run(self, task: Task) -> Outcome:
-        """Run `task` through the worker's tool chain (its workload attached); a tool's
-        error past the registry's guards is a failed outcome."""
+    def run(self, playbook: object, task: Task, within_s: float) -> Outcome | Overran | None:
+        """Run `task` (of `playbook`) in a free child through the worker's tool chain, its
+        workload attached: its outcome (a tool's error past the registry's guards is a
+        failed one) if it ends within `within_s`, else `Overran` (it runs on: the commit
+        is to lease it to this worker). None, with nothing run, when no child is free at
+        once for a step not seen yet; a step seen short waits for one."""
+        attached = self._workloads.attach(task)
+        pool = self._pool
+        if pool is not None and pool.start_early(attached):
+            if not pool.early_ready(attached, within_s):
+                return Overran(attached)
+        elif self._took_ms(playbook, task) is None:
+            return None
         self._observer.claimed(task, 0.0)
         try:
-            outcome = self._tools.run(self._workloads.attach(task))
+            outcome = self._tools.run(attached)
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = tool_error(task.task_id, exc)
         self._pace.observe(task, outcome)
         return outcome
+
+    def forget(self, task: Task) -> None:
+        """An `Overran` task its commit did not lease here after all: stop it."""
+        if self._pool is not None:
+            self._pool.forget_early(task)
+
+    def _took_ms(self, playbook: object, task: Task) -> float | None:
+        with self._lock:
+            return self._took.get(playbook, {}).get(task.step)
 
     def hold(self, lease: Lease, outcome: Outcome) -> None:
         """Keep the outcome of a chained task its commit leased to this worker."""

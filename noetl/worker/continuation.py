@@ -31,7 +31,7 @@ from noetl.decision.group_commit import GroupCommit
 from noetl.errors import NoetlError
 from noetl.store.base import Append, Completed, Completion, Lease, Store
 from noetl.worker.ahead import EarlyStart
-from noetl.worker.chain import Chain
+from noetl.worker.chain import Chain, Overran
 from noetl.worker.config import WorkerConfig
 
 log = logging.getLogger("noetl.worker")
@@ -171,7 +171,9 @@ class Continuation:
         if any(other != task.task_id and not self.held(other) for other in state.tasks):
             return None  # another worker's task is in flight: its outcome may come first
         append, run = self._run_chain(cached, task, outcome, free)
-        sent = None if run.failed is not None else self._start_early(append, run.lease_ids)
+        sent = run.running
+        if sent is None and run.failed is None:
+            sent = self._start_early(append, run.lease_ids)
         leases: Completed = None
         try:
             leases = self.commits.submit(
@@ -179,8 +181,7 @@ class Continuation:
             )
         finally:
             if sent is not None and not _leases(leases, sent):
-                assert self.early is not None
-                self.early.forget(sent)  # not leased here after all: stopped
+                self._forget(sent)  # not leased here after all: stopped
         if isinstance(leases, Exception):
             raise leases  # `attempt` forgets the state: the outcome takes the inbox path
         if leases is None:
@@ -204,8 +205,9 @@ class Continuation:
     ) -> tuple[Append, _Run]:
         """Decide on `outcome`, then run and decide on the tasks the chain may take
         (`_chainable`), up to the first that fails (kept in `failed`: leased to this
-        worker, it reports that outcome). One append for all those decisions, and the
-        rest of what was done (`_Run`)."""
+        worker, it reports that outcome) or runs past the chain's time (`running`: leased
+        to this worker, whose run takes its reply). One append for all those decisions,
+        and the rest of what was done (`_Run`)."""
         run = _Run()
         appends: list[Append] = []
         began = time.monotonic()
@@ -221,7 +223,13 @@ class Continuation:
             if nxt is None:
                 break
             assert self.chain is not None
-            outcome = self.chain.run(nxt)
+            ran = self.chain.run(
+                cached.engine, nxt, self.chain.budget_s - (time.monotonic() - began)
+            )
+            if ran is None or isinstance(ran, Overran):
+                run.running = None if ran is None else ran.task  # leased here, not chained
+                break
+            outcome = ran
             if not outcome.ok:
                 run.failed = (nxt, outcome)
                 break
@@ -279,6 +287,13 @@ class Continuation:
             return None  # another task is in flight: its outcome may come first
         return item.task if chain.may_run(cached.engine, item.task) else None
 
+    def _forget(self, task: Task) -> None:
+        """Stop `task`, sent to a child before a commit that did not lease it here."""
+        if self.early is not None:
+            self.early.forget(task)
+        elif self.chain is not None:
+            self.chain.forget(task)
+
     def _start_early(self, append: Append, lease_ids: list[str]) -> Task | None:
         """Start the one task this commit is to lease this worker in a python child now
         (`EarlyStart`); the task sent, or None."""
@@ -293,11 +308,13 @@ class Continuation:
 @dataclass(slots=True)
 class _Run:
     """What `_run_chain` did besides its append: the tasks of that append to lease to this
-    worker, the tasks run in the chain, and a chained task that failed."""
+    worker, the tasks run in the chain, a chained task that failed, and one still running
+    in its child when the chain's time was up (`noetl.worker.chain.Overran`)."""
 
     lease_ids: list[str] = field(default_factory=list)
     chained: list[tuple[Task, Outcome]] = field(default_factory=list)
     failed: tuple[Task, Outcome] | None = None
+    running: Task | None = None
 
 
 def _leases(leases: Completed, task: Task) -> bool:

@@ -33,7 +33,6 @@ import atexit
 import threading
 import time
 from types import TracebackType
-from typing import NamedTuple
 
 from noetl.core import Outcome, Task
 from noetl.tools.deadline import Deadline
@@ -46,7 +45,7 @@ from noetl.worker.python_child import (
     exit_message,
     fork_context,
 )
-from noetl.worker.python_reply import Ahead, failed, outcome_of, ran_ms, request_of
+from noetl.worker.python_reply import Ahead, Early, failed, outcome_of, ran_ms, request_of
 
 __all__ = ["DEFAULT_TIMEOUT_MS", "PythonPool"]
 
@@ -230,6 +229,12 @@ class PythonPool:
         self._early[key] = Early(child, began, time.monotonic() + timeout_ms / 1000, timeout_ms)
         return True
 
+    def early_ready(self, task: Task, within_s: float) -> bool:
+        """Whether the reply of a task `start_early` sent came within `within_s` (its
+        `run` takes it then at once); True when none was sent (see `Early.wait`)."""
+        early = self._early.get((task.task_id, task.attempt)) if self._early else None
+        return early is None or early.wait(within_s)
+
     def forget_early(self, task: Task) -> None:
         """Give up a task `start_early` sent whose `run` will not come (the commit that
         was to lease it failed): its child is killed and replaced."""
@@ -241,9 +246,13 @@ class PythonPool:
     def _take_early(self, task: Task, early: Early) -> Outcome:
         """The outcome of a task `start_early` sent: its reply, by its deadline."""
         child, printed, healthy = early.child, Printed(current_output()), False
+        for part in early.printed.parts:  # printed before `early_ready` saw its reply
+            printed.add(part)
         try:
             try:
-                reply = child.reply(early.deadline, printed)
+                reply = (
+                    early.reply if early.reply is not None else child.reply(early.deadline, printed)
+                )
             except (EOFError, OSError):
                 failure = self._dead(child)
                 return failed(task, early.began, failure.message, failure.error_type,
@@ -475,13 +484,3 @@ class PythonPool:
             # many more task threads than children) woke every waiting thread per call,
             # only for all but one to wait again.
             self._cond.notify()
-
-
-class Early(NamedTuple):
-    """A task `start_early` sent: its child, when it was sent (`time.perf_counter`), by
-    when its reply is due (`time.monotonic`) and its timeout."""
-
-    child: ChildProcess
-    began: float
-    deadline: float
-    timeout_ms: int

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from noetl.core import Outcome, Task
 from noetl.worker._pychild import Reply
-from noetl.worker.python_child import CallFailure, Printed
+from noetl.worker.python_child import CallFailure, ChildProcess, Printed
 
-__all__ = ["Ahead", "elapsed_ms", "failed", "outcome_of", "ran_ms", "request_of"]
+__all__ = ["Ahead", "Early", "elapsed_ms", "failed", "outcome_of", "ran_ms", "request_of"]
 
 
 class Ahead(NamedTuple):
@@ -39,6 +40,32 @@ class Ahead(NamedTuple):
                 duration_ms=self.duration_ms,
             )
         return outcome_of(task, self.reply, self.duration_ms)
+
+
+@dataclass(slots=True)
+class Early:
+    """A task `PythonPool.start_early` sent: its child, when it was sent
+    (`time.perf_counter`), by when its reply is due (`time.monotonic`) and its timeout;
+    and, once `wait` has read them, its reply and the lines it printed before it."""
+
+    child: ChildProcess
+    began: float
+    deadline: float
+    timeout_ms: int
+    printed: Printed = field(default_factory=lambda: Printed(None))
+    reply: Reply | None = None
+
+    def wait(self, within_s: float) -> bool:
+        """Whether the reply came within `within_s` (kept for the task's `run`); True too
+        when there is nothing more to wait for (the child died, the task's time is up):
+        its `run` says what became of it at once."""
+        if self.reply is None:
+            try:
+                due = min(time.monotonic() + max(within_s, 0.0), self.deadline)
+                self.reply = self.child.reply(due, self.printed)
+            except (EOFError, OSError):
+                return True
+        return self.reply is not None or time.monotonic() >= self.deadline
 
 
 def request_of(task: Task) -> Reply | str:

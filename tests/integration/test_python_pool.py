@@ -15,6 +15,7 @@ import pytest
 
 from noetl.core import Outcome, Task
 from noetl.worker._pychild import STDOUT_LIMIT, TRUNCATED_MARKER
+from noetl.worker.output import CaptureOutput
 from noetl.worker.python_pool import PythonPool
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -314,6 +315,35 @@ def test_child_killed_while_idle_does_not_fail_the_next_task(solo: PythonPool) -
     while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
         time.sleep(0.01)  # reaped by the fork server
     assert assert_ok(solo.run(code(PLUS_ONE, args={"x": 2}))) == 3
+
+
+def test_a_task_sent_early_is_waited_for_a_while_then_taken_by_its_run(solo: PythonPool) -> None:
+    """`early_ready` waits for the reply of a task `start_early` sent at most the time it
+    is given; the task's `run` takes the reply then, with what it printed before."""
+    assert_ok(solo.run(code(PLUS_ONE, args={"x": 1})))  # its child is up
+    slow = code(
+        "import time\n"
+        "def main(context, args):\n"
+        "    print('began', flush=True)\n"
+        "    time.sleep(0.4)\n"
+        "    return 5\n"
+    )
+    assert solo.start_early(slow)
+    began = time.monotonic()
+    assert not solo.early_ready(slow, 0.05)  # still running
+    assert 0.04 <= time.monotonic() - began < 0.35
+    heard: list[str] = []
+    capture = CaptureOutput(lambda task, text: heard.append(text))
+    outcome = capture(slow, solo.run)
+    assert assert_ok(outcome) == 5
+    assert outcome.stdout == "began\n"
+    assert heard == ["began\n"]  # printed before `early_ready` gave up, passed on by `run`
+    quick = code(PLUS_ONE, args={"x": 2})
+    assert solo.start_early(quick)
+    assert solo.early_ready(quick, 5.0)
+    assert solo.early_ready(quick, 0.0)  # its reply is kept for its run
+    assert assert_ok(solo.run(quick)) == 3
+    assert solo.early_ready(code(PLUS_ONE, args={"x": 3}), 0.0)  # never sent: its run says
 
 
 # --- output -------------------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """A worker's chain (`noetl.worker.chain`): the short python steps a continuation runs
 past its task before it commits them all in one transaction, over a real store of each
 kind. The log it writes is the one of steps committed one by one; a chain keeps to its
-length and its time, and takes a step only once it has seen it run short; a chained step
-that fails is reported once, through the inbox; and a chain whose commit is refused
-writes nothing of what it ran."""
+length and its time, and takes a step only once it has seen it run short; a step that
+runs past the chain's time ends it without holding its commit; a chained step that fails
+is reported once, through the inbox; and a chain whose commit is refused writes nothing
+of what it ran."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from noetl.core import ExecutionStatus, Outcome, Task
 from noetl.decision.decider import Decider
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store.base import Lease, Store
-from noetl.worker.chain import Chain
+from noetl.worker.chain import Chain, Overran
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
 from noetl.worker.tools import default_registry
@@ -275,13 +276,13 @@ def test_a_chain_whose_commit_is_refused_writes_nothing_it_ran(
     execution_id = orchestrator.start_execution(CHAIN)
     chain = worker._chain
     assert chain is not None
-    run: Callable[[Task], Outcome] = chain.run
+    run: Callable[[object, Task, float], Outcome | Overran | None] = chain.run
 
-    def cancel_then_run(task: Task) -> Outcome:
+    def cancel_then_run(playbook: object, task: Task, within_s: float) -> Outcome | Overran | None:
         if task.step == "s2":
             assert orchestrator.cancel(execution_id)
             assert orchestrator.run_once() == 1  # decided: the worker is now behind
-        return run(task)
+        return run(playbook, task, within_s)
 
     chain.run = cancel_then_run  # type: ignore[method-assign]
     run_all(worker, claimed(store, worker))
@@ -292,3 +293,87 @@ def test_a_chain_whose_commit_is_refused_writes_nothing_it_ran(
     assert (worker.stats.continued, worker.stats.completed) == (0, 1)
     steps = {step for _, _, step in history(store, execution_id) if step}
     assert steps & {"s1", "s2", "s3"} == set()  # ran in the chain, never written
+
+
+LONG_MIDDLE = """\
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: chain_long_middle}
+workflow:
+  - step: first
+    tool: {kind: python, code: "def main(context, args):\\n    return 1\\n"}
+    next: slow
+  - step: slow
+    tool:
+      kind: python
+      code: |
+        import time
+        def main(context, args):
+            print('slow began')
+            time.sleep(0.6)
+            with open(args['path'], 'a') as fh:
+                fh.write('ran\\n')
+            return 2
+      args: {path: "PATH"}
+    next: last
+  - step: last
+    tool: {kind: python, code: "def main(context, args):\\n    return 3\\n"}
+"""
+
+
+def test_a_step_that_runs_past_the_chains_time_ends_it_without_holding_its_commit(
+    store: Store, pool: PythonPool, tmp_path: Path
+) -> None:
+    """`slow` is not seen yet and the recent python tasks ran short, so the chain takes
+    it; it runs past the chain's time: the commit of `first` goes while `slow` still
+    runs, leasing `slow` to the worker, which takes its reply (run once, its printed
+    lines kept) and chains `last` on it."""
+    runs = tmp_path / "runs.txt"
+    orchestrator = Orchestrator(store, owner="server")
+    worker = worker_of(store, pool)
+    assert worker._continuation is not None
+    seen_at_commits: list[bool] = []  # whether `slow` had ended at each commit
+    commit_many = worker._continuation.store.continue_many
+
+    def watched(*args: object, **kwargs: object) -> object:
+        seen_at_commits.append(runs.exists())
+        return commit_many(*args, **kwargs)  # type: ignore[arg-type]
+
+    worker._continuation.store.continue_many = watched  # type: ignore[method-assign]
+    execution_id = orchestrator.start_execution(LONG_MIDDLE.replace("PATH", str(runs)))
+    run_all(worker, claimed(store, worker))
+
+    record = store.get_execution(execution_id)
+    assert record is not None and record.status is ExecutionStatus.OK, record
+    assert runs.read_text() == "ran\n"  # run once: in its child, taken by its lease
+    assert seen_at_commits == [False, True]  # `first` committed while `slow` ran
+    rows = [store.get_task(task_id) is not None for task_id in task_ids(store, execution_id)]
+    assert rows == [True, True, False]  # `slow` leased by the first commit, `last` chained
+    printed = [e for e in store.load_events(execution_id) if e.step == "slow"]
+    assert any("slow began" in str(e.payload) for e in printed)
+
+
+class NoChildFree(PythonPool):
+    """A pool whose children are never free at once for a task sent early."""
+
+    def start_early(self, task: Task) -> bool:
+        return False
+
+
+def test_with_no_child_free_only_steps_seen_short_are_chained(store: Store) -> None:
+    with NoChildFree(processes=2) as busy:
+        orchestrator = Orchestrator(store, owner="server")
+        worker = worker_of(store, busy)  # as after short python tasks
+        execution_id = orchestrator.start_execution(CHAIN)
+        run_all(worker, claimed(store, worker))
+        record = store.get_execution(execution_id)
+        assert record is not None and record.status is ExecutionStatus.OK, record
+        assert commits(worker) == 6  # not seen yet, and no child to wait on: none chained
+
+        worker._pace.ms = 5.0  # seen short since: chained, each waiting for a child
+        execution_id = orchestrator.start_execution(CHAIN)
+        run_all(worker, claimed(store, worker))
+        record = store.get_execution(execution_id)
+        assert record is not None and record.status is ExecutionStatus.OK, record
+        assert record.context["v"] == 6
+        assert commits(worker) == 6 + 1
