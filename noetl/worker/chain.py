@@ -121,7 +121,9 @@ class Chain:
         once for a step not seen yet; a step seen short waits for one."""
         attached = self._workloads.attach(task)
         pool = self._pool
-        if pool is not None and pool.start_early(attached):
+        sent = pool is not None and pool.start_early(attached)
+        if sent:
+            assert pool is not None
             if not pool.early_ready(attached, within_s):
                 return Overran(attached)
         elif self._took_ms(playbook, task) is None:
@@ -131,6 +133,10 @@ class Chain:
             outcome = self._tools.run(attached)
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = tool_error(task.task_id, exc)
+        finally:
+            if sent:  # its run took the reply, unless a middleware ended it before
+                assert pool is not None
+                pool.forget_early(attached)
         self._pace.observe(task, outcome)
         return outcome
 

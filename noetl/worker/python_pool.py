@@ -237,11 +237,14 @@ class PythonPool:
 
     def forget_early(self, task: Task) -> None:
         """Give up a task `start_early` sent whose `run` will not come (the commit that
-        was to lease it failed): its child is killed and replaced."""
+        was to lease it failed, a middleware ended it first): its child is killed and
+        replaced, unless its reply is in already (`early_ready`): it is idle then."""
         early = self._early.pop((task.task_id, task.attempt), None) if self._early else None
         if early is not None:
-            early.child.kill()
-            self._end_early(task, early.child, healthy=False)
+            idle = early.reply is not None and not early.child.canceled
+            if not idle:
+                early.child.kill()
+            self._end_early(task, early.child, healthy=idle)
 
     def _take_early(self, task: Task, early: Early) -> Outcome:
         """The outcome of a task `start_early` sent: its reply, by its deadline."""

@@ -17,8 +17,11 @@ import pytest
 
 from noetl.core import ExecutionStatus, Outcome, Task
 from noetl.decision.decider import Decider
+from noetl.decision.workloads import Workloads
+from noetl.observability import NoopObserver
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.store.base import Lease, Store
+from noetl.worker.ahead import Pace
 from noetl.worker.chain import Chain, Overran
 from noetl.worker.python_pool import PythonPool
 from noetl.worker.runner import Worker, WorkerConfig
@@ -377,3 +380,34 @@ def test_with_no_child_free_only_steps_seen_short_are_chained(store: Store) -> N
         assert record is not None and record.status is ExecutionStatus.OK, record
         assert record.context["v"] == 6
         assert commits(worker) == 6 + 1
+
+
+def test_a_chained_task_a_middleware_ends_before_its_child_replies_frees_that_child(
+    pool: PythonPool,
+) -> None:
+    """A task whose script file was not read fails in its chain before the python tool
+    takes the reply of the child it was sent to: that child comes back to the pool."""
+    chain = Chain(
+        default_registry(pool),
+        Pace(),
+        Workloads(lambda execution_id: {}),
+        lambda: False,
+        NoopObserver(),
+    )
+    ok = Task("ok", "e", "s", "python", spec={"code": "def main():\n    return 1\n"},
+              args={}, context={}, key="s")  # fmt: skip
+    playbook = Playbookish()
+    chain.observe(playbook, ok, Outcome("ok", ok=True, duration_ms=1.0))  # seen short
+    unread = dataclasses.replace(ok, task_id="unread", spec={**ok.spec, "script": "x.py"})
+    for attempt in range(3):  # as many times as the pool has children, and more
+        assert pool.run(dataclasses.replace(ok, task_id=f"up{attempt}")).ok  # a child is up
+        outcome = chain.run(playbook, dataclasses.replace(unread, attempt=attempt), 5.0)
+        assert isinstance(outcome, Outcome) and outcome.error_type == "FatalError", outcome
+        assert not pool._early  # sent early, never taken by its run: given up
+        assert (len(pool._free), len(pool._busy)) == (2, 0)  # its child back in the pool
+    again = chain.run(playbook, dataclasses.replace(ok, task_id="again"), 5.0)
+    assert isinstance(again, Outcome) and again.ok, again
+
+
+class Playbookish:
+    """What stands for one playbook in a chain's durations (its engine, in a worker)."""
