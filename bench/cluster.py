@@ -31,9 +31,10 @@ class Running:
 
 
 @contextlib.contextmanager
-def cluster(db: str, workers: int, concurrency: int = 32) -> Iterator[Running]:
+def cluster(db: str, workers: int, concurrency: int | None = None) -> Iterator[Running]:
     """`noetl server start` and `workers` times `noetl worker start` on `db`, warmed up with a
-    short chain; all stopped on exit."""
+    short chain; all stopped on exit. The workers run with their own defaults, chosen from
+    the machine, as a user runs them (`concurrency`: that many task slots instead)."""
     store = open_store(db)  # also creates the schema
     try:
         token, _ = issue_token(store.tokens, role=Role.OPERATOR, name="bench", now=time.time())
@@ -43,16 +44,10 @@ def cluster(db: str, workers: int, concurrency: int = 32) -> Iterator[Running]:
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "server.log"
         procs = [_spawn(["server", "start", "--port", str(port)], db, log)]
-        worker = [
-            "worker",
-            "start",
-            "--concurrency",
-            str(concurrency),
-            "--python-processes",
-            str(min(concurrency, PYTHON_PROCESSES)),
-            "--poll",
-            "0.2",
-        ]
+        worker = ["worker", "start"]
+        if concurrency is not None:
+            processes = str(min(concurrency, PYTHON_PROCESSES))
+            worker += ["--concurrency", str(concurrency), "--python-processes", processes]
         procs += [_spawn(worker, db, Path(tmp) / f"w{i}.log") for i in range(workers)]
         running = Running(db, f"http://127.0.0.1:{port}", token, procs)
         try:

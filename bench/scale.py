@@ -45,7 +45,7 @@ def _checks(db: str, ids: list[str]) -> dict[str, int]:
     return {"ok": ok, "lost": len(ids) - ok, "run_twice": int(twice[0]) if twice else -1}
 
 
-def run(executions: int, workers: int, admin_dsn: str, concurrency: int) -> dict[str, Any]:
+def run(executions: int, workers: int, admin_dsn: str, concurrency: int | None) -> dict[str, Any]:
     with _scratch_database(admin_dsn) as db, cluster(db, workers, concurrency) as running:
         samplers = [RssSampler(pid=proc.pid) for proc in running.procs]
         for sampler in samplers:
@@ -71,7 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--executions", type=int, default=10_000)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--concurrency", type=int, default=32, help="task slots per worker")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="task slots per worker (default: the worker's own, chosen from the machine)",
+    )
     parser.add_argument(
         "--pg",
         default=os.environ.get("NOETL_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
