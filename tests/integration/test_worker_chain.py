@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,7 +21,7 @@ from noetl.decision.decider import Decider
 from noetl.decision.workloads import Workloads
 from noetl.observability import NoopObserver
 from noetl.runtime.orchestrator import Orchestrator
-from noetl.store.base import Lease, Store
+from noetl.store.base import Completed, Completion, Lease, Store
 from noetl.worker.ahead import Pace
 from noetl.worker.chain import Chain, Overran
 from noetl.worker.python_pool import PythonPool
@@ -134,17 +135,21 @@ def test_a_chain_writes_the_log_of_steps_committed_one_by_one_in_one_commit(
     assert set(states[1]) == {f"s{i}" for i in range(6)}
 
 
+def ran_ok(store: Store, worker: Worker, orchestrator: Orchestrator) -> dict[str, Any]:
+    """A new execution of CHAIN run by `worker` (ended `ok`): its context."""
+    execution_id = orchestrator.start_execution(CHAIN)
+    run_all(worker, claimed(store, worker))
+    record = store.get_execution(execution_id)
+    assert record is not None and record.status is ExecutionStatus.OK, record
+    return record.context
+
+
 def test_steps_not_seen_yet_are_chained_while_the_recent_python_tasks_ran_short(
     store: Store, pool: PythonPool
 ) -> None:
     orchestrator = Orchestrator(store, owner="server")
     worker = worker_of(store, pool)  # as after short python tasks
-    execution_id = orchestrator.start_execution(CHAIN)
-    run_all(worker, claimed(store, worker))
-
-    record = store.get_execution(execution_id)
-    assert record is not None and record.status is ExecutionStatus.OK, record
-    assert record.context["v"] == 6
+    assert ran_ok(store, worker, orchestrator)["v"] == 6
     assert (commits(worker), worker.stats.continued) == (1, 6)
 
 
@@ -338,11 +343,11 @@ def test_a_step_that_runs_past_the_chains_time_ends_it_without_holding_its_commi
     seen_at_commits: list[bool] = []  # whether `slow` had ended at each commit
     commit_many = worker._continuation.store.continue_many
 
-    def watched(*args: object, **kwargs: object) -> object:
+    def watched(items: Sequence[Completion], *, worker_id: str, lease_s: float) -> list[Completed]:
         seen_at_commits.append(runs.exists())
-        return commit_many(*args, **kwargs)  # type: ignore[arg-type]
+        return commit_many(items, worker_id=worker_id, lease_s=lease_s)
 
-    worker._continuation.store.continue_many = watched  # type: ignore[method-assign]
+    worker._continuation.store.continue_many = watched  # type: ignore[method-assign,assignment]
     execution_id = orchestrator.start_execution(LONG_MIDDLE.replace("PATH", str(runs)))
     run_all(worker, claimed(store, worker))
 
@@ -367,18 +372,11 @@ def test_with_no_child_free_only_steps_seen_short_are_chained(store: Store) -> N
     with NoChildFree(processes=2) as busy:
         orchestrator = Orchestrator(store, owner="server")
         worker = worker_of(store, busy)  # as after short python tasks
-        execution_id = orchestrator.start_execution(CHAIN)
-        run_all(worker, claimed(store, worker))
-        record = store.get_execution(execution_id)
-        assert record is not None and record.status is ExecutionStatus.OK, record
+        assert ran_ok(store, worker, orchestrator)["v"] == 6
         assert commits(worker) == 6  # not seen yet, and no child to wait on: none chained
 
         worker._pace.ms = 5.0  # seen short since: chained, each waiting for a child
-        execution_id = orchestrator.start_execution(CHAIN)
-        run_all(worker, claimed(store, worker))
-        record = store.get_execution(execution_id)
-        assert record is not None and record.status is ExecutionStatus.OK, record
-        assert record.context["v"] == 6
+        assert ran_ok(store, worker, orchestrator)["v"] == 6
         assert commits(worker) == 6 + 1
 
 
