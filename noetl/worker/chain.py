@@ -120,11 +120,10 @@ class Chain:
         is to lease it to this worker). None, with nothing run, when no child is free at
         once for a step not seen yet; a step seen short waits for one."""
         attached = self._workloads.attach(task)
-        pool = self._pool
-        sent = pool is not None and pool.start_early(attached)
-        if sent:
-            assert pool is not None
-            if not pool.early_ready(attached, within_s):
+        # The pool it was sent to, or None (no child free at once).
+        sent = self._pool if self._pool is not None and self._pool.start_early(attached) else None
+        if sent is not None:
+            if not sent.early_ready(attached, within_s):
                 return Overran(attached)
         elif self._took_ms(playbook, task) is None:
             return None
@@ -134,9 +133,8 @@ class Chain:
         except Exception as exc:  # the registry already guards; this is the last line
             outcome = tool_error(task.task_id, exc)
         finally:
-            if sent:  # its run took the reply, unless a middleware ended it before
-                assert pool is not None
-                pool.forget_early(attached)
+            if sent is not None:  # its run took the reply, unless a middleware ended it
+                sent.forget_early(attached)
         self._pace.observe(task, outcome)
         return outcome
 

@@ -249,8 +249,8 @@ class PythonPool:
     def _take_early(self, task: Task, early: Early) -> Outcome:
         """The outcome of a task `start_early` sent: its reply, by its deadline."""
         child, printed, healthy = early.child, Printed(current_output()), False
-        for part in early.printed.parts:  # printed before `early_ready` saw its reply
-            printed.add(part)
+        for part in early.printed.parts if early.printed is not None else ():
+            printed.add(part)  # printed before `early_ready` saw its reply
         try:
             try:
                 reply = (

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from noetl.core import Outcome, Task
@@ -52,7 +52,7 @@ class Early:
     began: float
     deadline: float
     timeout_ms: int
-    printed: Printed = field(default_factory=lambda: Printed(None))
+    printed: Printed | None = None  # made by the first `wait`: most are never waited for
     reply: Reply | None = None
 
     def wait(self, within_s: float) -> bool:
@@ -60,6 +60,8 @@ class Early:
         when there is nothing more to wait for (the child died, the task's time is up):
         its `run` says what became of it at once."""
         if self.reply is None:
+            if self.printed is None:
+                self.printed = Printed(None)
             try:
                 due = min(time.monotonic() + max(within_s, 0.0), self.deadline)
                 self.reply = self.child.reply(due, self.printed)

@@ -14,8 +14,8 @@
 -- alone. Among a long history's full pages each new row of a run went to a different
 -- old page (10,000 loop items: 10,000 pages), and its rewrites to others: pages that a
 -- database larger than memory reads from disk first. With 30 % of each page kept free,
--- an insert takes a page only with its size plus that reserve free, and the rewrites
--- find room there. On a database of 1,000,000 finished executions (30 GB, more than the
+-- an insert takes a page only with its size plus that reserve free, and a rewrite may
+-- find room in its own page. On a database of 1,000,000 finished executions (30 GB, more than the
 -- machine's memory) a 10,000-item loop ran at 0.75x the rate of an empty database
 -- without this, 0.99x with it (bench/history.py).
 --
