@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from noetl.core import Command, Event, NotFoundError, Task
+from noetl.core import Command, ConcurrencyError, Event, NotFoundError, Task
 from noetl.decision.appends import build_append
 from noetl.decision.complexity import admit
 from noetl.decision.group_commit import GroupCommit
@@ -43,6 +43,8 @@ log = logging.getLogger("noetl.decider")
 # cache holds up to `cache_size` states, and a few megabytes of JSON are ten times that
 # as Python objects. Such an execution is folded from its log when it is decided again.
 KEEP_WORKLOAD_BYTES = 1024 * 1024
+# How many ids a start makes before it gives up on one another process made too.
+ID_TRIES = 3
 # Engines kept by playbook text: a server that starts many different inline playbooks
 # reads the older ones again (each execution's cached state keeps its engine meanwhile).
 ENGINES = 256
@@ -180,30 +182,37 @@ class Decider:
             self._admit(text, path, self.dsl)
         engine = self.engine(text, path)
         playbook = engine.playbook
-        execution_id = execution_id or new_execution_id(now)
         merged = merge_workload(playbook.workload, workload or {})
         admit(playbook, merged, self.options)  # TooComplexError over complexity.refuse
-        state = engine.new_state(execution_id)
-        decision = engine.start(state, merged, now)
-        record = new_record(
-            playbook,
-            execution_id,
-            text=text,
-            path=path,
-            now=now,
-            parent_execution_id=parent_execution_id,
-        )
-        initial = self.append(
-            state,
-            before=0,
-            events=decision.events,
-            commands=decision.commands,
-            now=now,
-            playbook=playbook,
-        )
-        refused = self._starts.submit(NewExecution(record, initial, self._compiled(engine)))
-        if refused is not None:
-            raise refused
+        # An id made here that another process made too is made again: the caller did not
+        # choose it (ids differ within a process; see `new_execution_id`).
+        for attempt in range(ID_TRIES):
+            chosen = execution_id or new_execution_id(now)
+            state = engine.new_state(chosen)
+            decision = engine.start(state, merged, now)
+            record = new_record(
+                playbook,
+                chosen,
+                text=text,
+                path=path,
+                now=now,
+                parent_execution_id=parent_execution_id,
+            )
+            initial = self.append(
+                state,
+                before=0,
+                events=decision.events,
+                commands=decision.commands,
+                now=now,
+                playbook=playbook,
+            )
+            refused = self._starts.submit(NewExecution(record, initial, self._compiled(engine)))
+            if refused is None:
+                break
+            mine = execution_id is None and isinstance(refused, ConcurrencyError)
+            if not mine or attempt == ID_TRIES - 1:
+                raise refused
+        execution_id = chosen
         cached = Cached(engine, state)
         if cached.keep:
             self.remember(execution_id, cached)

@@ -3,6 +3,8 @@ and the result `noetl run` reports."""
 
 from __future__ import annotations
 
+import itertools
+import os
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
@@ -14,9 +16,26 @@ from noetl.store.base import ExecutionRecord
 __all__ = ["RunResult", "merge_workload", "new_execution_id", "new_record"]
 
 
+# The low six digits: a counter from a random start, per process. Two ids this process
+# makes differ there unless a million are made in one millisecond, so a burst of starts
+# never meets itself. Six random digits could: starts made in the same millisecond drew
+# from a million values, and one of a burst of 6,000 API starts met an id taken (HTTP
+# 409). Ids of other processes differ by their random start.
+_LOW = itertools.count(secrets.randbelow(1_000_000))
+
+
+def _reseed() -> None:
+    global _LOW  # noqa: PLW0603 - a forked child counts from a start of its own
+    _LOW = itertools.count(secrets.randbelow(1_000_000))
+
+
+os.register_at_fork(after_in_child=_reseed)
+
+
 def new_execution_id(now: float) -> str:
-    """A time-ordered numeric id (milliseconds, then 6 random digits)."""
-    return f"{int(now * 1000)}{secrets.randbelow(1_000_000):06d}"
+    """A time-ordered numeric id: milliseconds, then 6 digits that differ between this
+    process's ids."""
+    return f"{int(now * 1000)}{next(_LOW) % 1_000_000:06d}"
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from noetl.core import ConcurrencyError
 from noetl.decision import decider as decider_module
 from noetl.decision.decider import Decider
 from noetl.dsl.policy import DslPolicy
@@ -77,5 +78,39 @@ def test_a_dsl_policy_is_checked_once_per_text(
             with pytest.raises(PlaybookError):
                 decider.start(warned, path=None, workload=None, parent_execution_id=None, now=4.0)
         assert len(reads) == 4
+    finally:
+        store.close()
+
+
+def test_a_start_makes_another_id_when_its_own_is_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An id the start made that another process made and stored first is made again;
+    an id the caller chose is refused."""
+    store = SqliteStore(tmp_path / "noetl.db")
+    try:
+        decider = Decider(store)
+        taken = decider.start(
+            PLAYBOOK.format(n=1), path=None, workload=None, parent_execution_id=None, now=1.0
+        )
+        made = iter([taken, taken, "2000000000001"])
+        monkeypatch.setattr(decider_module, "new_execution_id", lambda _now: next(made))
+        started = decider.start(
+            PLAYBOOK.format(n=2), path=None, workload=None, parent_execution_id=None, now=2.0
+        )
+        assert started == "2000000000001"
+        assert store.get_execution(started) is not None
+        assert json.loads(store.get_compiled(taken) or "{}")["metadata"]["name"] == "p1"
+        with pytest.raises(ConcurrencyError):
+            decider.start(
+                PLAYBOOK.format(n=3), path=None, workload=None, parent_execution_id=None,
+                now=3.0, execution_id=taken,
+            )  # fmt: skip
+        made = iter([taken] * decider_module.ID_TRIES)
+        with pytest.raises(ConcurrencyError):
+            decider.start(
+                PLAYBOOK.format(n=4), path=None, workload=None, parent_execution_id=None,
+                now=4.0,
+            )  # fmt: skip
     finally:
         store.close()
