@@ -10,6 +10,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
+from noetl.store._json import dumps, loads
 from noetl.store._rows import (
     DLQ_COLUMNS,
     EventRow,
@@ -17,10 +18,8 @@ from noetl.store._rows import (
     check_page,
     check_worker,
     dead_letter_from_row,
-    dumps,
     event_from_row,
     family,
-    loads,
     record_from_row,
 )
 from noetl.store.records import (

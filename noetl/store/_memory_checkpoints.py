@@ -7,7 +7,7 @@ import threading
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from noetl.store._rows import loads
+from noetl.store._json import loads
 from noetl.store.managers.checkpoints import encode_checkpoint
 from noetl.store.records import Checkpoint, Clock
 

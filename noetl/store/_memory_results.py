@@ -6,7 +6,7 @@ import threading
 from collections.abc import Collection
 from typing import Any
 
-from noetl.store._rows import dumps, loads
+from noetl.store._json import dumps, loads
 from noetl.store.managers.results import new_ref
 from noetl.store.records import StoredResult
 

@@ -15,7 +15,8 @@ from typing import Any
 import psycopg
 
 from noetl.store import _pg_dlq as dlq
-from noetl.store._rows import PreparedAppend, dumps, inputs_to_check
+from noetl.store._json import dumps
+from noetl.store._rows import PreparedAppend, inputs_to_check
 from noetl.store.queries import QUERIES
 
 __all__ = ["REFUSED", "Refused", "one_statement", "send"]

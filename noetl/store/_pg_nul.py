@@ -11,7 +11,7 @@ NUL is written as MARK followed by "0", and MARK itself as MARK twice, in keys a
 alike, so every string, including one that already holds MARK, comes back exactly.
 
 The cost is paid only where a NUL or MARK is present: writing checks the JSON text from
-`noetl.store._rows.dumps` (ASCII: both appear as `\\u` escapes) for those two escapes, and
+`noetl.store._json.dumps` (ASCII: both appear as `\\u` escapes) for those two escapes, and
 reading checks the text PostgreSQL hands back (MARK appears as itself) for MARK; both are
 substring searches. A value without either goes through untouched.
 """
@@ -22,7 +22,7 @@ import json
 import re
 from typing import Any
 
-from noetl.store._rows import dumps
+from noetl.store._json import dumps
 
 MARK = "\ufdd0"
 _MARK_BYTES = MARK.encode()

@@ -7,13 +7,13 @@ stored state through returned objects).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from noetl.core import Event, ExecutionStatus, Task
 from noetl.core.errors import UNDECODABLE_ERROR
+from noetl.store._json import dumps, loads
 from noetl.store.base import (
     Append,
     ConcurrencyError,
@@ -97,19 +97,6 @@ RequeueRow = tuple[str, int, float]
 TimerRow = tuple[float, str]
 # DLQ_COLUMNS, JSON columns encoded
 DeadLetterRow = tuple[Any, ...]
-
-
-def dumps(value: Any) -> str:
-    """Compact JSON text, the one encoding of every JSON column (one encoder for all:
-    `json.dumps` with options builds one per call, a cost each event paid)."""
-    return _ENCODER.encode(value)
-
-
-_ENCODER = json.JSONEncoder(separators=(",", ":"))
-
-
-def loads(text: str) -> Any:
-    return json.loads(text)
 
 
 # How an adapter encodes a JSON column: `dumps`, or for PostgreSQL `dumps` with NUL escaped.

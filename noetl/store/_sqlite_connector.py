@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from noetl.core import StoreUnavailableError
-from noetl.store._rows import dumps, loads
+from noetl.store._json import dumps, loads
 from noetl.store._sqlite_checkpoint import Checkpointer
 from noetl.store._sqlite_queue import ClockedConnection
 from noetl.store.connector import DuplicateKeyError, Params, Row

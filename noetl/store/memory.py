@@ -16,6 +16,7 @@ from typing import Any
 from noetl.store._complete import OneAtATime
 from noetl.store._credentials import MemoryCredentials
 from noetl.store._holders import LocalHolder, LocalHolders, parse
+from noetl.store._json import dumps
 from noetl.store._memory_admin import MemoryAdmin
 from noetl.store._memory_auth import MemorySessions, MemoryTokens
 from noetl.store._memory_checkpoints import MemoryCheckpoints
@@ -28,7 +29,6 @@ from noetl.store._rows import (
     EventRow,
     PreparedAppend,
     check_page,
-    dumps,
     expired_payload,
     input_from_row,
     inputs_to_check,

@@ -23,11 +23,11 @@ from noetl.store import _sqlite_dlq as dlq
 from noetl.store import _sqlite_queue as queue
 from noetl.store._complete import OneAtATime
 from noetl.store._holders import PROCESS_HOLDERS, LocalHolder
+from noetl.store._json import dumps
 from noetl.store._rows import (
     PreparedAppend,
     check_channel,
     check_page,
-    dumps,
     inputs_to_check,
     prepare,
     prepare_initial,

@@ -9,8 +9,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from noetl.store._json import dumps
 from noetl.store._pg_nul import MARK, json_in, json_out, jsonb_loads, pg_dumps, text_in, text_out
-from noetl.store._rows import dumps
 
 # Small alphabets make the awkward neighbours (NUL next to MARK, backslashes before "u")
 # frequent; `st.text()` adds everything else.

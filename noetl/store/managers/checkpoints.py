@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from noetl.store._rows import dumps, loads
+from noetl.store._json import dumps, loads
 from noetl.store.connector import Connector
 from noetl.store.records import Checkpoint
 

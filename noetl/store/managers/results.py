@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from noetl.store._rows import dumps, loads
+from noetl.store._json import dumps, loads
 from noetl.store.connector import Connector, Row
 from noetl.store.records import StoredResult
 

@@ -6,7 +6,8 @@ lets exactly one row in, and the caller whose statement wrote it owns the tick."
 
 from __future__ import annotations
 
-from noetl.store._rows import check_page, dumps, loads
+from noetl.store._json import dumps, loads
+from noetl.store._rows import check_page
 from noetl.store.connector import Connector, Row
 from noetl.store.records import ScheduleRecord, TickRecord, TickStatus
 
