@@ -22,6 +22,7 @@ from noetl.core import (
     StartTimer,
     Task,
 )
+from noetl.core.evolve import evolve
 from noetl.decision.dlq import dead_letter_of
 from noetl.dsl.complexity import estimate
 from noetl.dsl.model import Playbook
@@ -106,7 +107,7 @@ def build_append(
         return append
     traced = sampler is not None and sampler.sampled(state.execution_id, state.workload)
     stamp = sampler.stamp if sampler is not None and traced else None
-    return dataclasses.replace(append, **_queue_changes(state, commands, pool, stamp))
+    return evolve(append, **_queue_changes(state, commands, pool, stamp))
 
 
 def _queue_changes(
@@ -175,7 +176,7 @@ def chain_appends(appends: Sequence[Append]) -> Append:
     steps: dict[str, dict[str, Any]] = {}
     for append in appends:
         steps.update(append.steps)
-    return dataclasses.replace(
+    return evolve(
         last,
         expected_seq=appends[0].expected_seq,
         events=[event for append in appends for event in append.events],

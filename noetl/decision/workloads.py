@@ -10,13 +10,13 @@ version still carries its own copy, and keeps it.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from noetl.core import EventType, NotFoundError, Task
+from noetl.core.evolve import evolve
 from noetl.dsl.limits import check_data
 from noetl.store.base import Store
 
@@ -27,7 +27,7 @@ def with_workload(task: Task, workload: Mapping[str, Any]) -> Task:
     """`task` with `workload` in its context, unless its context has one already."""
     if "workload" in task.context:
         return task
-    return dataclasses.replace(task, context=context_with_workload(task.context, workload))
+    return evolve(task, context=context_with_workload(task.context, workload))
 
 
 def context_with_workload(context: Mapping[str, Any], workload: Any) -> dict[str, Any]:
