@@ -23,6 +23,7 @@ class InFlightTable:
     def __init__(self, waits: Callable[[str], bool]) -> None:
         self._waits = waits  # whether a tool kind waits for other tasks
         self._entries: dict[str, InFlight] = {}
+        self._waiting = 0  # entries that wait (kept as they come and go: `busy` is hot)
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -36,7 +37,7 @@ class InFlightTable:
     def busy(self) -> int:
         """Tasks that count against the claim window (not the waiting ones)."""
         with self._lock:
-            return sum(1 for entry in self._entries.values() if not entry.waits)
+            return len(self._entries) - self._waiting
 
     def get(self, task_id: str) -> InFlight | None:
         with self._lock:
@@ -45,12 +46,12 @@ class InFlightTable:
     def track(self, leases: Iterable[Lease]) -> None:
         with self._lock:
             for lease in leases:
-                self._entries[lease.task.task_id] = self._entry(lease)
+                self._put(lease)
 
     def drop(self, leases: Iterable[Lease]) -> None:
         with self._lock:
             for lease in leases:
-                self._entries.pop(lease.task.task_id, None)
+                self._pop(lease)
 
     def hand_over(
         self, done: Iterable[Lease], follow: list[Lease], stopped: Callable[[], bool]
@@ -60,11 +61,11 @@ class InFlightTable:
         to hand back."""
         with self._lock:
             for lease in done:
-                self._entries.pop(lease.task.task_id, None)
+                self._pop(lease)
             if stopped():
                 return follow
             for lease in follow:
-                self._entries[lease.task.task_id] = self._entry(lease)
+                self._put(lease)
             return []
 
     def abandon(self, stop: Callable[[], None]) -> list[InFlight]:
@@ -76,5 +77,15 @@ class InFlightTable:
                 entry.lost = True
             return entries
 
-    def _entry(self, lease: Lease) -> InFlight:
-        return InFlight(lease, waits=self._waits(lease.task.kind))
+    def _put(self, lease: Lease) -> None:
+        # called with the lock held
+        self._pop(lease)
+        entry = InFlight(lease, waits=self._waits(lease.task.kind))
+        self._entries[lease.task.task_id] = entry
+        self._waiting += entry.waits
+
+    def _pop(self, lease: Lease) -> None:
+        # called with the lock held
+        entry = self._entries.pop(lease.task.task_id, None)
+        if entry is not None:
+            self._waiting -= entry.waits
