@@ -80,6 +80,8 @@ class LogObserver:
             EventType.COMPENSATION_STARTED: self._compensation_started,
         }
         self._debug = {**self._info, EventType.LOOP_ITERATION_STARTED: self._iteration_started}
+        # With INFO off: the handlers that may log at WARNING (most events only log INFO).
+        self._warning: dict[str, _Handler] = {event: self._info[event] for event in _MAY_WARN}
 
     # --- decisions -----------------------------------------------------------------------
 
@@ -88,7 +90,14 @@ class LogObserver:
         if not log.isEnabledFor(WARNING):
             return
         try:
-            handlers = self._debug if log.isEnabledFor(DEBUG) else self._info
+            if log.isEnabledFor(DEBUG):
+                handlers = self._debug
+            elif log.isEnabledFor(INFO):
+                handlers = self._info
+            else:
+                handlers = self._warning
+                if not any(event.type in handlers for event in events):
+                    return
             batch = _Batch(graph, facts_of(graph), state, events)
             for index, event in enumerate(events):
                 handler = handlers.get(event.type)
@@ -345,6 +354,8 @@ class LogObserver:
     # --- workers -------------------------------------------------------------------------
 
     def claimed(self, task: Task, queued_s: float | None) -> None:
+        if not self.task_log.isEnabledFor(DEBUG):  # per task: not even its fields made
+            return
         log_event(
             self.task_log,
             DEBUG,
@@ -368,9 +379,12 @@ class LogObserver:
             )
 
     def tool_finished(self, task: Task, outcome: Outcome, duration_s: float) -> None:
+        level = DEBUG if outcome.ok else INFO
+        if not self.task_log.isEnabledFor(level):
+            return
         log_event(
             self.task_log,
-            DEBUG if outcome.ok else INFO,
+            level,
             "plugin_done",
             tool_kind=task.kind,
             duration_ms=round(duration_s * 1000, 3),
@@ -402,9 +416,12 @@ class LogObserver:
         )
 
     def reported(self, task: Task, outcome: Outcome, path: ReportPath) -> None:
+        level = DEBUG if path in ("continued", "inbox") else INFO
+        if not self.task_log.isEnabledFor(level):
+            return
         log_event(
             self.task_log,
-            DEBUG if path in ("continued", "inbox") else INFO,
+            level,
             "task_ack",
             message_id=task.task_id,
             ok=outcome.ok,
@@ -415,6 +432,20 @@ class LogObserver:
 
     def heartbeat(self, worker_id: str, pool: str, now: float) -> None:
         pass
+
+
+# The events whose handlers may log at WARNING: a start too complex, a failed execution
+# or step, a dead end or a jump past the steps, a dead letter, a reclaimed task, a
+# compensation.
+_MAY_WARN = (
+    EventType.WORKFLOW_STARTED,
+    EventType.WORKFLOW_FINISHED,
+    EventType.STEP_FINISHED,
+    EventType.NEXT_EVALUATED,
+    EventType.TASK_DEAD_LETTERED,
+    EventType.TASK_RECLAIMED,
+    EventType.COMPENSATION_STARTED,
+)
 
 
 def _edge_index(events: Sequence[Event], index: int, source: str, target: str | None) -> int | None:

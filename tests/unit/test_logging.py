@@ -277,6 +277,18 @@ def test_a_failed_item_is_a_dead_letter_at_warning() -> None:
     assert dlq["level"] == "WARNING"
 
 
+def test_at_warning_the_same_warnings_are_written_as_at_info() -> None:
+    """With INFO off only the events that may warn are looked at: none is lost."""
+    for fail in (False, True):
+        at_info = [r for r in observe(3, logging.INFO, fail=fail) if r.pop("level") != "INFO"]
+        at_warning = observe(3, logging.WARNING, fail=fail)
+        for record in (*at_info, *at_warning):
+            record.pop("ts")
+            record.pop("level", None)
+        assert at_warning == at_info
+        assert bool(at_warning) is fail
+
+
 def test_worker_hooks_log_task_events_with_a_spec_signature_only() -> None:
     cap = Capture(JsonFormatter(secrets=SecretValues()), name="noetl.test.tasks")
     observer = LogObserver(worker_id="w1", decisions=cap.logger, tasks=cap.logger)
