@@ -53,7 +53,7 @@ def worker_group() -> None:
     type=click.IntRange(1, 512),
     help="Child processes that run python tasks. Fewer than the concurrency suits short "
     "tasks: the slots keep the queue busy, the processes the CPU.",
-    default_text="2 per core, within memory and the concurrency",
+    default_text="4 per core, within memory and the concurrency",
 )
 @setting_option(
     "worker.lease_s",

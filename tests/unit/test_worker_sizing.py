@@ -12,9 +12,9 @@ GB = 1 << 30
 @pytest.mark.parametrize(
     ("cores", "expected"),
     [
-        (1, Sizing(concurrency=16, python_processes=2)),
-        (2, Sizing(concurrency=32, python_processes=4)),
-        (4, Sizing(concurrency=32, python_processes=8)),
+        (1, Sizing(concurrency=16, python_processes=4)),
+        (2, Sizing(concurrency=32, python_processes=8)),
+        (4, Sizing(concurrency=32, python_processes=16)),
         (32, Sizing(concurrency=32, python_processes=32)),
     ],
 )
@@ -29,7 +29,7 @@ def test_little_memory_bounds_both() -> None:
 
 
 def test_unknown_memory_sizes_by_the_cores_alone() -> None:
-    assert size_worker(Machine(cores=2, memory_bytes=None)) == Sizing(32, 4)
+    assert size_worker(Machine(cores=2, memory_bytes=None)) == Sizing(32, 8)
 
 
 def test_configured_values_are_kept_and_processes_stay_within_the_slots() -> None:
