@@ -91,7 +91,15 @@ def run(
     """Run a playbook to its end and return its report (`ok`, `status`, `steps`,
     `context`, `error`, `duration_s`). A failed run is a report, not an exception.
     PlaybookError when the playbook is not valid; ConfigError for a bad setting;
-    TimeoutError when `timeout` seconds pass first (the execution is canceled)."""
+    TimeoutError when `timeout` seconds pass first (the execution is canceled);
+    ValueError, naming where, for a workload the engine cannot take (nested too deep or
+    holding itself, a NUL character, a number JSON cannot hold), as `noetl run --set`."""
+    from noetl.dsl.limits import check_data  # noqa: PLC0415
+
+    given = dict(workload or {})
+    problem = check_data(given, root="workload")
+    if problem is not None:
+        raise ValueError(str(problem))
     # The runtime is heavy: it loads on the first run, so `import noetl` stays cheap.
     from noetl.runtime.local import embedded_runtime  # noqa: PLC0415
     from noetl.scripts import read_scripts  # noqa: PLC0415
@@ -114,9 +122,7 @@ def run(
             max_result_bytes=config.worker.max_result_bytes,
             result_inline_bytes=config.worker.result_inline_bytes,
         ) as runtime:
-            execution_id = runtime.start(
-                model, workload=dict(workload or {}), source_text=text, path=loaded.file
-            )
+            execution_id = runtime.start(model, workload=given, source_text=text, path=loaded.file)
             _wait(runtime, execution_id, timeout)
             return _report(runtime, execution_id, loaded, kept=where if db is not None else None)
 

@@ -118,6 +118,17 @@ def test_an_invalid_playbook_raises_with_its_diagnostics() -> None:
         noetl.run("no/such/flow.yaml")
 
 
+def test_a_workload_the_engine_cannot_take_is_refused_naming_where() -> None:
+    looped: dict[str, object] = {}
+    looped["again"] = looped
+    with pytest.raises(ValueError, match=r"^workload\.again\.again.*levels"):
+        noetl.run(TEXT, workload={"again": looped})
+    with pytest.raises(ValueError, match=r"^workload\.rows\[1\]: .*NUL"):
+        noetl.run(TEXT, workload={"rows": ["ok", "a\x00b"]})
+    with pytest.raises(ValueError, match=r"^workload\.n: "):
+        noetl.run(TEXT, workload={"n": float("nan")})
+
+
 def test_a_timeout_cancels_the_execution() -> None:
     slow = TEXT.replace('return sum(range(args["n"] + 1))', "import time; time.sleep(30)")
     with pytest.raises(TimeoutError, match=r"did not end within 1\.0 s"):
