@@ -10,6 +10,7 @@ statement per thousand ids), and names one of them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 
 from noetl.core.types import ExecutionStatus
 from noetl.store.ports import ExecutionPort
@@ -18,17 +19,25 @@ WATCH_S = 1.0
 
 
 class StatusWatch:
-    def __init__(self, store: ExecutionPort, *, every_s: float = WATCH_S):
+    def __init__(
+        self,
+        store: ExecutionPort,
+        *,
+        every_s: float = WATCH_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store = store
         self.every_s = every_s
-        self._last = time.monotonic()
+        self._clock = clock
+        self._last = clock()
 
     def finished_elsewhere(self, running: set[str]) -> tuple[str, ExecutionStatus] | None:
         """One of `running` the store has as finished, with its status; None when none is
         (or when it is not time to look yet)."""
-        if not running or time.monotonic() - self._last < self.every_s:
+        now = self._clock()
+        if not running or now - self._last < self.every_s:
             return None
-        self._last = time.monotonic()
+        self._last = now
         finished = self.store.finished_among(running)
         if not finished:
             return None
