@@ -1,6 +1,8 @@
 """The PostgreSQL store's commit: one call of `noetl_commit` (migration 0013), which checks
 a commit where its rows are and writes its appends, then the rarer queue and dead-letter
-writes when there are any (`noetl.store.postgres` sends them in one transaction).
+writes when there are any (`noetl.store.postgres` sends them in one transaction). New
+executions go in with their first appends through `noetl_start` (migration 0016), one
+statement as well.
 
 Every JSON column is already encoded (`_rows.prepare` with `_pg_nul.pg_dumps`); each kind
 of row goes to the database as the JSON text of an array of arrays (`json_rows`), one
@@ -9,17 +11,31 @@ parameter each (`sql/postgres_queue.sql`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import psycopg
 
 from noetl.store import _pg_dlq as dlq
 from noetl.store._json import dumps
-from noetl.store._rows import PreparedAppend, inputs_to_check
+from noetl.store._pg_connector import ts
+from noetl.store._pg_nul import pg_dumps
+from noetl.store._rows import PreparedAppend, inputs_to_check, record_to_row
+from noetl.store.base import ExecutionRecord
 from noetl.store.queries import QUERIES
 
-__all__ = ["REFUSED", "Refused", "one_statement", "send"]
+__all__ = [
+    "EXISTS",
+    "REFUSED",
+    "Refused",
+    "execution_row",
+    "new_row",
+    "one_statement",
+    "plain_starts",
+    "send",
+    "start",
+    "timestamps",
+]
 
 SQL = QUERIES["postgres"]
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -72,6 +88,93 @@ def json_rows(rows: Iterable[Sequence[Any]]) -> str:
     return "[" + ",".join(f"{dumps(row[:-1])[:-1]},{row[-1]}]" for row in rows) + "]"
 
 
+def writes(prepared: list[PreparedAppend], lease: frozenset[str] = frozenset()) -> list[str]:
+    """The rows `noetl_commit` writes, one JSON parameter per kind: events, executions,
+    step states and tasks (those in `lease` flagged to be leased at once)."""
+    # Appends to one execution chain: its row ends as the last one leaves it.
+    rows: dict[str, tuple[Any, ...]] = {}
+    for item in prepared:
+        old = rows.get(item.execution_id)
+        status, finished, context = (None, None, None) if old is None else old[3:]
+        if item.status is not None:
+            status = item.status.value
+            finished = item.now if item.finished else None
+        if item.context is not None:
+            context = item.context
+        rows[item.execution_id] = (
+            item.execution_id,
+            item.last_seq,
+            item.now,
+            status,
+            finished,
+            context,
+        )
+    steps = {
+        (e, step): (e, step, now, status)
+        for item in prepared
+        for e, step, status, now in item.steps
+    }
+    tasks = {row[0]: row for item in prepared for row in item.enqueue}
+    return [
+        json_rows(row for item in prepared for row in item.events),
+        dumps(list(rows.values())),
+        json_rows(steps.values()),
+        json_rows((*row[:6], float(row[7]), row[0] in lease, row[6]) for row in tasks.values()),
+    ]
+
+
+# The SQLSTATE of `noetl_start` when an execution id exists (migration 0016).
+EXISTS = "NT002"
+
+
+def new_row(record: ExecutionRecord, compiled: str | None) -> dict[str, Any]:
+    """A new execution's columns (times in epoch seconds) and its compiled model."""
+    return {**record_to_row(record, pg_dumps), "compiled": compiled}
+
+
+def execution_row(row: Mapping[str, Any]) -> str:
+    """One new execution as a `noetl_start` row: the JSON array of its columns (those of
+    `record_to_row` and `compiled`, times in epoch seconds), its context (JSON text
+    already) spliced in as it is."""
+    head = dumps([row["execution_id"], row["playbook_name"], row["playbook_path"], row["status"]])
+    tail = dumps(
+        [
+            row["parent_execution_id"],
+            row["created_at"],
+            row["updated_at"],
+            row["finished_at"],
+            row["playbook_text"],
+            row["compiled"],
+        ]
+    )
+    return f"{head[:-1]},{row['context']},{tail[1:]}"
+
+
+def start(conn: Conn, rows: Sequence[str], prepared: list[PreparedAppend], *, wake: bool) -> None:
+    """New executions (their `execution_row`s) and their first appends in one statement,
+    its own transaction (`noetl_start`, migration 0016). When an id exists it raises
+    psycopg's error of SQLSTATE `EXISTS`, and nothing is written."""
+    conn.execute(SQL["start"], ["[" + ",".join(rows) + "]", *writes(prepared), 30.0, wake])
+
+
+def plain_starts(prepared: list[PreparedAppend]) -> bool:
+    """Whether the first appends of new executions go in with `noetl_start`: each starts
+    at sequence 0, consumes no input and has no rarer writes (else the pipelined way,
+    which checks them)."""
+    return (
+        all(item.expected_seq == 0 for item in prepared)
+        and not inputs_to_check(prepared)
+        and one_statement(prepared)
+    )
+
+
+def timestamps(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A new execution's times as timestamps (its row has them in epoch seconds)."""
+    return {
+        c: ts(row[c]) for c in ("created_at", "updated_at", "finished_at") if row[c] is not None
+    }
+
+
 def one_statement(prepared: list[PreparedAppend]) -> bool:
     """Whether the commit is `noetl_commit` alone: ONE statement, its own transaction. A
     commit with rarer writes (requeues, cancels, timers, dead letters) sends them after
@@ -99,42 +202,14 @@ def send(
     dead-letter writes. `held`: the (task id, token) of leases it completes, every one
     still held or it refuses (SQLSTATE NT001). Tasks in `lease` are leased to
     `worker_id` at once: the returned cursor yields them. `wake`: notify idle workers."""
-    check = firsts(prepared) if checked else []
-    # Appends to one execution chain: its row ends as the last one leaves it.
-    rows: dict[str, tuple[Any, ...]] = {}
-    for item in prepared:
-        old = rows.get(item.execution_id)
-        status, finished, context = (None, None, None) if old is None else old[3:]
-        if item.status is not None:
-            status = item.status.value
-            finished = item.now if item.finished else None
-        if item.context is not None:
-            context = item.context
-        rows[item.execution_id] = (
-            item.execution_id,
-            item.last_seq,
-            item.now,
-            status,
-            finished,
-            context,
-        )
-    steps = {
-        (e, step): (e, step, now, status)
-        for item in prepared
-        for e, step, status, now in item.steps
-    }
-    tasks = {row[0]: row for item in prepared for row in item.enqueue}
     written = conn.cursor()
     written.execute(
         SQL["commit"],
         [
             dumps(held),
-            dumps(check),
+            dumps(firsts(prepared) if checked else []),
             dumps(inputs_to_check(prepared) if checked else []),
-            json_rows(row for item in prepared for row in item.events),
-            dumps(list(rows.values())),
-            json_rows(steps.values()),
-            json_rows((*row[:6], float(row[7]), row[0] in lease, row[6]) for row in tasks.values()),
+            *writes(prepared, lease),
             dumps(
                 [
                     (input_id, item.execution_id)

@@ -34,7 +34,17 @@ from typing import Any
 import psycopg
 
 from noetl.store._complete import check_distinct, create_each, one_by_one
-from noetl.store._pg_commit import REFUSED, Refused, one_statement, send
+from noetl.store._pg_commit import (
+    REFUSED,
+    Refused,
+    execution_row,
+    new_row,
+    one_statement,
+    plain_starts,
+    send,
+    start,
+    timestamps,
+)
 from noetl.store._pg_connector import (
     NOTIFY_TASKS,
     PgConnector,
@@ -44,7 +54,6 @@ from noetl.store._pg_connector import (
     epoch,
     parse_dsn,
     pipelined_transaction,
-    ts,
 )
 from noetl.store._pg_holder import PgHolder
 from noetl.store._pg_listen import CHANNELS, Listener
@@ -57,7 +66,6 @@ from noetl.store._rows import (
     lease_from_row,
     prepare,
     prepare_initial,
-    record_to_row,
     stale_all,
 )
 from noetl.store.base import (
@@ -170,42 +178,27 @@ class PostgresStore(SqlStore, PgQueue):
 
     # --- executions and events -----------------------------------------------------------
 
-    @staticmethod
-    def _row(record: ExecutionRecord, compiled: str | None) -> dict[str, Any]:
-        """The `insert_execution` parameters of a new execution."""
-        row = record_to_row(record, pg_dumps)
-        for column in ("created_at", "updated_at", "finished_at"):
-            if row[column] is not None:
-                row[column] = ts(row[column])
-        row["compiled"] = compiled
-        return row
-
     def create_execution(
         self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
     ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
         ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
-        row = self._row(record, compiled)
-        prepared = prepare_initial(record, initial, pg_dumps)
-        with self._connection() as conn, conn.pipeline():
-            with pipelined_transaction(conn):
-                if conn.execute(SQL["insert_execution"], row).fetchone() is None:
-                    raise ConcurrencyError(f"execution {record.execution_id} already exists")
-                if prepared is not None:
-                    self._initial(conn, [prepared])
-            if prepared is not None and self._wakes_workers([prepared]):
-                conn.execute(NOTIFY_TASKS)
-        if prepared is not None:
-            self._announce([prepared])
+        prepared = [] if (p := prepare_initial(record, initial, pg_dumps)) is None else [p]
+        try:
+            self._create_pipelined(
+                [new_row(record, compiled)], prepared, wakes=self._wakes_workers(prepared)
+            )
+        except _Exists:
+            raise ConcurrencyError(f"execution {record.execution_id} already exists") from None
+        self._announce(prepared)
 
     def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
-        """Every execution in one transaction of two round trips: their rows, then their
-        first appends as one commit (see `Store.create_executions`); when one cannot be
-        created, each again on its own, which says which."""
-        if len(items) < 2:
-            return create_each(self.create_execution, items)
+        """Every execution in one transaction: their rows and first appends in ONE
+        statement (`noetl_start`) when the appends are plain first ones, else in one
+        pipelined transaction; when one cannot be created, each again on its own, which
+        says which (see `Store.create_executions`)."""
         try:
-            rows = [self._row(item.record, item.compiled) for item in items]
+            rows = [new_row(item.record, item.compiled) for item in items]
             prepared = [
                 p for item in items if (p := prepare_initial(item.record, item.initial, pg_dumps))
             ]
@@ -213,21 +206,35 @@ class PostgresStore(SqlStore, PgQueue):
             return create_each(self.create_execution, items)
         wakes = self._wakes_workers(prepared)
         try:
-            with self._connection() as conn, conn.pipeline():
-                with pipelined_transaction(conn):
-                    inserted = [conn.execute(SQL["insert_execution"], row) for row in rows]
-                    if any(cursor.fetchone() is None for cursor in inserted):
-                        raise _Exists
-                    if prepared:
-                        self._initial(conn, prepared)
-                if wakes:
-                    conn.execute(NOTIFY_TASKS)
+            if plain_starts(prepared):
+                with self._connection() as conn:
+                    start(conn, [execution_row(row) for row in rows], prepared, wake=wakes)
+            else:
+                self._create_pipelined(rows, prepared, wakes=wakes)
         except StoreUnavailableError:  # the database: every start shares it
             raise
         except Exception:  # rolled back (an id exists, a value refused): each for itself
             return create_each(self.create_execution, items)
         self._announce(prepared)
         return [None] * len(items)
+
+    def _create_pipelined(
+        self, rows: list[dict[str, Any]], prepared: list[PreparedAppend], *, wakes: bool
+    ) -> None:
+        """New executions whose first appends need checks or rarer writes: their rows,
+        then the appends, in one pipelined transaction."""
+        with self._connection() as conn, conn.pipeline():
+            with pipelined_transaction(conn):
+                inserted = [
+                    conn.execute(SQL["insert_execution"], {**row, **timestamps(row)})
+                    for row in rows
+                ]
+                if any(cursor.fetchone() is None for cursor in inserted):
+                    raise _Exists
+                if prepared:
+                    self._initial(conn, prepared)
+            if wakes:
+                conn.execute(NOTIFY_TASKS)
 
     def commit(self, appends: Sequence[Append]) -> None:
         """Apply every append in one transaction (see `Store.commit`): its checks and

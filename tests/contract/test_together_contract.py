@@ -11,16 +11,18 @@ from __future__ import annotations
 
 import pytest
 
-from noetl.core import Event
+from noetl.core import Event, ExecutionStatus
 from noetl.store.base import (
     Append,
     Completed,
     Completion,
     ConcurrencyError,
     Enqueue,
+    ExecutionRecord,
     NewExecution,
     Store,
     TaskStatus,
+    Timer,
 )
 from tests.contract.test_queue_contract import (
     LONG_S,
@@ -199,3 +201,62 @@ def test_an_execution_that_exists_is_refused_alone(store: Store) -> None:
     claimed = sorted(lease.task.task_id for lease in store.claim("w1", limit=10))
     assert claimed == ["e1.a", "e3.a"]
     assert store.create_executions([]) == []
+
+
+def test_a_lone_start_whose_id_exists_is_refused(store: Store) -> None:
+    start(store, Enqueue(make_task("a", "e1")))
+
+    [refused] = store.create_executions([new_execution("e1", "z")])
+
+    assert isinstance(refused, ConcurrencyError)
+    assert "e1 already exists" in str(refused)
+    assert store.get_task("e1.z") is None
+    assert last_seq(store, "e1") == 1
+
+
+def test_executions_created_together_read_back_as_made(store: Store) -> None:
+    odd = {"text": 'tab\tquote"nul\x00end', "nested": {"list": [1, 2.5, None, True]}, "é": "ü"}
+    records = [
+        ExecutionRecord(
+            "p1", "parent", None, "name: parent\n", created_at=100.25, updated_at=100.5,
+            context={"a": 1},
+        ),
+        ExecutionRecord(
+            "c1", "child", "playbooks/child.yaml", "name: child\nsteps: [\"x\"]\n",
+            created_at=101.0, updated_at=101.0, parent_execution_id="p1", context=odd,
+        ),
+    ]  # fmt: skip
+    initial = [Append(r.execution_id, 0, started(r.execution_id), now=2.0) for r in records]
+
+    results = store.create_executions(
+        [NewExecution(r, a) for r, a in zip(records, initial, strict=True)]
+    )
+
+    assert results == [None, None]
+    for made in records:
+        stored = store.get_execution(made.execution_id)
+        assert stored is not None
+        assert (
+            stored.playbook_name, stored.playbook_path, stored.playbook_text,
+            stored.parent_execution_id, stored.context, stored.status, stored.last_seq,
+        ) == (
+            made.playbook_name, made.playbook_path, made.playbook_text,
+            made.parent_execution_id, made.context, ExecutionStatus.RUNNING, 1,
+        )  # fmt: skip
+        assert stored.created_at == pytest.approx(made.created_at, abs=1e-6)
+        assert stored.finished_at is None
+        assert store.get_compiled(made.execution_id) is None
+
+
+def test_a_start_with_a_timer_goes_in_with_the_rest(store: Store) -> None:
+    timed = new_execution("e2", "a")
+    timed = NewExecution(
+        timed.record,
+        Append("e2", 0, started("e2"), now=1.0, timers=[Timer(3600.0, {"step": "later"})]),
+    )
+
+    results = store.create_executions([new_execution("e1", "a"), timed])
+
+    assert results == [None, None]
+    assert (last_seq(store, "e1"), last_seq(store, "e2")) == (1, 1)
+    assert [lease.task.task_id for lease in store.claim("w1", limit=10)] == ["e1.a"]

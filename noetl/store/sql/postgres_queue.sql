@@ -29,6 +29,11 @@ SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]
 SELECT * FROM noetl_commit(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb,
                            %s::jsonb, %s::jsonb, %s::text, %s::float8, %s::boolean)
 
+-- New executions with their first appends (migrations/postgres/0016_start_function.sql).
+-- name: start
+SELECT * FROM noetl_start(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::float8,
+                          %s::boolean)
+
 -- The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
 -- name: consumed_inputs
 SELECT d.id, d.e FROM unnest(%b::bigint[], %b::text[]) AS d(id, e)
