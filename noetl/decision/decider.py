@@ -256,17 +256,17 @@ class Decider:
             cached = self._states.get(execution_id)
         if cached is not None:
             return cached
-        record = self.store.get_execution(execution_id)
-        if record is None or record.pruned_at is not None:
+        loaded = self.store.load_execution(execution_id)  # its row and events: one read
+        if loaded is None:
             return None
+        record, events = loaded
         engine = self.engine(
             record.playbook_text,
             record.playbook_path,
             compiled=lambda: self.store.get_compiled(execution_id),
         )
         cached = Cached(engine, engine.new_state(execution_id))
-        if not self.catch_up(cached):
-            return None
+        fold(cached.state, events)
         self.remember(execution_id, cached)
         return cached
 

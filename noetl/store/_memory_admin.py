@@ -90,6 +90,15 @@ class MemoryAdmin:
             row = self._executions.get(execution_id)
             return None if row is None else record_from_row(row)
 
+    def load_execution(self, execution_id: str) -> tuple[ExecutionRecord, list[Event]] | None:
+        with self._lock:
+            row = self._executions.get(execution_id)
+            if row is None or row.get("pruned_at") is not None:
+                return None
+            rows = list(self._events.get(execution_id, ()))
+            record = record_from_row(row)
+        return record, [event_from_row(execution_id, event[1:]) for event in rows]
+
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         with self._lock:
             rows = [(e, self._executions.get(e)) for e in execution_ids]

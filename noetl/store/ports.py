@@ -285,6 +285,11 @@ class ExecutionPort(Protocol):
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         """The execution row, or None."""
 
+    def load_execution(self, execution_id: str) -> tuple[ExecutionRecord, list[Event]] | None:
+        """The execution row and its whole event log, read together (one statement on
+        PostgreSQL); None when there is no such execution, or retention deleted its
+        history (only its tombstone is left)."""
+
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         """Those of `execution_ids` that have finished, with their status, in one read of
         the status column alone (ids that do not exist are left out)."""

@@ -65,6 +65,7 @@ def test_prune_deletes_a_finished_history_and_keeps_a_tombstone(store: Store) ->
     assert store.checkpoints.load("old.a") is None
     with pytest.raises(HistoryPrunedError, match="history was pruned on"):
         store.load_events("old")
+    assert store.load_execution("old") is None
     with pytest.raises(HistoryPrunedError, match="old"):
         store.get_steps("old")
     # A second prune finds nothing left to do.

@@ -125,6 +125,31 @@ def test_appended_events_load_back_in_order(store: Store) -> None:
     assert (record.last_seq, record.updated_at) == (6, 6.0)
 
 
+def test_an_execution_loads_with_its_events_in_one_read(store: Store) -> None:
+    record = make_record("e1", parent_execution_id="p0", created_at=1764414000.123456)
+    store.create_execution(record)
+    events = [
+        Event(1, "workflow.started", "e1", 1764414000.654321, None, {"workload": {"n": 1}}),
+        Event(2, "step.started", "e1", 1764414001.000001, "s1", {"text": "nul\x00 \ufdd0 ü"}),
+        *make_events("e1", 3, 2),
+    ]
+    store.commit([Append("e1", 0, events, now=7.25, context={"v": [1, None]})])
+
+    loaded = store.load_execution("e1")
+
+    assert loaded is not None
+    assert loaded == (store.get_execution("e1"), store.load_events("e1"))
+    assert loaded[1] == events
+    assert (loaded[0].last_seq, loaded[0].context, loaded[0].parent_execution_id) == (
+        4,
+        {"v": [1, None]},
+        "p0",
+    )
+    store.create_execution(make_record("e2"))
+    assert store.load_execution("e2") == (store.get_execution("e2"), [])
+    assert store.load_execution("nope") is None
+
+
 def test_payloads_follow_json_semantics_and_are_copies(store: Store) -> None:
     store.create_execution(make_record("e1"))
     payload: dict[str, Any] = {"pair": (1, 2), "inner": {"x": 1}}

@@ -3,6 +3,7 @@ go with a commit, in the adapters, in the same transaction as the queue's.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from typing import Any
 
@@ -71,6 +72,28 @@ class Executions:
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         row = self._db.fetch_one("get_execution", {"execution_id": execution_id})
         return None if row is None else self._record(row)
+
+    def load_execution(self, execution_id: str) -> tuple[ExecutionRecord, list[Event]] | None:
+        """The row and the events in one session: on PostgreSQL one statement, whose last
+        column is the events as JSON text (`[[seq, type, epoch seconds, step, payload],
+        ...]`); a dialect whose statement leaves it NULL reads them with a second one."""
+        params = {"execution_id": execution_id}
+        with self._db.session() as db:
+            row = db.fetch_one("load_execution", params)
+            if row is None or row[11] is not None:
+                return None
+            if row[12] is None:
+                rows = db.fetch_all("load_events", {**params, "after_seq": 0, "limit": None})
+                events = [
+                    Event(seq, type_, execution_id, db.epoch(ts), step, db.json_value(payload))
+                    for seq, type_, ts, step, payload in rows
+                ]
+            else:
+                events = [
+                    Event(seq, type_, execution_id, float(ts), step, payload)
+                    for seq, type_, ts, step, payload in json.loads(db.json_text_out(row[12]))
+                ]
+        return self._record(row), events
 
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         ids = list(execution_ids)

@@ -211,6 +211,15 @@ SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_tex
 FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = :execution_id
 
+-- The execution row; its events come with a second statement (`load_events`) in the
+-- same session (SQLite's JSON functions print a time with 15 digits, not all of them).
+-- name: load_execution
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at, e.pruned_at, NULL
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id = :execution_id
+
 -- The finished ones of a list of executions (`ids`: a JSON array): the status column only.
 -- name: finished_among
 SELECT execution_id, status FROM execution
