@@ -154,7 +154,7 @@ def start(conn: Conn, rows: Sequence[str], prepared: list[PreparedAppend], *, wa
     """New executions (their `execution_row`s) and their first appends in one statement,
     its own transaction (`noetl_start`, migration 0016). When an id exists it raises
     psycopg's error of SQLSTATE `EXISTS`, and nothing is written."""
-    conn.execute(SQL["start"], ["[" + ",".join(rows) + "]", *writes(prepared), 30.0, wake])
+    conn.execute(SQL["start"], ["[" + ",".join(rows) + "]", *writes(prepared), wake])
 
 
 def plain_starts(prepared: list[PreparedAppend]) -> bool:

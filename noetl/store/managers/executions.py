@@ -40,6 +40,14 @@ class Executions:
         )
 
     @staticmethod
+    def _events(db: Connector, execution_id: str, rows: list[Row]) -> list[Event]:
+        """`load_events` rows (seq, type, ts, step, payload) as events."""
+        return [
+            Event(seq, type_, execution_id, db.epoch(ts), step, db.json_value(payload))
+            for seq, type_, ts, step, payload in rows
+        ]
+
+    @staticmethod
     def _missing(db: Connector, execution_id: str) -> None:
         """NotFoundError when there is no such execution, HistoryPrunedError when only
         its tombstone is left; nothing when it exists."""
@@ -64,10 +72,7 @@ class Executions:
             # Only an empty answer needs the extra lookup that tells "none" from "no such".
             if not rows:
                 self._missing(db, execution_id)
-        return [
-            Event(seq, type_, execution_id, db.epoch(ts), step, db.json_value(payload))
-            for seq, type_, ts, step, payload in rows
-        ]
+        return self._events(db, execution_id, rows)
 
     def get_execution(self, execution_id: str) -> ExecutionRecord | None:
         row = self._db.fetch_one("get_execution", {"execution_id": execution_id})
@@ -84,10 +89,7 @@ class Executions:
                 return None
             if row[12] is None:
                 rows = db.fetch_all("load_events", {**params, "after_seq": 0, "limit": None})
-                events = [
-                    Event(seq, type_, execution_id, db.epoch(ts), step, db.json_value(payload))
-                    for seq, type_, ts, step, payload in rows
-                ]
+                events = self._events(db, execution_id, rows)
             else:
                 events = [
                     Event(seq, type_, execution_id, float(ts), step, payload)

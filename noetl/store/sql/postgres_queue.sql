@@ -31,8 +31,7 @@ SELECT * FROM noetl_commit(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb
 
 -- New executions with their first appends (migrations/postgres/0016_start_function.sql).
 -- name: start
-SELECT * FROM noetl_start(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::float8,
-                          %s::boolean)
+SELECT * FROM noetl_start(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::boolean)
 
 -- The (id, execution) pairs of a commit's consumed inputs that are no longer in the inbox.
 -- name: consumed_inputs
