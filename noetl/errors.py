@@ -11,6 +11,7 @@
     ├── PermissionDeniedError  a valid credential whose role is too low
     ├── store errors (noetl.core.errors): ConcurrencyError, NotFoundError (and its
     │   HistoryPrunedError: retention deleted the execution's history),
+    │   StalePlaybookError (a newer version registered since a cached read),
     │   StoreUnavailableError (retryable when the database is only busy)
     ├── RetryableError         transient: a retry may succeed
     │   └── TaskTimeoutError   a tool, sink or loop item ran past its budget

@@ -10,6 +10,7 @@ from noetl.core.errors import (
     ConcurrencyError,
     HistoryPrunedError,
     NotFoundError,
+    StalePlaybookError,
     StoreUnavailableError,
 )
 from noetl.core.types import (
@@ -40,6 +41,7 @@ __all__ = [
     "NotFoundError",
     "Outcome",
     "RequeueTask",
+    "StalePlaybookError",
     "StartTimer",
     "StepStatus",
     "StoreUnavailableError",

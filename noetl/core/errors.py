@@ -18,6 +18,7 @@ __all__ = [
     "ConcurrencyError",
     "HistoryPrunedError",
     "NotFoundError",
+    "StalePlaybookError",
     "StoreUnavailableError",
 ]
 
@@ -62,6 +63,17 @@ class HistoryPrunedError(NotFoundError):
         )
         self.execution_id = execution_id
         self.pruned_at = pruned_at
+
+
+class StalePlaybookError(NoetlError):
+    """A start of the latest version of a registered playbook, read from a cache, was
+    refused: a newer version of `path` was registered since (nothing was written). The
+    caller reads the catalog again and starts the newer one."""
+
+    def __init__(self, path: str, version: int) -> None:
+        super().__init__(f"playbook {path!r} has a version newer than {version}")
+        self.path = path
+        self.version = version
 
 
 class StoreUnavailableError(NoetlError):

@@ -173,11 +173,14 @@ class Decider:
         parent_execution_id: str | None,
         now: float,
         execution_id: str | None = None,
+        latest: int | None = None,
     ) -> str:
         """Validate a playbook, create its execution (`execution_id`, else a new id) and
         dispatch its first tasks, in one transaction; returns the id. Raises PlaybookError
         (with every diagnostic) for an invalid playbook, ConcurrencyError when an execution
-        with that id exists already (nothing is written then)."""
+        with that id exists already, StalePlaybookError when `latest` (the version of the
+        registered playbook at `path` that `text` is) is no longer the latest (nothing is
+        written then)."""
         if self.dsl is not None:
             self._admit(text, path, self.dsl)
         engine = self.engine(text, path)
@@ -206,7 +209,9 @@ class Decider:
                 now=now,
                 playbook=playbook,
             )
-            refused = self._starts.submit(NewExecution(record, initial, self._compiled(engine)))
+            refused = self._starts.submit(
+                NewExecution(record, initial, self._compiled(engine), latest)
+            )
             if refused is None:
                 break
             mine = execution_id is None and isinstance(refused, ConcurrencyError)

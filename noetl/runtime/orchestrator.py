@@ -130,10 +130,13 @@ class Orchestrator:
         workload: dict[str, Any] | None = None,
         parent_execution_id: str | None = None,
         execution_id: str | None = None,
+        latest: int | None = None,
     ) -> str:
         """Validate a playbook, create its execution and dispatch its first tasks, in one
         transaction. Raises PlaybookError (with every diagnostic) for an invalid playbook,
-        ConcurrencyError when an execution with the given `execution_id` exists."""
+        ConcurrencyError when an execution with the given `execution_id` exists,
+        StalePlaybookError when `latest` is given and a newer version of `path` is
+        registered (see `Decider.start`)."""
         return self.decider.start(
             text,
             path=path,
@@ -141,6 +144,7 @@ class Orchestrator:
             parent_execution_id=parent_execution_id,
             now=self.clock(),
             execution_id=execution_id,
+            latest=latest,
         )
 
     def cancel(self, execution_id: str, *, by: str = "api") -> bool:

@@ -34,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from noetl.auth import Role
 from noetl.server.deps import Services
 from noetl.server.schemas.executions import ExecutionCreated, ExecutionStart
+from noetl.server.starts import start_registered
 
 PATH = "/api/executions"
 Handler = Callable[[Request, Exception], Any]
@@ -109,14 +110,15 @@ class LeanStart:
         """Runs in the thread pool: the start, or None when `path` is not registered."""
         services = self.services
         if start.path is not None:
-            playbook = services.store.get_playbook(start.path, start.version)
-            if playbook is None:
-                return None
-            text, path = playbook.text, playbook.path
-        else:
-            assert start.playbook is not None  # the model requires one of the two
-            text, path = start.playbook, None
-        return services.orchestrator.start_execution(text, path=path, workload=start.workload)
+            return start_registered(
+                services.catalog,
+                services.orchestrator,
+                start.path,
+                start.version,
+                workload=start.workload,
+            )
+        assert start.playbook is not None  # the model requires one of the two
+        return services.orchestrator.start_execution(start.playbook, workload=start.workload)
 
     def _handler(self, exc: Exception) -> Handler | None:
         for cls in type(exc).__mro__:

@@ -53,8 +53,8 @@ def create_each(create: CreateOne, items: Sequence[NewExecution]) -> list[Except
     results: list[Exception | None] = []
     for item in items:
         try:
-            create(item.record, item.initial, compiled=item.compiled)
-        except Exception as exc:  # this start's own: its id exists, a value refused
+            create(item.record, item.initial, compiled=item.compiled, latest=item.latest)
+        except Exception as exc:  # this start's own: its id exists, a newer playbook, a value
             results.append(exc)
         else:
             results.append(None)

@@ -21,7 +21,7 @@ from noetl.store._json import dumps
 from noetl.store._pg_connector import ts
 from noetl.store._pg_nul import pg_dumps
 from noetl.store._rows import PreparedAppend, inputs_to_check, record_to_row
-from noetl.store.base import ExecutionRecord
+from noetl.store.base import ExecutionRecord, StalePlaybookError
 from noetl.store.queries import QUERIES
 
 __all__ = [
@@ -123,19 +123,43 @@ def writes(prepared: list[PreparedAppend], lease: frozenset[str] = frozenset()) 
     ]
 
 
-# The SQLSTATE of `noetl_start` when an execution id exists (migration 0016).
+# The SQLSTATEs of `noetl_start` when an execution id exists (migration 0016), and when a
+# row's `latest` is not the latest version of its playbook (0017).
 EXISTS = "NT002"
+NEWER = "NT003"
 
 
-def new_row(record: ExecutionRecord, compiled: str | None) -> dict[str, Any]:
-    """A new execution's columns (times in epoch seconds) and its compiled model."""
-    return {**record_to_row(record, pg_dumps), "compiled": compiled}
+def new_row(
+    record: ExecutionRecord, compiled: str | None, latest: int | None = None
+) -> dict[str, Any]:
+    """A new execution's columns (times in epoch seconds), its compiled model and the
+    version of its playbook it must still be the latest of (`Store.create_execution`)."""
+    return {**record_to_row(record, pg_dumps), "compiled": compiled, "latest": latest}
+
+
+def check_latest(conn: Conn, rows: Sequence[Mapping[str, Any]]) -> None:
+    """StalePlaybookError unless each row's `latest` is the latest version of its path
+    (in the transaction of its insert: it rolls back)."""
+    checks = [
+        (
+            row["playbook_path"],
+            row["latest"],
+            conn.execute(SQL["newest_version"], {"path": row["playbook_path"]}),
+        )
+        for row in rows
+        if row["latest"] is not None and row["playbook_path"] is not None
+    ]
+    for path, latest, cursor in checks:
+        found = cursor.fetchone()
+        if found is not None and found[0] is not None and found[0] > latest:
+            raise StalePlaybookError(path, latest)
 
 
 def execution_row(row: Mapping[str, Any]) -> str:
     """One new execution as a `noetl_start` row: the JSON array of its columns (those of
-    `record_to_row` and `compiled`, times in epoch seconds), its context (JSON text
-    already) spliced in as it is."""
+    `record_to_row` and `compiled`, times in epoch seconds) and the version it must still
+    be the latest of (migration 0017), its context (JSON text already) spliced in as it
+    is."""
     head = dumps([row["execution_id"], row["playbook_name"], row["playbook_path"], row["status"]])
     tail = dumps(
         [
@@ -145,6 +169,7 @@ def execution_row(row: Mapping[str, Any]) -> str:
             row["finished_at"],
             row["playbook_text"],
             row["compiled"],
+            row["latest"],
         ]
     )
     return f"{head[:-1]},{row['context']},{tail[1:]}"

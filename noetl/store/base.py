@@ -15,6 +15,7 @@ from noetl.core import (
     ConcurrencyError,
     HistoryPrunedError,
     NotFoundError,
+    StalePlaybookError,
     StoreUnavailableError,
 )
 from noetl.store.ports import (
@@ -87,6 +88,7 @@ __all__ = [
     "RetentionPort",
     "ScheduleRecord",
     "ScheduleStore",
+    "StalePlaybookError",
     "Store",
     "StoreStats",
     "StoreUnavailableError",

@@ -53,6 +53,7 @@ from noetl.store.base import (
     Lease,
     NotFoundError,
     PlaybookRecord,
+    StalePlaybookError,
     TaskStatus,
     WorkerRecord,
 )
@@ -92,15 +93,25 @@ class MemoryStore(OneAtATime, MemoryAdmin, MemoryRetention):
         self._holders = LocalHolders()
 
     def create_execution(
-        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+        self,
+        record: ExecutionRecord,
+        initial: Append | None = None,
+        *,
+        compiled: str | None = None,
+        latest: int | None = None,
     ) -> None:
         """Insert a new execution row (and apply `initial`); ConcurrencyError if the id
-        exists or `initial` does not start at sequence 0."""
+        exists or `initial` does not start at sequence 0, StalePlaybookError if `latest`
+        is not the latest version of the playbook."""
         row = record_to_row(record)
         prepared = prepare_initial(record, initial)
         with self._lock:
             if record.execution_id in self._executions:
                 raise ConcurrencyError(f"execution {record.execution_id} already exists")
+            if latest is not None and record.playbook_path is not None:
+                versions = self._playbooks.get(record.playbook_path)
+                if versions and versions[-1].version > latest:
+                    raise StalePlaybookError(record.playbook_path, latest)
             if prepared is not None and prepared.expected_seq != 0:
                 raise stale(prepared, 0)
             self._executions[record.execution_id] = row

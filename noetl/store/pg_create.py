@@ -1,4 +1,5 @@
-"""`noetl db init` on a PostgreSQL database that does not exist yet: create it.
+"""A PostgreSQL database and its schema, for `noetl db`: created when it does not exist
+yet (`noetl db init`), migrated, its schema version read.
 
 The server is asked through its maintenance database (`postgres`) with the same user, host
 and port; creating needs the CREATEDB right. A database that exists is left alone."""
@@ -10,8 +11,16 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from noetl.core import StoreUnavailableError
+from noetl.store._pg_connector import connect
+from noetl.store.migrate import (
+    Migration,
+    SchemaStatus,
+    discover,
+    migrate_postgres,
+    status_postgres,
+)
 
-__all__ = ["create_database_if_missing"]
+__all__ = ["create_database_if_missing", "migrate_schema", "schema_status"]
 
 MAINTENANCE_DB = "postgres"
 
@@ -42,3 +51,26 @@ def create_database_if_missing(dsn: str) -> str | None:
             "create it (createdb) or grant CREATEDB"
         ) from None
     return str(name)
+
+
+def schema_status(dsn: str) -> SchemaStatus:
+    """Applied and pending schema versions of a PostgreSQL database; changes nothing."""
+    conn, target = connect(dsn)
+    try:
+        with conn:
+            return status_postgres(conn)
+    except psycopg.OperationalError as exc:
+        raise target.unavailable(exc) from None
+
+
+def migrate_schema(dsn: str) -> list[Migration]:
+    """Apply pending migrations to a PostgreSQL database; the migrations applied."""
+    conn, target = connect(dsn)
+    try:
+        with conn:
+            applied = set(migrate_postgres(conn))
+    except psycopg.OperationalError as exc:
+        raise target.unavailable(exc) from None
+    except StoreUnavailableError as exc:
+        raise StoreUnavailableError(f"{target}: {exc}", retryable=exc.retryable) from exc
+    return [m for m in discover("postgres") if m.version in applied]

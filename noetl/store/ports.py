@@ -214,21 +214,29 @@ class ExecutionPort(Protocol):
     """The engine runtime's side: executions, their event logs and projections."""
 
     def create_execution(
-        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+        self,
+        record: ExecutionRecord,
+        initial: Append | None = None,
+        *,
+        compiled: str | None = None,
+        latest: int | None = None,
     ) -> None:
         """Insert a new execution row as given (`record.last_seq` must be 0) and, when
         given, apply `initial` (its first events, tasks...) in the SAME transaction, so an
         execution never exists without its start. `compiled` (the validated playbook as
-        JSON) is kept for `get_compiled`.
+        JSON) is kept for `get_compiled`. `latest`: the version of the registered playbook
+        at `record.playbook_path` that the start took for the latest (read from a cache);
+        the start is refused if a newer version is registered.
 
-        ConcurrencyError if an execution with that id already exists."""
+        ConcurrencyError if an execution with that id already exists; StalePlaybookError
+        if `latest` is not the latest version (nothing is written either way)."""
 
     def create_executions(self, items: Sequence[NewExecution]) -> list[Exception | None]:
         """`create_execution` for several executions (starts that arrive together), in ONE
         transaction when every one of them can be created; otherwise each on its own, so
         one refused start never holds back the others. In the order given, None for each
-        one created, or the error that refused it (ConcurrencyError when its id exists);
-        nothing of a refused one is written."""
+        one created, or the error that refused it (ConcurrencyError when its id exists,
+        StalePlaybookError when its `latest` is not); nothing of a refused one is written."""
 
     def get_compiled(self, execution_id: str) -> str | None:
         """The `compiled` playbook given at creation, or None (none given, or no such

@@ -37,6 +37,7 @@ from noetl.store._complete import check_distinct, create_each, one_by_one
 from noetl.store._pg_commit import (
     REFUSED,
     Refused,
+    check_latest,
     execution_row,
     new_row,
     one_statement,
@@ -80,13 +81,8 @@ from noetl.store.base import (
     StoreUnavailableError,
 )
 from noetl.store.managers import SqlStore
-from noetl.store.migrate import (
-    Migration,
-    SchemaStatus,
-    discover,
-    migrate_postgres,
-    status_postgres,
-)
+from noetl.store.migrate import migrate_postgres
+from noetl.store.pg_create import migrate_schema, schema_status
 from noetl.store.queries import QUERIES
 
 SQL = QUERIES["postgres"]
@@ -104,29 +100,6 @@ log = logging.getLogger("noetl.store.postgres")
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 Cursor = psycopg.Cursor[tuple[Any, ...]]
-
-
-def schema_status(dsn: str) -> SchemaStatus:
-    """Applied and pending schema versions of a PostgreSQL database; changes nothing."""
-    conn, target = connect(dsn)
-    try:
-        with conn:
-            return status_postgres(conn)
-    except psycopg.OperationalError as exc:
-        raise target.unavailable(exc) from None
-
-
-def migrate_schema(dsn: str) -> list[Migration]:
-    """Apply pending migrations to a PostgreSQL database; the migrations applied."""
-    conn, target = connect(dsn)
-    try:
-        with conn:
-            applied = set(migrate_postgres(conn))
-    except psycopg.OperationalError as exc:
-        raise target.unavailable(exc) from None
-    except StoreUnavailableError as exc:
-        raise StoreUnavailableError(f"{target}: {exc}", retryable=exc.retryable) from exc
-    return [m for m in discover("postgres") if m.version in applied]
 
 
 class _LeaseLost(Exception):
@@ -179,14 +152,20 @@ class PostgresStore(SqlStore, PgQueue):
     # --- executions and events -----------------------------------------------------------
 
     def create_execution(
-        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+        self,
+        record: ExecutionRecord,
+        initial: Append | None = None,
+        *,
+        compiled: str | None = None,
+        latest: int | None = None,
     ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
-        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+        ConcurrencyError if the id exists or `initial` does not start at sequence 0,
+        StalePlaybookError if `latest` is not the latest version of the playbook."""
         prepared = [] if (p := prepare_initial(record, initial, pg_dumps)) is None else [p]
         try:
             self._create_pipelined(
-                [new_row(record, compiled)], prepared, wakes=self._wakes_workers(prepared)
+                [new_row(record, compiled, latest)], prepared, wakes=self._wakes_workers(prepared)
             )
         except _Exists:
             raise ConcurrencyError(f"execution {record.execution_id} already exists") from None
@@ -198,7 +177,7 @@ class PostgresStore(SqlStore, PgQueue):
         pipelined transaction; when one cannot be created, each again on its own, which
         says which (see `Store.create_executions`)."""
         try:
-            rows = [new_row(item.record, item.compiled) for item in items]
+            rows = [new_row(item.record, item.compiled, item.latest) for item in items]
             prepared = [
                 p for item in items if (p := prepare_initial(item.record, item.initial, pg_dumps))
             ]
@@ -225,6 +204,7 @@ class PostgresStore(SqlStore, PgQueue):
         then the appends, in one pipelined transaction."""
         with self._connection() as conn, conn.pipeline():
             with pipelined_transaction(conn):
+                check_latest(conn, rows)
                 inserted = [
                     conn.execute(SQL["insert_execution"], {**row, **timestamps(row)})
                     for row in rows

@@ -203,12 +203,14 @@ class Lease:
 
 @dataclass(frozen=True, slots=True)
 class NewExecution:
-    """An execution to create (`Store.create_executions`): its row, its first append and
-    its compiled playbook, as `create_execution` takes them."""
+    """An execution to create (`Store.create_executions`): its row, its first append, its
+    compiled playbook and the catalog version it must still be the latest of, as
+    `create_execution` takes them."""
 
     record: ExecutionRecord
     initial: Append | None = None
     compiled: str | None = None
+    latest: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

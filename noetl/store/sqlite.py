@@ -45,6 +45,7 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
+    StalePlaybookError,
 )
 from noetl.store.managers import SqlStore
 from noetl.store.queries import QUERIES
@@ -76,22 +77,37 @@ class SqliteStore(OneAtATime, SqlStore):
         return f"SqliteStore({str(self.path)!r})"
 
     def create_execution(
-        self, record: ExecutionRecord, initial: Append | None = None, *, compiled: str | None = None
+        self,
+        record: ExecutionRecord,
+        initial: Append | None = None,
+        *,
+        compiled: str | None = None,
+        latest: int | None = None,
     ) -> None:
         """Insert a new execution row and apply `initial`, in one transaction;
-        ConcurrencyError if the id exists or `initial` does not start at sequence 0."""
+        ConcurrencyError if the id exists or `initial` does not start at sequence 0,
+        StalePlaybookError if `latest` is not the latest version of the playbook."""
         row = record_to_row(record)
         prepared = prepare_initial(record, initial)
         try:
-            self._create(row, prepared, compiled)
+            self._create(row, prepared, compiled, latest)
         except _Behind:
             assert prepared is not None
             raise stale_all([(prepared, 0)], []) from None
 
     def _create(
-        self, row: dict[str, Any], prepared: PreparedAppend | None, compiled: str | None
+        self,
+        row: dict[str, Any],
+        prepared: PreparedAppend | None,
+        compiled: str | None,
+        latest: int | None,
     ) -> None:
         with self._transaction() as conn:
+            path = row["playbook_path"]
+            if latest is not None and path is not None:
+                newest = conn.execute(SQL["newest_version"], {"path": path}).fetchone()[0]
+                if newest is not None and newest > latest:
+                    raise StalePlaybookError(path, latest)
             try:
                 conn.execute(SQL["insert_execution"], row)
             except sqlite3.IntegrityError as exc:

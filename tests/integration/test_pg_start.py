@@ -1,6 +1,7 @@
 """New executions on PostgreSQL: plain starts (first appends at sequence 0, nothing to
 check, no rarer writes) go in as ONE statement, `noetl_start` (migration 0016); the rest
-the pipelined way. The function refuses an id that exists and writes nothing then."""
+the pipelined way. The function refuses an id that exists, or a version taken for the
+latest of its playbook when a newer one is registered (0017), and writes nothing then."""
 
 from __future__ import annotations
 
@@ -76,3 +77,27 @@ def test_the_start_function_refuses_an_id_that_exists_and_writes_nothing(
         assert conn.execute("SELECT execution_id FROM execution ORDER BY 1").fetchall() == [("e1",)]
         assert conn.execute("SELECT count(*) FROM execution_input").fetchone() == (1,)
         assert conn.execute("SELECT task_id FROM task_queue ORDER BY 1").fetchall() == [("e1.a",)]
+
+
+def test_the_start_function_refuses_a_version_that_is_not_the_latest(
+    pg_store: PostgresStore, pg_database: str
+) -> None:
+    for version in (1, 2):
+        pg_store.register_playbook("playbooks/demo.yaml", "demo", f"name: demo\n# {version}\n", 1.0)
+    items = [new("e1", "a"), new("e2", "a")]
+
+    def call(latest: list[int | None]) -> None:
+        rows = [
+            _pg_commit.execution_row(_pg_commit.new_row(i.record, None, v))
+            for i, v in zip(items, latest, strict=True)
+        ]
+        prepared = [p for i in items if (p := prepare_initial(i.record, i.initial))]
+        _pg_commit.start(conn, rows, prepared, wake=False)
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        with pytest.raises(psycopg.Error) as refused:
+            call([2, 1])
+        assert refused.value.sqlstate == _pg_commit.NEWER
+        assert conn.execute("SELECT count(*) FROM execution").fetchone() == (0,)
+        call([2, None])  # None: a start that read the catalog itself checks nothing
+        assert conn.execute("SELECT count(*) FROM execution").fetchone() == (2,)

@@ -226,9 +226,9 @@ ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
     " 0008_checkpoints, 0009_retention, 0010_schedules, 0011_commit_guard,"
     " 0012_lean_event_log, 0013_commit_function, 0014_commit_by_keys,"
-    " 0015_fillfactor, 0016_start_function"
+    " 0015_fillfactor, 0016_start_function, 0017_start_latest"
 )
-VERSIONS = list(range(1, 17))
+VERSIONS = list(range(1, 18))
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
     "execution": ["execution_id"],
@@ -342,6 +342,7 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0014_commit_by_keys",
         "0015_fillfactor",
         "0016_start_function",
+        "0017_start_latest",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS

@@ -28,6 +28,7 @@ from noetl.server.schemas.executions import (
     ExecutionStart,
     ExecutionSummary,
 )
+from noetl.server.starts import start_registered
 from noetl.server.waiting import queue_state
 from noetl.store.base import ExecutionRecord, Store
 
@@ -87,15 +88,9 @@ def start_execution(body: ExecutionStart, request: Request) -> Response:
     first tasks queued in one transaction; workers pick them up. `options.parent_execution_id`
     must name an existing execution."""
     deps = services(request)
-    if body.path is not None:
-        playbook = deps.store.get_playbook(body.path, body.version)
-        if playbook is None:
-            which = f"version {body.version} of " if body.version is not None else ""
-            raise NotFoundError(f"{which}playbook {body.path!r} is not registered")
-        text, path = playbook.text, playbook.path
-    else:
-        assert body.playbook is not None  # the model requires one of the two
-        text, path = body.playbook, None
+    if body.path is not None and deps.catalog.get(body.path, body.version) is None:
+        which = f"version {body.version} of " if body.version is not None else ""
+        raise NotFoundError(f"{which}playbook {body.path!r} is not registered")
     parent = body.options.parent_execution_id
     if parent is not None and deps.store.get_execution(parent) is None:
         # A parent that does not exist would be a dangling link the console follows.
@@ -108,12 +103,22 @@ def start_execution(body: ExecutionStart, request: Request) -> Response:
                 }
             ]
         )
-    execution_id = deps.orchestrator.start_execution(
-        text,
-        path=path,
-        workload=body.workload,
-        parent_execution_id=parent,
-    )
+    if body.path is not None:
+        execution_id = start_registered(
+            deps.catalog,
+            deps.orchestrator,
+            body.path,
+            body.version,
+            workload=body.workload,
+            parent_execution_id=parent,
+        )
+        if execution_id is None:  # not possible: versions are never deleted
+            raise NotFoundError(f"playbook {body.path!r} is not registered")
+    else:
+        assert body.playbook is not None  # the model requires one of the two
+        execution_id = deps.orchestrator.start_execution(
+            body.playbook, workload=body.workload, parent_execution_id=parent
+        )
     return JSONResponse(
         ExecutionCreated(execution_id=execution_id).model_dump(),
         status_code=http.HTTP_201_CREATED,

@@ -67,6 +67,7 @@ def register_playbook(body: PlaybookRegister, deps: Deps) -> PlaybookRegistered:
             ]
         )
     record = deps.store.register_playbook(path, playbook.metadata.name, body.content, deps.clock())
+    deps.catalog.forget(path)  # this server's next start reads the new latest version
     # Its engine is built now, from the model just validated: the first start reads no YAML.
     deps.orchestrator.decider.prepare(body.content, path, playbook)
     # The triggers block of the version registered last is what the schedules follow.
