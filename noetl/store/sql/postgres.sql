@@ -11,9 +11,6 @@ SELECT pg_advisory_xact_lock(1852794224, hashtext(%(path)s))
 SELECT path, version, name, text, created_at FROM playbook
 WHERE path = %(path)s ORDER BY version DESC LIMIT 1
 
--- name: newest_version
-SELECT max(version) FROM playbook WHERE path = %(path)s
-
 -- name: playbook_version
 SELECT path, version, name, text, created_at FROM playbook
 WHERE path = %(path)s AND version = %(version)s

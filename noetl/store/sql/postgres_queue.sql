@@ -2,6 +2,10 @@
 -- the task queue and the inbox, run by noetl.store.postgres, _pg_queue and _pg_dlq.
 -- Positional parameters (%s; %b: binary, the arrays of an `unnest`).
 
+-- The newest version of a playbook, checked by a start that took one for the latest.
+-- name: newest_version
+SELECT max(version) FROM playbook WHERE path = %(path)s
+
 -- name: insert_execution
 WITH e AS (
     INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,

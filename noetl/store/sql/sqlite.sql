@@ -11,9 +11,6 @@ SELECT 1
 SELECT path, version, name, text, created_at FROM playbook
 WHERE path = :path ORDER BY version DESC LIMIT 1
 
--- name: newest_version
-SELECT max(version) FROM playbook WHERE path = :path
-
 -- name: playbook_version
 SELECT path, version, name, text, created_at FROM playbook
 WHERE path = :path AND version = :version

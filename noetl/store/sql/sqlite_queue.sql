@@ -3,6 +3,10 @@
 -- Positional parameters (? or ?N); every write runs in the caller's BEGIN IMMEDIATE
 -- transaction, timed by the store's clock (given as a parameter).
 
+-- The newest version of a playbook, checked by a start that took one for the latest.
+-- name: newest_version
+SELECT max(version) FROM playbook WHERE path = :path
+
 -- name: insert_execution
 INSERT INTO execution (execution_id, playbook_name, playbook_path, status, context,
                        parent_execution_id, last_seq, created_at, updated_at, finished_at)
