@@ -150,6 +150,20 @@ def test_an_execution_loads_with_its_events_in_one_read(store: Store) -> None:
     assert store.load_execution("nope") is None
 
 
+def test_a_long_log_loads_whole(store: Store) -> None:
+    """PostgreSQL reads a log of more than 1,000 events as rows, not as one JSON text."""
+    store.create_execution(make_record("e1"))
+    events = make_events("e1", 1, 1500)
+    store.commit([Append("e1", 0, events[:1000], now=2.0)])
+    store.commit([Append("e1", 1000, events[1000:], now=3.0)])
+
+    loaded = store.load_execution("e1")
+
+    assert loaded is not None
+    assert loaded[1] == events
+    assert loaded[0].last_seq == 1500
+
+
 def test_payloads_follow_json_semantics_and_are_copies(store: Store) -> None:
     store.create_execution(make_record("e1"))
     payload: dict[str, Any] = {"pair": (1, 2), "inner": {"x": 1}}

@@ -29,6 +29,7 @@ from noetl.store import (
     NotFoundError,
     PostgresStore,
     StoreUnavailableError,
+    _pg_connector,
     migrate_schema,
     open_store,
     schema_status,
@@ -924,3 +925,37 @@ def test_the_queue_keeps_room_in_its_pages(pg_empty_database: str) -> None:
         table: [o for o in options if o.startswith("fillfactor=")] for table, options in rows
     }
     assert fillfactors == {"execution": ["fillfactor=50"], "task_queue": ["fillfactor=70"]}
+
+
+def test_a_long_log_is_loaded_as_rows_not_as_one_json_text(
+    pg_store: PostgresStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One text value holds at most 1 GB: a log of more than 1,000 events is not
+    aggregated into one (`load_execution`), its rows are read instead."""
+
+    def make(execution_id: str, count: int) -> None:
+        pg_store.create_execution(
+            ExecutionRecord(execution_id, "p", None, "name: p\n", created_at=1.0, updated_at=1.0)
+        )
+        events = [
+            Event(seq, "step.finished", execution_id, 1.0 + seq, "s", {"seq": seq})
+            for seq in range(1, count + 1)
+        ]
+        pg_store.commit([Append(execution_id, 0, events, now=2.0)])
+
+    make("short", 1000)
+    make("long", 1001)
+    read: list[str] = []
+    fetch_all = _pg_connector.PgSession.fetch_all
+
+    def spied(self: Any, query: str, params: Any = None) -> Any:
+        read.append(query)
+        return fetch_all(self, query, params)
+
+    monkeypatch.setattr(_pg_connector.PgSession, "fetch_all", spied)
+
+    short, long = pg_store.load_execution("short"), pg_store.load_execution("long")
+
+    assert short is not None and len(short[1]) == 1000
+    assert long is not None and [e.seq for e in long[1]] == list(range(1, 1002))
+    assert read == ["load_events"]  # the long one only

@@ -81,7 +81,8 @@ class Executions:
     def load_execution(self, execution_id: str) -> tuple[ExecutionRecord, list[Event]] | None:
         """The row and the events in one session: on PostgreSQL one statement, whose last
         column is the events as JSON text (`[[seq, type, epoch seconds, step, payload],
-        ...]`); a dialect whose statement leaves it NULL reads them with a second one."""
+        ...]`); when the statement leaves it NULL (SQLite; a long log on PostgreSQL) they
+        are read as rows with a second one."""
         params = {"execution_id": execution_id}
         with self._db.session() as db:
             row = db.fetch_one("load_execution", params)

@@ -218,14 +218,18 @@ FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = %(execution_id)s
 
 -- The execution row and its events, together: the events as the JSON text of an array
--- of [seq, type, epoch seconds, step, payload], in sequence order (NULL when none).
+-- of [seq, type, epoch seconds, step, payload], in sequence order (NULL when none, and
+-- for a log of more than 1,000 events: one text value holds at most 1 GB, so a long log
+-- is read as rows, `load_events`).
 -- name: load_execution
 SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
        e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
        e.finished_at, e.pruned_at,
-       (SELECT json_agg(json_build_array(v.seq, v.type, extract(epoch FROM v.ts), v.step,
-                                         v.payload) ORDER BY v.seq)
-        FROM event_log v WHERE v.execution_id = e.execution_id)::text
+       CASE WHEN e.last_seq <= 1000 THEN
+           (SELECT json_agg(json_build_array(v.seq, v.type, extract(epoch FROM v.ts), v.step,
+                                             v.payload) ORDER BY v.seq)
+            FROM event_log v WHERE v.execution_id = e.execution_id)::text
+       END
 FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = %(execution_id)s
 
