@@ -50,6 +50,39 @@ ID_TRIES = 3
 ENGINES = 256
 
 
+@dataclass(frozen=True)
+class FirstAppend:
+    """One attempt of a start (`Decider.attempt`): the execution to write, its first
+    append, and the engine and state that decided it."""
+
+    new: NewExecution
+    initial: Append
+    engine: Engine
+    state: ExecutionState
+
+
+@dataclass(frozen=True)
+class Starting:
+    """A validated start (`Decider.starting`), to decide under a new id (or the one given)
+    at each attempt (`Decider.attempt`)."""
+
+    engine: Engine
+    text: str
+    path: str | None
+    workload: dict[str, Any]
+    parent_execution_id: str | None
+    now: float
+    execution_id: str | None
+    latest: int | None
+
+    def again(self, refused: Exception, attempt: int) -> None:
+        """Return when the refused attempt number `attempt` is to be tried again (an id
+        made here that another process made too), else raise `refused`."""
+        mine = self.execution_id is None and isinstance(refused, ConcurrencyError)
+        if not mine or attempt >= ID_TRIES - 1:
+            raise refused
+
+
 @dataclass
 class Cached:
     engine: Engine
@@ -181,47 +214,87 @@ class Decider:
         with that id exists already, StalePlaybookError when `latest` (the version of the
         registered playbook at `path` that `text` is) is no longer the latest (nothing is
         written then)."""
+        starting = self.starting(
+            text,
+            path=path,
+            workload=workload,
+            parent_execution_id=parent_execution_id,
+            now=now,
+            execution_id=execution_id,
+            latest=latest,
+        )
+        for attempt in range(ID_TRIES):
+            first = self.attempt(starting)
+            refused = self._starts.submit(first.new)
+            if refused is None:
+                return self.started(first)
+            starting.again(refused, attempt)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def starting(
+        self,
+        text: str,
+        *,
+        path: str | None,
+        workload: dict[str, Any] | None,
+        parent_execution_id: str | None,
+        now: float,
+        execution_id: str | None = None,
+        latest: int | None = None,
+    ) -> Starting:
+        """A start validated (`start`'s errors) and ready to be decided (`Starting`)."""
         if self.dsl is not None:
             self._admit(text, path, self.dsl)
         engine = self.engine(text, path)
         playbook = engine.playbook
         merged = merge_workload(playbook.workload, workload or {})
         admit(playbook, merged, self.options)  # TooComplexError over complexity.refuse
-        # An id made here that another process made too is made again: the caller did not
-        # choose it (ids differ within a process; see `new_execution_id`).
-        for attempt in range(ID_TRIES):
-            chosen = execution_id or new_execution_id(now)
-            state = engine.new_state(chosen)
-            decision = engine.start(state, merged, now)
-            record = new_record(
-                playbook,
-                chosen,
-                text=text,
-                path=path,
-                now=now,
-                parent_execution_id=parent_execution_id,
-            )
-            initial = self.append(
-                state,
-                before=0,
-                events=decision.events,
-                commands=decision.commands,
-                now=now,
-                playbook=playbook,
-            )
-            refused = self._starts.submit(
-                NewExecution(record, initial, self._compiled(engine), latest)
-            )
-            if refused is None:
-                break
-            mine = execution_id is None and isinstance(refused, ConcurrencyError)
-            if not mine or attempt == ID_TRIES - 1:
-                raise refused
-        execution_id = chosen
-        cached = Cached(engine, state)
+        return Starting(engine, text, path, merged, parent_execution_id, now, execution_id, latest)
+
+    def attempt(self, starting: Starting) -> FirstAppend:
+        """Decide `starting` under a new id (or the one it was given)."""
+        chosen = starting.execution_id or new_execution_id(starting.now)
+        engine, playbook, now = starting.engine, starting.engine.playbook, starting.now
+        state = engine.new_state(chosen)
+        decision = engine.start(state, starting.workload, now)
+        record = new_record(
+            playbook,
+            chosen,
+            text=starting.text,
+            path=starting.path,
+            now=now,
+            parent_execution_id=starting.parent_execution_id,
+        )
+        initial = self.append(
+            state,
+            before=0,
+            events=decision.events,
+            commands=decision.commands,
+            now=now,
+            playbook=playbook,
+        )
+        new = NewExecution(record, initial, self._compiled(engine), starting.latest)
+        return FirstAppend(new, initial, engine, state)
+
+    def warm(self, text: str) -> bool:
+        """Whether a start of `text` reads and builds nothing (its engine is kept, and it
+        was admitted by the DSL policy): it is then only CPU, a few hundred microseconds."""
+        key = hashlib.sha256(text.encode("utf-8")).hexdigest()
+        with self._lock:
+            return key in self._engines and (self.dsl is None or key in self._admitted)
+
+    def submit_starts(self, items: list[NewExecution]) -> list[Exception | None]:
+        """Write new executions with the starts that wait meanwhile (`Store.create_executions`
+        through the group commit): each one's refusal, or None."""
+        return self._starts.submit_many(items)
+
+    def started(self, first: FirstAppend) -> str:
+        """Its execution written: keep its state, observe its first events; its id."""
+        cached = Cached(first.engine, first.state)
+        execution_id = first.new.record.execution_id
         if cached.keep:
             self.remember(execution_id, cached)
-        self.observer.committed(engine.graph, state, initial.events)
+        self.observer.committed(first.engine.graph, first.state, first.initial.events)
         return execution_id
 
     def _admit(self, text: str, path: str | None, policy: DslPolicy) -> None:

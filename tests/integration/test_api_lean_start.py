@@ -296,3 +296,37 @@ def test_with_authentication_off_a_start_without_a_token_takes_the_lean_path(
         assert store.get_execution(answer.json()["execution_id"]) is not None
     finally:
         store.close()
+
+
+def test_a_ready_playbook_is_decided_in_the_event_loop(pair: Pair) -> None:
+    headers = bearer(pair.operator)
+
+    ids = []
+    for n in range(4):
+        answer = pair.lean.post(
+            "/api/executions", json={"path": "tests/lean", "workload": {"n": n}}, headers=headers
+        )
+        assert answer.status_code == 201, answer.text
+        ids.append(answer.json()["execution_id"])
+
+    # The first start reads the catalog (in the thread pool); the playbook is kept then.
+    lean = _lean_of(pair.lean_app)
+    assert (lean.answered, lean.in_loop) == (4, 3)
+    assert len(set(ids)) == 4
+    for n, execution_id in enumerate(ids):
+        record = pair.store.get_execution(execution_id)
+        assert record is not None and record.status is ExecutionStatus.RUNNING
+        leases = pair.store.claim("w", limit=10, executions=[execution_id])
+        assert [lease.task.args for lease in leases] == [{"n": n}]
+
+
+def test_an_inline_playbook_is_decided_in_the_loop_once_its_engine_is_built(pair: Pair) -> None:
+    headers = bearer(pair.operator)
+    text = PLAYBOOK.replace("name: lean", "name: inline")
+
+    for _ in range(2):
+        answer = pair.lean.post("/api/executions", json={"playbook": text}, headers=headers)
+        assert answer.status_code == 201, answer.text
+
+    lean = _lean_of(pair.lean_app)
+    assert (lean.answered, lean.in_loop) == (2, 1)
