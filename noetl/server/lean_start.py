@@ -45,6 +45,11 @@ from noetl.server.starts import StartQueue, start_registered
 
 PATH = "/api/executions"
 
+# The event loop serves every connection: a start decided there is bounded first. A bigger
+# body (its workload, an inline playbook) or playbook text goes to the thread pool.
+LOOP_BODY_BYTES = 64 * 1024
+LOOP_TEXT_CHARS = 256 * 1024
+
 
 class _Elsewhere:
     """`LeanStart._in_loop`'s answer for a start that is for the thread pool."""
@@ -81,7 +86,7 @@ class LeanStart:
             await self.app(scope, _replay(body, last, receive), send)
             return
         try:
-            answer = await self._in_loop(start)
+            answer = _ELSEWHERE if len(body) > LOOP_BODY_BYTES else await self._in_loop(start)
             execution_id = (
                 await run_in_threadpool(self._start, start)
                 if isinstance(answer, _Elsewhere)
@@ -146,7 +151,7 @@ class LeanStart:
             assert start.playbook is not None  # the model requires one of the two
             text, path = start.playbook, None
         decider = services.orchestrator.decider
-        if not decider.warm(text):
+        if len(text) > LOOP_TEXT_CHARS or not decider.warm(text):
             return _ELSEWHERE
         starting = decider.starting(
             text,

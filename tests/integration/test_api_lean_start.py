@@ -24,7 +24,7 @@ from noetl.core import ExecutionStatus
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.server.auth import Gate
-from noetl.server.lean_start import LeanStart
+from noetl.server.lean_start import LOOP_BODY_BYTES, LeanStart
 from noetl.sessions import Sessions
 from noetl.store import SqliteStore
 from noetl.store.base import Store
@@ -330,3 +330,14 @@ def test_an_inline_playbook_is_decided_in_the_loop_once_its_engine_is_built(pair
 
     lean = _lean_of(pair.lean_app)
     assert (lean.answered, lean.in_loop) == (2, 1)
+
+
+def test_a_big_body_is_decided_in_the_thread_pool(pair: Pair) -> None:
+    headers = bearer(pair.operator)
+    big = {"path": "tests/lean", "workload": {"n": 1, "pad": "x" * (LOOP_BODY_BYTES + 1)}}
+    for body in ({"path": "tests/lean"}, {"path": "tests/lean"}, big):
+        answer = pair.lean.post("/api/executions", json=body, headers=headers)
+        assert answer.status_code == 201, answer.text
+
+    lean = _lean_of(pair.lean_app)
+    assert (lean.answered, lean.in_loop) == (3, 1)  # the first read the catalog
