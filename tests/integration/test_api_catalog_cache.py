@@ -8,8 +8,6 @@ PostgreSQL (where the refusal of a stale start is `noetl_start`'s).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +16,6 @@ from noetl.auth import Role
 from noetl.runtime.orchestrator import Orchestrator
 from noetl.server.app import create_app
 from noetl.server.starts import Playbooks
-from noetl.store import PostgresStore, SqliteStore
 from noetl.store.base import Store
 from tests.helpers.auth import bearer, new_token
 from tests.helpers.testclient import TestClient
@@ -83,19 +80,9 @@ class Pair:
         return version
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.services)])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
-    made: Store
-    if request.param == "sqlite":
-        made = SqliteStore(tmp_path / "noetl.db")
-    else:
-        made = PostgresStore(request.getfixturevalue("pg_database"))
-    yield made
-    made.close()
-
-
 @pytest.fixture(params=[True, False], ids=["lean", "route"])
 def pair(request: pytest.FixtureRequest, store: Store) -> Pair:
+    """Two servers over `store` (tests/integration/conftest.py: SQLite, PostgreSQL)."""
     return Pair(store, lean=request.param)
 
 
