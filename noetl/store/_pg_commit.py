@@ -177,7 +177,7 @@ def execution_row(row: Mapping[str, Any]) -> str:
 
 def start(conn: Conn, rows: Sequence[str], prepared: list[PreparedAppend], *, wake: bool) -> None:
     """New executions (their `execution_row`s) and their first appends in one statement,
-    its own transaction (`noetl_start`, migration 0016). When an id exists it raises
+    its own transaction (`noetl_start`, migration 0017). When an id exists it raises
     psycopg's error of SQLSTATE `EXISTS`, and nothing is written."""
     conn.execute(SQL["start"], ["[" + ",".join(rows) + "]", *writes(prepared), wake])
 

@@ -101,3 +101,23 @@ def test_the_start_function_refuses_a_version_that_is_not_the_latest(
         assert conn.execute("SELECT count(*) FROM execution").fetchone() == (0,)
         call([2, None])  # None: a start that read the catalog itself checks nothing
         assert conn.execute("SELECT count(*) FROM execution").fetchone() == (2,)
+
+
+def test_the_start_function_of_0016_stays_for_servers_of_that_version(
+    pg_store: PostgresStore, pg_database: str
+) -> None:
+    """A server of schema version 16 calls `noetl_start` with a lease time and rows of 11
+    elements during a rolling upgrade: that function is still there, and checks nothing."""
+    item = new("e1", "a")
+    row = _pg_commit.execution_row(_pg_commit.new_row(item.record, None))
+    old_row = row[: row.rindex(",")] + "]"  # without the 12th element (`latest`)
+    prepared = [p for p in [prepare_initial(item.record, item.initial)] if p]
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute(
+            "SELECT * FROM noetl_start(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb,"
+            " %s::float8, %s::boolean)",
+            ["[" + old_row + "]", *_pg_commit.writes(prepared), 30.0, False],
+        )
+        assert conn.execute("SELECT count(*) FROM execution").fetchone() == (1,)
+    assert [lease.task.task_id for lease in pg_store.claim("w1", limit=10)] == ["e1.a"]

@@ -33,7 +33,7 @@ SELECT execution_id, last_seq FROM execution WHERE execution_id = ANY(%b::text[]
 SELECT * FROM noetl_commit(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb,
                            %s::jsonb, %s::jsonb, %s::text, %s::float8, %s::boolean)
 
--- New executions with their first appends (migrations/postgres/0016_start_function.sql).
+-- New executions with their first appends (migrations/postgres/0017_start_latest.sql).
 -- name: start
 SELECT * FROM noetl_start(%s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::jsonb, %s::boolean)
 

@@ -7,10 +7,11 @@
 -- execution of p_rows (a JSON array of arrays: execution id, playbook name, path, status,
 -- context, parent id, created_at, updated_at, finished_at (epoch seconds), playbook text,
 -- compiled model) with its input row, then applies their first appends with `noetl_commit`
--- (nothing to check: nobody else can see the new rows; nothing leased at once). An id that exists already inserts
+-- (nothing to check: nobody else can see the new rows). An id that exists already inserts
 -- nothing and raises SQLSTATE NT002, and the statement, its own transaction, writes nothing.
 CREATE FUNCTION noetl_start(
-    p_rows jsonb, p_events jsonb, p_execs jsonb, p_steps jsonb, p_tasks jsonb, p_wake boolean
+    p_rows jsonb, p_events jsonb, p_execs jsonb, p_steps jsonb, p_tasks jsonb,
+    p_lease_s float8, p_wake boolean
 ) RETURNS TABLE (task_id text, payload text, attempt int, lease_token bigint,
                  lease_expires_at timestamptz, worker_id text)
 LANGUAGE plpgsql
@@ -43,6 +44,6 @@ BEGIN
     END IF;
     RETURN QUERY SELECT * FROM noetl_commit(
         '[]'::jsonb, '[]'::jsonb, '[]'::jsonb, p_events, p_execs, p_steps, p_tasks,
-        '[]'::jsonb, NULL::text, 0::float8, p_wake);  -- nothing is leased at once
+        '[]'::jsonb, NULL::text, p_lease_s, p_wake);
 END
 $fn$;

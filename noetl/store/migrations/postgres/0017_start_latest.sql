@@ -4,8 +4,10 @@
 -- by path reads nothing before its `noetl_start`). A row of p_rows may carry, as its 12th
 -- element, the version the start took for the latest of its path; when a newer version of
 -- that path is registered, the statement raises SQLSTATE NT003 and writes nothing, and the
--- server reads the catalog again. Rows of 11 elements (a server of 0016) check nothing.
-CREATE OR REPLACE FUNCTION noetl_start(
+-- server reads the catalog again. This `noetl_start` takes no lease time either (a start
+-- leases nothing at once): it is a function of its own beside 0016's, which servers of
+-- schema version 16 go on calling during a rolling upgrade (their rows check nothing).
+CREATE FUNCTION noetl_start(
     p_rows jsonb, p_events jsonb, p_execs jsonb, p_steps jsonb, p_tasks jsonb, p_wake boolean
 ) RETURNS TABLE (task_id text, payload text, attempt int, lease_token bigint,
                  lease_expires_at timestamptz, worker_id text)
