@@ -39,6 +39,7 @@ from noetl.server.routes import (
     ui,
     workers,
 )
+from noetl.server.starts import Playbooks
 from noetl.sessions import Sessions
 from noetl.store.base import Store
 
@@ -107,6 +108,7 @@ def create_app(
         views=ViewCache(store),
         gate=gate,
         keyring=credential_keys or Keyring(),
+        catalog=Playbooks(store),
         dsl=dsl or DslPolicy(),
         scheduler=scheduler or Scheduler(store, orchestrator, owner="api", clock=clock),
     )

@@ -27,19 +27,9 @@ class Services:
     views: ViewCache
     gate: Gate
     keyring: Keyring  # encrypts what POST /api/credentials stores
+    catalog: Playbooks  # the registered playbooks as starts read them (kept in memory)
     dsl: DslPolicy = field(default_factory=DslPolicy)  # what the catalog accepts
     scheduler: Scheduler | None = None  # runs schedules now (POST /api/schedules/{name}/run)
-    playbooks: Playbooks | None = None  # the catalog as starts read it (made of `store`)
-
-    def __post_init__(self) -> None:
-        if self.playbooks is None:
-            object.__setattr__(self, "playbooks", Playbooks(self.store))
-
-    @property
-    def catalog(self) -> Playbooks:
-        """The registered playbooks as starts read them (kept in memory)."""
-        assert self.playbooks is not None  # made in __post_init__
-        return self.playbooks
 
 
 def services(request: Request) -> Services:

@@ -132,7 +132,7 @@ class LeanStart:
         principal = self.services.gate.at_once(bearer)
         return principal is not None and principal.role.allows(Role.OPERATOR)
 
-    async def _in_loop(self, start: ExecutionStart) -> str | _Elsewhere | None:
+    async def _in_loop(self, start: ExecutionStart) -> str | _Elsewhere:
         """The start decided here, in the event loop, when that costs only CPU (the
         playbook kept by the server's catalog, its engine built, its text admitted):
         two thread switches fewer, and the request's thread is the loop. Its write goes
