@@ -8,8 +8,10 @@ Each pair runs the other checkout (`--against`, "old") and then this one ("new")
 a fresh process with its own checkout first on PYTHONPATH, with the same arguments (the
 ones after the known ones go to `bench/run.py` as they are). Prints each run, the medians
 and the ratio new / old of the medians and the median of the pairs' ratios: of the time
-per step (chain, join and burst) or of the throughput (fanout). One JSON object with
-`--json`.
+per step (chain, join and burst) or of the throughput (fanout). With `--cpu` (passed on
+to `bench/run.py`), also the median CPU seconds of the server, the workers and PostgreSQL
+on each side: steadier than the time when the machine's speed moves. One JSON object
+with `--json`.
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def _run(checkout: Path, args: list[str]) -> dict[str, Any]:
     if done.returncode != 0:
         raise SystemExit(f"bench/run.py failed in {checkout}:\n{done.stderr[-2000:]}")
     figures: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    # `--cpu`: bench/run.py prints the CPU seconds of each role to stderr.
+    for line in reversed(done.stderr.splitlines()):
+        if line.startswith('{"cpu_s"'):
+            figures["cpu_s"] = json.loads(line)["cpu_s"]
+            break
     return figures
 
 
@@ -46,6 +53,17 @@ def _figure(result: dict[str, Any]) -> float:
     """Time per step where there is one (lower is better), else items per second."""
     value = result.get("per_step_ms")
     return float(value if value is not None else result["items_per_s"])
+
+
+def _cpu(runs: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, float]]:
+    """The median CPU seconds of each role (server, workers, postgres) on each side, and
+    their ratio new / old (`--cpu`)."""
+    out: dict[str, dict[str, float]] = {}
+    for role in runs["old"][0]["cpu_s"]:
+        old = statistics.median(r["cpu_s"][role] for r in runs["old"])
+        new = statistics.median(r["cpu_s"][role] for r in runs["new"])
+        out[role] = {"old": old, "new": new, "ratio": round(new / old, 3) if old else 0.0}
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         "old_peak_rss_mb": max(r.get("peak_rss_mb") or 0 for r in runs["old"]),
         "new_peak_rss_mb": max(r.get("peak_rss_mb") or 0 for r in runs["new"]),
     }
+    if all("cpu_s" in r for r in runs["old"] + runs["new"]):
+        summary["cpu_s"] = _cpu(runs)
     if args.json:
         print(json.dumps(summary))
     else:
@@ -88,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             f" new / old {summary['ratio_of_medians']} (medians),"
             f" {summary['median_of_ratios']} (pairs); {better} is better"
         )
+        for role, cpu in summary.get("cpu_s", {}).items():
+            print(f"cpu s, {role}: old {cpu['old']:g}, new {cpu['new']:g}; ratio {cpu['ratio']}")
     return 0
 
 
