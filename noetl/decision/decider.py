@@ -14,7 +14,7 @@ import hashlib
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,7 +34,7 @@ from noetl.engine.options import EngineOptions
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.scripts import ScriptReader
-from noetl.store.base import Append, NewExecution, Store
+from noetl.store.base import Append, ExecutionRecord, NewExecution, Store
 
 log = logging.getLogger("noetl.decider")
 
@@ -337,7 +337,28 @@ class Decider:
         loaded = self.store.load_execution(execution_id)  # its row and events: one read
         if loaded is None:
             return None
-        record, events = loaded
+        cached = self._folded(execution_id, *loaded)
+        self.remember(execution_id, cached)
+        return cached
+
+    def load_many(self, execution_ids: Collection[str], *, max_events: int) -> int:
+        """Cache the states of those of `execution_ids` not cached yet, read together
+        (`Store.load_executions`: the young ones, with at most `max_events` events, which
+        `load` then finds); how many it cached. A state cached meanwhile by `load` (a
+        thread deciding for that execution) is kept, not replaced."""
+        with self._lock:
+            wanted = [e for e in execution_ids if e not in self._states]
+        if not wanted:
+            return 0
+        loaded = self.store.load_executions(wanted, max_events=max_events)
+        cached = 0
+        for execution_id, (record, events) in loaded.items():
+            cached += self.remember(
+                execution_id, self._folded(execution_id, record, events), only_new=True
+            )
+        return cached
+
+    def _folded(self, execution_id: str, record: ExecutionRecord, events: list[Event]) -> Cached:
         engine = self.engine(
             record.playbook_text,
             record.playbook_path,
@@ -345,7 +366,6 @@ class Decider:
         )
         cached = Cached(engine, engine.new_state(execution_id))
         fold(cached.state, events)
-        self.remember(execution_id, cached)
         return cached
 
     def catch_up(self, cached: Cached) -> bool:
@@ -357,12 +377,17 @@ class Decider:
         fold(cached.state, missing)
         return True
 
-    def remember(self, execution_id: str, cached: Cached) -> None:
+    def remember(self, execution_id: str, cached: Cached, *, only_new: bool = False) -> bool:
+        """Cache `cached` as the execution's state (`only_new`: unless one is cached
+        already); whether it was."""
         with self._lock:
+            if only_new and execution_id in self._states:
+                return False
             self._states[execution_id] = cached
             self._states.move_to_end(execution_id)
             while len(self._states) > self._cache_size:
                 self._states.popitem(last=False)
+        return True
 
     def committed(self, appends: Iterable[Append]) -> None:
         """Tell the observer about appends just committed (their states are cached: a

@@ -32,6 +32,7 @@ from noetl.store.records import (
     StoreStats,
     TaskStatus,
     WorkerRecord,
+    check_load_many,
 )
 
 
@@ -98,6 +99,19 @@ class MemoryAdmin:
             rows = list(self._events.get(execution_id, ()))
             record = record_from_row(row)
         return record, [event_from_row(execution_id, event[1:]) for event in rows]
+
+    def load_executions(
+        self, execution_ids: Collection[str], *, max_events: int
+    ) -> dict[str, tuple[ExecutionRecord, list[Event]]]:
+        loaded: dict[str, tuple[ExecutionRecord, list[Event]]] = {}
+        for execution_id in check_load_many(execution_ids, max_events):
+            with self._lock:
+                row = self._executions.get(execution_id)
+                young = row is not None and row["last_seq"] <= max_events
+            one = self.load_execution(execution_id) if young else None
+            if one is not None:
+                loaded[execution_id] = one
+        return loaded
 
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         with self._lock:

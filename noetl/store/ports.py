@@ -298,6 +298,14 @@ class ExecutionPort(Protocol):
         PostgreSQL); None when there is no such execution, or retention deleted its
         history (only its tombstone is left)."""
 
+    def load_executions(
+        self, execution_ids: Collection[str], *, max_events: int
+    ) -> dict[str, tuple[ExecutionRecord, list[Event]]]:
+        """`load_execution` of many young executions at once (one statement on
+        PostgreSQL): those of `execution_ids` (at most `records.LOAD_MANY`) that exist, keep
+        their history and hold at most `max_events` events (at most 1,000), by id. The
+        others are left out: a caller reads them one by one."""
+
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         """Those of `execution_ids` that have finished, with their status, in one read of
         the status column alone (ids that do not exist are left out)."""

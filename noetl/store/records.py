@@ -7,7 +7,7 @@ re-exported by `noetl.store.base` as part of the store's surface.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -323,6 +323,23 @@ class StoreStats:
     tasks: Mapping[tuple[str, str], tuple[int, float | None]] = field(default_factory=dict)
     inputs: tuple[int, float | None] = (0, None)
     executions: Mapping[tuple[str, str], int] = field(default_factory=dict)
+
+
+# `Store.load_executions`: executions read at once at most, and the longest log it reads
+# (a longer one is left to `load_execution`, whose PostgreSQL statement reads 1,000 events
+# as one JSON text at most).
+LOAD_MANY = 256
+LOAD_MANY_EVENTS = 1000
+
+
+def check_load_many(execution_ids: Collection[str], max_events: int) -> list[str]:
+    """The distinct ids of a `load_executions` call, sorted; ValueError past its bounds."""
+    ids = sorted(set(execution_ids))
+    if len(ids) > LOAD_MANY:
+        raise ValueError(f"load_executions reads {LOAD_MANY} executions at most, got {len(ids)}")
+    if not 0 <= max_events <= LOAD_MANY_EVENTS:
+        raise ValueError(f"max_events must be 0 to {LOAD_MANY_EVENTS}, got {max_events}")
+    return ids
 
 
 # The tables a prune deletes from, in the order it deletes (`PruneReport.rows`).

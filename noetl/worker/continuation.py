@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,9 @@ from noetl.worker.config import WorkerConfig
 
 log = logging.getLogger("noetl.worker")
 STRIPES = 4096
+# `prime_many` reads executions of at most this many events together (a young one: its
+# first tasks); a longer log is read by `prime`, one by one.
+PRIME_EVENTS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +133,17 @@ class Continuation:
         if cached is None or cached.state.seq == 0:
             return None
         return dict(cached.state.workload)
+
+    def prime_many(self, execution_ids: Collection[str]) -> None:
+        """Load the states of the executions whose tasks a claim just leased, in one read
+        when there are several (`Decider.load_many`); `prime` then finds them cached.
+        Those it leaves out (a longer log, or the read failed) `prime` loads itself."""
+        if len(execution_ids) < 2:
+            return
+        try:
+            self.decider.load_many(execution_ids, max_events=PRIME_EVENTS)
+        except Exception as exc:  # each task's own `prime` reads it then
+            log.debug("could not load %d executions at once: %s", len(execution_ids), exc)
 
     def attempt(self, lease: Lease, outcome: Outcome, free: Callable[[], int]) -> Continued | None:
         """Continue the execution of `lease`'s task with its successful `outcome`, leasing

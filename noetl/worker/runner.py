@@ -274,6 +274,8 @@ class Worker:
             time.sleep(self.config.poll_s)
             return False
         self._in_flight.track(leases)
+        if self._continuation is not None:  # their states, read together
+            self._continuation.prime_many({x.task.execution_id for x in leases if self._primes(x)})
         for lease in leases:
             try:
                 self.observer.claimed(lease.task, lease.queued_s(self.config.lease_s))
@@ -381,11 +383,7 @@ class Worker:
 
     def _run_and_report(self, lease: Lease) -> list[Lease]:
         task = lease.task
-        if (
-            may_continue(lease)
-            and self._continuation is not None
-            and "workload" not in task.context
-        ):
+        if self._primes(lease):
             self._prime(task.execution_id)
         # Tasks do not carry the workload: it is read once per execution from its log.
         outcome = self._outcome(lease, self.workloads.attach(task))
@@ -451,13 +449,21 @@ class Worker:
         self._pace.observe(task, outcome)
         return outcome
 
+    def _primes(self, lease: Lease) -> bool:
+        """Whether `_prime` loads the state of `lease`'s execution before its task runs."""
+        task = lease.task
+        return (
+            self._continuation is not None
+            and may_continue(lease)
+            and "workload" not in task.context
+            and not self.workloads.known(task.execution_id)
+        )
+
     def _prime(self, execution_id: str) -> None:
         """The continuation of a task that may be continued (`may_continue`) will load its
         execution's state: loaded now, its workload comes with it (one read of the log
         fewer per execution)."""
         assert self._continuation is not None
-        if self.workloads.known(execution_id):
-            return
         workload = self._continuation.prime(execution_id)
         if workload is not None:
             self.workloads.offer(execution_id, workload)

@@ -10,7 +10,7 @@ from typing import Any
 from noetl.core import Event, ExecutionStatus, HistoryPrunedError, NotFoundError
 from noetl.store._rows import check_page
 from noetl.store.connector import Connector, Row
-from noetl.store.records import ExecutionRecord
+from noetl.store.records import ExecutionRecord, check_load_many
 
 # Ids per statement of `finished_among`: a wait on many executions reads them in a few.
 FINISHED_AMONG_CHUNK = 1000
@@ -88,15 +88,36 @@ class Executions:
             row = db.fetch_one("load_execution", params)
             if row is None or row[11] is not None:
                 return None
-            if row[12] is None:
-                rows = db.fetch_all("load_events", {**params, "after_seq": 0, "limit": None})
-                events = self._events(db, execution_id, rows)
-            else:
-                events = [
-                    Event(seq, type_, execution_id, float(ts), step, payload)
-                    for seq, type_, ts, step, payload in json.loads(db.json_text_out(row[12]))
-                ]
+            events = self._log(db, row)
         return self._record(row), events
+
+    def load_executions(
+        self, execution_ids: Collection[str], *, max_events: int
+    ) -> dict[str, tuple[ExecutionRecord, list[Event]]]:
+        """Young executions' rows and events: on PostgreSQL one statement, whose last
+        column holds each one's events as `load_execution`'s does; on SQLite the events
+        are read with a statement each, in the same session."""
+        ids = check_load_many(execution_ids, max_events)
+        if not ids:
+            return {}
+        params = {"ids": self._db.json_in(ids), "max_events": max_events}
+        loaded: dict[str, tuple[ExecutionRecord, list[Event]]] = {}
+        with self._db.session() as db:
+            for row in db.fetch_all("load_executions", params):
+                loaded[row[0]] = (self._record(row), self._log(db, row))
+        return loaded
+
+    def _log(self, db: Connector, row: Row) -> list[Event]:
+        """The events of a `load_execution` row: its last column's JSON text, or (when
+        it is NULL) read as rows."""
+        execution_id = row[0]
+        if row[12] is None:
+            params = {"execution_id": execution_id, "after_seq": 0, "limit": None}
+            return self._events(db, execution_id, db.fetch_all("load_events", params))
+        return [
+            Event(seq, type_, execution_id, float(ts), step, payload)
+            for seq, type_, ts, step, payload in json.loads(db.json_text_out(row[12]))
+        ]
 
     def finished_among(self, execution_ids: Collection[str]) -> dict[str, ExecutionStatus]:
         ids = list(execution_ids)

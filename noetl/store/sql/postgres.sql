@@ -233,6 +233,19 @@ SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_tex
 FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = %(execution_id)s
 
+-- Many young executions' rows and events (`ids`: a JSON array), as `load_execution`
+-- reads one: only those with at most `max_events` events and their history kept.
+-- name: load_executions
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at, e.pruned_at,
+       (SELECT json_agg(json_build_array(v.seq, v.type, extract(epoch FROM v.ts), v.step,
+                                         v.payload) ORDER BY v.seq)
+        FROM event_log v WHERE v.execution_id = e.execution_id)::text
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id IN (SELECT jsonb_array_elements_text(%(ids)s::jsonb))
+  AND e.last_seq <= %(max_events)s AND e.pruned_at IS NULL
+
 -- The finished ones of a list of executions (`ids`: a JSON array): the status column only.
 -- name: finished_among
 SELECT execution_id, status FROM execution

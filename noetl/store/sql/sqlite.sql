@@ -220,6 +220,16 @@ SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_tex
 FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
 WHERE e.execution_id = :execution_id
 
+-- Many young executions' rows (`ids`: a JSON array), as `load_execution` reads one:
+-- only those with at most `max_events` events and their history kept.
+-- name: load_executions
+SELECT e.execution_id, e.playbook_name, e.playbook_path, COALESCE(i.playbook_text, ''), e.status,
+       e.context, e.parent_execution_id, e.last_seq, e.created_at, e.updated_at,
+       e.finished_at, e.pruned_at, NULL
+FROM execution e LEFT JOIN execution_input i ON i.execution_id = e.execution_id
+WHERE e.execution_id IN (SELECT value FROM json_each(:ids))
+  AND e.last_seq <= :max_events AND e.pruned_at IS NULL
+
 -- The finished ones of a list of executions (`ids`: a JSON array): the status column only.
 -- name: finished_among
 SELECT execution_id, status FROM execution
