@@ -35,6 +35,7 @@ from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.scripts import ScriptReader
 from noetl.store.base import Append, ExecutionRecord, NewExecution, Store
+from noetl.store.records import LOAD_MANY
 
 log = logging.getLogger("noetl.decider")
 
@@ -347,15 +348,15 @@ class Decider:
         `load` then finds); how many it cached. A state cached meanwhile by `load` (a
         thread deciding for that execution) is kept, not replaced."""
         with self._lock:
-            wanted = [e for e in execution_ids if e not in self._states]
-        if not wanted:
-            return 0
-        loaded = self.store.load_executions(wanted, max_events=max_events)
+            wanted = sorted({e for e in execution_ids if e not in self._states})
         cached = 0
-        for execution_id, (record, events) in loaded.items():
-            cached += self.remember(
-                execution_id, self._folded(execution_id, record, events), only_new=True
-            )
+        for first in range(0, len(wanted), LOAD_MANY):
+            chunk = wanted[first : first + LOAD_MANY]
+            for execution_id, (record, events) in self.store.load_executions(
+                chunk, max_events=max_events
+            ).items():
+                folded = self._folded(execution_id, record, events)
+                cached += self.remember(execution_id, folded, only_new=True)
         return cached
 
     def _folded(self, execution_id: str, record: ExecutionRecord, events: list[Event]) -> Cached:
