@@ -136,6 +136,7 @@ class Decider:
         self._lock = threading.Lock()
         # Engines by text (LRU of ENGINES; a running execution's state holds its own).
         self._engines: OrderedDict[str, Engine] = OrderedDict()
+        self._building: dict[str, threading.Event] = {}  # engines being built, by text
         # Texts that passed `dsl` (LRU, as many as engines): checked once each.
         self._admitted: OrderedDict[str, None] = OrderedDict()
         # id(engine.playbook) -> (that playbook, its JSON), for the engines cached.
@@ -158,18 +159,39 @@ class Decider:
             engine = self._engines.get(key)
             if engine is not None:
                 self._engines.move_to_end(key)
-        if engine is None:
-            model = compiled() if compiled is not None else None
-            if model is not None:
-                playbook = Playbook.model_validate_json(model)
-            else:
-                playbook = load_playbook_text(text, path or "<inline>").require()
-                if self.scripts is not None:
-                    playbook = self.scripts(playbook, path or "<inline>")
-            engine = Engine(build_graph(playbook), options=self.options)
+                return engine
+            # Threads that want the engine of one text while it is built wait for that
+            # build (the tasks of a claim of a new playbook), not build it each.
+            building = self._building.get(key)
+            if building is None:
+                self._building[key] = mine = threading.Event()
+        if building is not None:
+            building.wait()
             with self._lock:
-                engine = self._keep_engine(key, engine)
-        return engine
+                engine = self._engines.get(key)
+            if engine is not None:
+                return engine  # else that build failed: this one tries, with its own error
+        try:
+            built = self._build(text, path, compiled)
+            with self._lock:
+                return self._keep_engine(key, built)
+        finally:
+            if building is None:
+                with self._lock:
+                    self._building.pop(key, None)
+                mine.set()
+
+    def _build(
+        self, text: str, path: str | None, compiled: Callable[[], str | None] | None
+    ) -> Engine:
+        model = compiled() if compiled is not None else None
+        if model is not None:
+            playbook = Playbook.model_validate_json(model)
+        else:
+            playbook = load_playbook_text(text, path or "<inline>").require()
+            if self.scripts is not None:
+                playbook = self.scripts(playbook, path or "<inline>")
+        return Engine(build_graph(playbook), options=self.options)
 
     def _keep_engine(self, key: str, engine: Engine) -> Engine:
         """Cache `engine` under `key` unless one is there (that one wins); called with the

@@ -1,8 +1,11 @@
 """`Decider.load_many`: the states of many executions read together, in reads of at most
-`LOAD_MANY` executions; a state already cached is neither read again nor replaced."""
+`LOAD_MANY` executions; a state already cached is neither read again nor replaced. And
+`Decider.engine`: threads that want one new engine share its build."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from noetl.decision.decider import Decider
@@ -68,3 +71,46 @@ def test_a_state_cached_while_they_are_read_is_kept() -> None:
 
     assert decider.load_many(ids, max_events=64) == 2
     assert meanwhile[0] is not None and decider.load(ids[0]) is meanwhile[0]
+
+
+def test_threads_that_want_one_new_engine_share_its_build(monkeypatch: Any) -> None:
+    """The tasks of a claim of a new playbook: one builds its engine, the others wait for
+    that build. A build that fails is tried again by each waiter, with its own error."""
+    decider = Decider(MemoryStore())
+    built: list[str] = []
+    build = decider._build
+    fail = threading.Event()
+
+    def slow(text: str, path: Any, compiled: Any) -> Any:
+        built.append(text)
+        time.sleep(0.2)
+        if fail.is_set():
+            raise ValueError("bad playbook")
+        return build(text, path, compiled)
+
+    monkeypatch.setattr(decider, "_build", slow)
+
+    def many(text: str) -> list[Any]:
+        results: list[Any] = []
+
+        def one() -> None:
+            try:
+                results.append(decider.engine(text, None))
+            except ValueError as exc:
+                results.append(exc)
+
+        threads = [threading.Thread(target=one) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        return results
+
+    engines = many(CHAIN)
+    assert len(built) == 1 and len(engines) == 4
+    assert all(engine is engines[0] for engine in engines)
+
+    fail.set()
+    errors = many(CHAIN.replace("chain", "other"))
+    assert len(built) == 5  # the first build, and each waiter's own after it failed
+    assert all(isinstance(error, ValueError) for error in errors)
