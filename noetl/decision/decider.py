@@ -187,10 +187,13 @@ class Decider:
         model = compiled() if compiled is not None else None
         if model is not None:
             playbook = Playbook.model_validate_json(model)
-        else:
-            playbook = load_playbook_text(text, path or "<inline>").require()
-            if self.scripts is not None:
-                playbook = self.scripts(playbook, path or "<inline>")
+            return Engine(build_graph(playbook), options=self.options)
+        return self._engine_of(load_playbook_text(text, path or "<inline>").require(), path)
+
+    def _engine_of(self, playbook: Playbook, path: str | None) -> Engine:
+        """The engine of a playbook read from its text (its script files read in)."""
+        if self.scripts is not None:
+            playbook = self.scripts(playbook, path or "<inline>")
         return Engine(build_graph(playbook), options=self.options)
 
     def _keep_engine(self, key: str, engine: Engine) -> Engine:
@@ -211,9 +214,7 @@ class Decider:
             if key in self._engines:
                 return
         try:
-            if self.scripts is not None:
-                playbook = self.scripts(playbook, path or "<inline>")
-            engine = Engine(build_graph(playbook), options=self.options)
+            engine = self._engine_of(playbook, path)
         except Exception as exc:  # a script file missing: its start says so, as before
             log.debug("no engine for %s ahead of its start: %s", path, exc)
             return
