@@ -1,10 +1,13 @@
 """The embedded runtime: the engine, a store and an in-process worker pool in one process.
 
-One orchestrator thread (the caller's) owns every execution's state. Worker threads run
-tools and hand outcomes back through a queue; the orchestrator drains every outcome that
-is ready, lets the engine decide on each, and writes all resulting events and projection
-changes in ONE store transaction before dispatching the new tasks. So the database never
-holds a task whose dispatch event is missing, and per-step cost does not grow with the log.
+The caller's thread (in `wait`) decides: worker threads run tools and hand outcomes back
+through a queue; the deciding thread drains every outcome that is ready, lets the engine
+decide on each, and writes all resulting events and projection changes in ONE store
+transaction. So per-step cost does not grow with the log. A lone outcome (no other task in
+flight) is decided on its worker's thread instead, when the deciding thread is idle: the
+same decision under the same lock, which saves a chain two thread handoffs a step (the
+worker then runs the next step itself, `noetl.runtime.workers`). Whichever thread decides
+holds the lock, so decisions are never concurrent.
 
 The worker threads are in `noetl.runtime.workers`. A tool that waits for other tasks
 (`playbook`: a child execution in this same runtime) starts its child from its own thread
@@ -43,14 +46,13 @@ from noetl.decision.spilled import with_reader
 from noetl.dsl.model import Playbook
 from noetl.engine import Engine, ExecutionState
 from noetl.engine.options import EngineOptions
-from noetl.engine.recovery import abort
 from noetl.observability import NOOP, Observer
 from noetl.observability.trace_context import TraceSampler
 from noetl.runtime.compiled import PlaybookCache
-from noetl.runtime.failures import TurnDecisions, internal_error, isolatable, refold
+from noetl.runtime.failures import TurnDecisions, aborted, commit_each, isolatable
 from noetl.runtime.family import ExecutionFamily
 from noetl.runtime.watch import StatusWatch
-from noetl.runtime.workers import ThreadWorkers, call_later
+from noetl.runtime.workers import ThreadWorkers, call_later, drained
 from noetl.store.base import Append, Store
 from noetl.worker.tools import ToolRegistry
 
@@ -92,12 +94,15 @@ class EmbeddedRuntime:
         self.observer = observer
         # Tracing on: the tasks of a traced execution carry their trace context.
         self.sampler = sampler
-        self._outcomes: queue.SimpleQueue[tuple[Task, Outcome]] = queue.SimpleQueue()
+        # Outcomes for the deciding thread; None wakes it (a worker decided and an execution
+        # ended, or deciding failed: `_failure`, raised by the next turn).
+        self._outcomes: queue.SimpleQueue[tuple[Task, Outcome] | None] = queue.SimpleQueue()
+        self._failure: BaseException | None = None
         self._pool = ThreadWorkers(
             tools,
             workers,
             io_workers=io_workers,
-            report=self._outcomes.put,
+            report=self._report,
             workload=lambda execution_id: self._executions[execution_id].state.workload,
             canceled=lambda task: task.task_id in self._canceled.get(task.execution_id, ()),
         )
@@ -180,6 +185,7 @@ class EmbeddedRuntime:
         ConcurrencyError when another process finished one of them (its running tasks are
         canceled first)."""
         ids = list(execution_ids)
+        self._raise_failure()
         pending = self._unfinished(ids)
         last_progress = 0.0
         while pending:
@@ -190,9 +196,12 @@ class EmbeddedRuntime:
                 self._stop(*elsewhere)
             if on_progress is not None and time.monotonic() - last_progress >= progress_interval:
                 last_progress = time.monotonic()
-                on_progress({i: self._executions[i].state for i in ids})
+                with self._lock:  # a worker's thread may be deciding
+                    on_progress({i: self._executions[i].state for i in ids})
+        self._raise_failure()
         if on_progress is not None:
-            on_progress({i: self._executions[i].state for i in ids})
+            with self._lock:
+                on_progress({i: self._executions[i].state for i in ids})
         return [self.result(i) for i in ids]
 
     def run(
@@ -241,11 +250,49 @@ class EmbeddedRuntime:
 
     # --- the orchestrator turn -----------------------------------------------------------
 
+    def _report(self, item: tuple[Task, Outcome]) -> None:
+        """A worker's outcome: to the deciding thread, or, when it is the only task in
+        flight and that thread is idle (the lock free, nothing queued), decided on this
+        thread now (see the module's docstring)."""
+        if self._in_flight == 1 and self._outcomes.empty() and self._lock.acquire(False):
+            try:
+                if self._in_flight == 1 and self._outcomes.empty() and self._failure is None:
+                    self._in_flight = 0
+                    self._decide_here(item)
+                    return
+            finally:
+                self._lock.release()
+        self._outcomes.put(item)
+
+    def _decide_here(self, item: tuple[Task, Outcome]) -> None:
+        """Decide a worker's outcome on its thread (the lock held); the deciding thread is
+        woken when its execution ended (`wait` looks again) or deciding raised (its turn
+        raises it, as its own deciding would have)."""
+        try:
+            self._decide([item])
+        except BaseException as exc:
+            self._failure = exc
+            self._outcomes.put(None)
+            return
+        execution = self._executions.get(item[0].execution_id)
+        if execution is None or execution.state.terminal:
+            self._outcomes.put(None)
+
+    def _raise_failure(self) -> None:
+        failure, self._failure = self._failure, None
+        if failure is not None:
+            raise failure
+
     def _turn(self, timeout: float) -> None:
         """Wait for outcomes, decide on every one that is ready, commit once, dispatch."""
+        self._raise_failure()
         batch: list[tuple[Task, Outcome]] = []
         with contextlib.suppress(queue.Empty):
-            batch.append(self._outcomes.get(timeout=timeout))
+            first = self._outcomes.get(timeout=timeout)
+            if first is None:
+                self._raise_failure()
+            else:
+                batch.append(first)
         self._drain(batch)
         if 0 < len(batch) < LINGER_BELOW and self._in_flight > len(batch):
             # More outcomes are on their way (a parallel loop): a moment's wait lets one
@@ -258,31 +305,19 @@ class EmbeddedRuntime:
             self._decide(batch)
 
     def _drain(self, batch: list[tuple[Task, Outcome]]) -> None:
-        while True:
-            try:
-                batch.append(self._outcomes.get_nowait())
-            except queue.Empty:
-                return
+        batch.extend(item for item in drained(self._outcomes) if item is not None)
 
     def _decide(self, batch: list[tuple[Task, Outcome]]) -> None:
         now = self.clock()
         turn: TurnDecisions[_Execution] = TurnDecisions(now)
-        while True:
-            try:
-                execution_id = self._cancel_requests.get_nowait()
-            except queue.Empty:
-                break
+        for execution_id in drained(self._cancel_requests):
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
                 event = Event(
                     0, EventType.CANCEL_REQUESTED, execution_id, now, None, {"by": "user"}
                 )
                 turn.decide(execution, event)
-        while True:
-            try:
-                execution_id, payload = self._timers.get_nowait()
-            except queue.Empty:
-                break
+        for execution_id, payload in drained(self._timers):
             execution = self._executions.get(execution_id)
             if execution is not None and not execution.state.terminal:
                 turn.decide(
@@ -331,7 +366,11 @@ class EmbeddedRuntime:
             if not isolatable(exc):
                 raise
             # The store refused the batch for the data of some execution in it.
-            written = self._commit_each(decisions, now)
+            written = commit_each(
+                decisions,
+                lambda group: self.store.commit(self._appends(group, now)),
+                lambda execution_id, exc: self._aborted(execution_id, exc, now),
+            )
             self._withdraw(decisions, written)
             decisions = written
         self._observe(decisions)
@@ -356,53 +395,13 @@ class EmbeddedRuntime:
                     self.tools.cancel(command.task.task_id)
         self._dispatch(ended)
 
-    def _commit_each(
-        self, decisions: list[tuple[_Execution, int, Decision]], now: float
-    ) -> list[tuple[_Execution, int, Decision]]:
-        """Commit each execution's decisions on their own; one the store refuses ends
-        failed instead. The decisions written, to observe and dispatch."""
-        grouped: dict[str, list[tuple[_Execution, int, Decision]]] = {}
-        for entry in decisions:
-            grouped.setdefault(entry[0].state.execution_id, []).append(entry)
-        written: list[tuple[_Execution, int, Decision]] = []
-        for execution_id, group in grouped.items():
-            try:
-                self.store.commit(self._appends(group, now))
-                written.extend(group)
-                continue
-            except Exception as exc:
-                if not isolatable(exc):
-                    raise
-                aborted = self._aborted(execution_id, exc, now)
-            try:
-                self.store.commit(self._appends(aborted, now))
-                written.extend(aborted)
-            except Exception as again:
-                if not isolatable(again):
-                    raise
-                log.error(
-                    "execution %s: its failure could not be recorded: %s", execution_id, again
-                )
-        return written
-
     def _aborted(
         self, execution_id: str, exc: Exception, now: float
     ) -> list[tuple[_Execution, int, Decision]]:
-        """The decision that ends an execution that could not be decided or written:
-        logged once with the traceback, its state folded afresh from the store (the one in
-        memory may hold events never written), failed with the error (noetl.runtime.failures)."""
-        log.error(
-            "execution %s failed: deciding or writing its decision raised %s",
-            execution_id,
-            type(exc).__name__,
-            exc_info=exc,
-        )
-        execution = self._executions[execution_id]
-        state = refold(execution.engine, execution_id, self.store.load_events(execution_id))
-        execution.state = state
-        before = state.seq
-        decision = abort(state, internal_error(exc), now)
-        return [(execution, before, decision)] if decision.events else []
+        """The decision that fails an execution that could not be decided or written
+        (noetl.runtime.failures)."""
+        stored = lambda: self.store.load_events(execution_id)  # noqa: E731
+        return aborted(execution_id, self._executions[execution_id], exc, stored, now)
 
     def _observe(self, decisions: list[tuple[_Execution, int, Decision]]) -> None:
         if self.observer is not NOOP:

@@ -13,14 +13,18 @@ whole batch is tried again later.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 from typing import Generic, Protocol, TypeVar
 
 from noetl.core import ConcurrencyError, Decision, Event, StoreUnavailableError
 from noetl.dsl.limits import strip_nul
 from noetl.engine import Engine, ExecutionState, StepRun, fold
+from noetl.engine.recovery import abort
 
-__all__ = ["TurnDecisions", "internal_error", "isolatable", "refold"]
+__all__ = ["TurnDecisions", "aborted", "commit_each", "internal_error", "isolatable", "refold"]
+
+log = logging.getLogger("noetl.runtime")
 
 _MESSAGE = 240  # characters of the exception's message kept in the event
 
@@ -96,3 +100,60 @@ class TurnDecisions(Generic[E]):
     def kept(self) -> list[tuple[E, int, Decision]]:
         """The decisions of the executions that did not fail."""
         return [d for d in self.decisions if d[0].state.execution_id not in self.failed]
+
+
+Decided = tuple[E, int, Decision]  # an execution, its sequence before, the decision
+
+
+def aborted(
+    execution_id: str,
+    execution: E,
+    exc: Exception,
+    stored: Callable[[], Sequence[Event]],
+    now: float,
+) -> list[Decided[E]]:
+    """The decision that ends an execution that could not be decided or written: logged
+    once with the traceback, its state folded afresh from its `stored` events (the one in
+    memory may hold events never written), failed with the error (empty: nothing to do)."""
+    log.error(
+        "execution %s failed: deciding or writing its decision raised %s",
+        execution_id,
+        type(exc).__name__,
+        exc_info=exc,
+    )
+    state = refold(execution.engine, execution_id, stored())
+    execution.state = state
+    before = state.seq
+    decision = abort(state, internal_error(exc), now)
+    return [(execution, before, decision)] if decision.events else []
+
+
+def commit_each(
+    decisions: list[Decided[E]],
+    write: Callable[[list[Decided[E]]], None],
+    abort_one: Callable[[str, Exception], list[Decided[E]]],
+) -> list[Decided[E]]:
+    """After a batch the store refused: `write` each execution's decisions on their own;
+    one the store refuses ends failed instead (`abort_one`, then written). The decisions
+    written, to observe and dispatch. A failure of the store as a whole is raised."""
+    grouped: dict[str, list[Decided[E]]] = {}
+    for entry in decisions:
+        grouped.setdefault(entry[0].state.execution_id, []).append(entry)
+    written: list[Decided[E]] = []
+    for execution_id, group in grouped.items():
+        try:
+            write(group)
+            written.extend(group)
+            continue
+        except Exception as exc:
+            if not isolatable(exc):
+                raise
+            ending = abort_one(execution_id, exc)
+        try:
+            write(ending)
+            written.extend(ending)
+        except Exception as again:
+            if not isolatable(again):
+                raise
+            log.error("execution %s: its failure could not be recorded: %s", execution_id, again)
+    return written
