@@ -18,7 +18,6 @@ executions it waits for too (`noetl.runtime.family`).
 from __future__ import annotations
 
 import contextlib
-import logging
 import queue
 import threading
 import time
@@ -56,7 +55,6 @@ from noetl.runtime.workers import ThreadWorkers, call_later, drained
 from noetl.store.base import Append, Store
 from noetl.worker.tools import ToolRegistry
 
-log = logging.getLogger("noetl.runtime")
 Clock = Callable[[], float]
 # A turn with fewer outcomes than this, while more tasks are in flight, waits this long for
 # the others before it commits.
