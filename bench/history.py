@@ -5,8 +5,9 @@
 Two fresh PostgreSQL databases: one stays empty; in the other a server and workers run a
 W4 execution (five steps) and a 20-item loop, and every row of those two executions (the
 execution, its events, step states, queue rows, inputs, results) is then copied
-`--executions` times in all, with new ids and timestamps 31 to 330 days old, as months of
-finished work leave them. Then W1 (`--chain` steps) and W2 (`--fanout` items) run on each
+`--executions` times in all, with timestamps `--age` days old (31 to 330 by default), as
+months of finished work leave them, and new ids that begin with those times, as the ids
+of executions started then do. Then W1 (`--chain` steps) and W2 (`--fanout` items) run on each
 database in turn (empty, long, empty, long, ...: the machine's speed drifts), each on its
 own server and workers. Prints the medians per database and the ratio long / empty.
 """
@@ -35,6 +36,7 @@ def _tables(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]]:
         SELECT table_name, column_name, data_type FROM information_schema.columns
         WHERE table_schema = 'public' AND is_identity = 'NO'
           AND coalesce(column_default, '') NOT LIKE 'nextval(%%'
+          AND table_name NOT IN (SELECT relname FROM pg_class WHERE relispartition)
           AND table_name IN (
               SELECT table_name FROM information_schema.columns
               WHERE table_schema = 'public' AND column_name = 'execution_id')
@@ -48,7 +50,13 @@ def _tables(conn: psycopg.Connection[Any]) -> dict[str, list[tuple[str, str]]]:
 
 
 def _expression(column: str, kind: str) -> str:
-    new_id = "%(id)s || '-h' || g"
+    # an id of the copy's time (its days back, then one ms per copy of that day), its
+    # copy number as the last 6 digits
+    days = "(%(oldest)s - g %% %(span)s)"
+    new_id = (
+        f"lpad((left(%(id)s, 13)::bigint - {days}::bigint * 86400000 - g / %(span)s)::text,"
+        " 13, '0') || lpad((g %% 1000000)::text, 6, '0')"
+    )
     if column == "execution_id":
         return new_id
     if kind == "text":
@@ -56,14 +64,18 @@ def _expression(column: str, kind: str) -> str:
     if kind == "jsonb":
         return f"replace({column}::text, %(id)s, {new_id})::jsonb"
     if kind.startswith("timestamp"):
-        return f"{column} - make_interval(days => 31 + g %% 300)"
+        return f"{column} - make_interval(days => {days}) - g / %(span)s * interval '1 ms'"
     return column
 
 
-def copy_history(db: str, templates: list[str], executions: int) -> float:
-    """Copy the rows of `templates` until `executions` executions exist; seconds spent."""
+def copy_history(db: str, templates: list[str], executions: int, age: tuple[int, int]) -> float:
+    """Copy the rows of `templates` until `executions` executions exist, `age` (days,
+    newest and oldest) old; seconds spent."""
     started = time.perf_counter()
     each = executions // len(templates)
+    if each >= 1_000_000:
+        raise ValueError("at most 999,999 copies of each template (their ids' last 6 digits)")
+    youngest, oldest = age
     with psycopg.connect(db, autocommit=True) as conn:
         tables = _tables(conn)
         # the execution row first: the other tables reference it
@@ -80,7 +92,13 @@ def copy_history(db: str, templates: list[str], executions: int) -> float:
                             f"INSERT INTO {table} ({names}) SELECT {values} "
                             f"FROM {table}, generate_series(%(low)s::int, %(high)s::int) AS g "
                             "WHERE execution_id = %(id)s",
-                            {"id": template, "low": low, "high": high},
+                            {
+                                "id": template,
+                                "low": low,
+                                "high": high,
+                                "oldest": oldest,
+                                "span": oldest - youngest + 1,
+                            },
                         )
         conn.execute("VACUUM ANALYZE")
         # Written out before the clock: a database holding months of history is not in
@@ -108,18 +126,35 @@ def main(argv: list[str] | None = None) -> int:
         "--pg",
         default=os.environ.get("NOETL_BENCH_PG_DSN", "postgresql://postgres@127.0.0.1:5432/test"),
     )
+    parser.add_argument(
+        "--age",
+        default="31:330",
+        help="the history's age in days, youngest:oldest (0:300 puts some of it in the "
+        "partition new executions write to)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON only")
     args = parser.parse_args(argv)
+    youngest, _, oldest = args.age.partition(":")
+    age = (int(youngest), int(oldest))
+    if not 0 <= age[0] <= age[1]:
+        parser.error("--age: youngest:oldest, 0 <= youngest <= oldest")
     with _scratch_database(args.pg) as empty, _scratch_database(args.pg) as long:
         with cluster(long, args.workers) as running:
             templates, _ = running.run(burst_playbook())
             looped, _ = running.run(fanout_playbook(20))
-        copy_s = copy_history(long, templates + looped, args.executions)
+        copy_s = copy_history(long, templates + looped, args.executions, age)
         with psycopg.connect(long, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT (SELECT count(*) FROM execution), (SELECT count(*) FROM event_log), "
                 "pg_database_size(current_database())"
             ).fetchone()
+            # the events that share the partition the runs write to (0018 partitions
+            # event_log by execution id, so by start time)
+            part = conn.execute(
+                "SELECT name FROM noetl_partitions('event_log') "
+                "WHERE coalesce(lo, '') <= noetl_id_at(now()) AND noetl_id_at(now()) < hi"
+            ).fetchone()
+            shared = conn.execute(f"SELECT count(*) FROM {part[0]}").fetchone() if part else None
         assert row is not None
         runs: dict[str, list[dict[str, float]]] = {"empty": [], "long": []}
         for _ in range(args.rounds):
@@ -133,8 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     figures = {
         "executions": int(row[0]),
         "events": int(row[1]),
+        "events_in_the_runs_partition": None if shared is None else int(shared[0]),
         "database_mb": round(int(row[2]) / 2**20),
         "copy_s": round(copy_s, 1),
+        "age_days": args.age,
         "workers": args.workers,
         "rounds": args.rounds,
         "empty": medians["empty"],

@@ -235,6 +235,7 @@ def _loops(
             )
         )
     loops += _retention(settings, orchestrator.store, metrics, stop)
+    loops.append(_partitions(settings, orchestrator.store, stop))
     return scheduler, loops
 
 
@@ -273,6 +274,15 @@ def _retention(
         settings.retention.interval_s,
     )
     return [thread]
+
+
+def _partitions(settings: Settings, store: Store, stop: threading.Event) -> threading.Thread:
+    """The partition job's thread (PostgreSQL's event_log and step_state; a pass does
+    nothing on the other stores), not started yet."""
+    from noetl.runtime.partitions import PartitionJob
+
+    job = PartitionJob(store, period_days=settings.db.partition_days)
+    return threading.Thread(target=job.serve, args=(stop,), name="noetl-partitions", daemon=True)
 
 
 def _orchestrator(

@@ -203,7 +203,12 @@ class PoliciesSettings(Section):
 
 
 class DbSettings(Section):
+    """The database (`url`). PostgreSQL: `partition_days` is the span of each partition
+    of `event_log` and `step_state` the server makes ahead of time (two spans ahead,
+    checked hourly)."""
+
     url: Annotated[str, Field(min_length=1)] = DEFAULT_DB
+    partition_days: Annotated[int, Field(ge=1, le=366)] = 7
 
     @field_validator("url")
     @classmethod

@@ -12,7 +12,13 @@ from noetl.core import ExecutionStatus
 from noetl.store._memory_checkpoints import MemoryCheckpoints
 from noetl.store._memory_results import MemoryResults
 from noetl.store._rows import EventRow
-from noetl.store.records import PRUNED_TABLES, Clock, DeadLetterStatus, PruneReport
+from noetl.store.records import (
+    PRUNED_TABLES,
+    Clock,
+    DeadLetterStatus,
+    PartitionReport,
+    PruneReport,
+)
 
 
 class MemoryRetention:
@@ -64,6 +70,11 @@ class MemoryRetention:
                 dead_letters_before, would_go, dry_run=dry_run
             )
         return PruneReport(executions, rows, dry_run=dry_run, batches=batches)
+
+    def rotate_partitions(self, *, period_days: int, ahead_days: int) -> PartitionReport:
+        """See `RetentionPort.rotate_partitions`: nothing to make or drop here."""
+        PartitionReport.check(period_days, ahead_days)
+        return PartitionReport()
 
     def _prunable(self, finished_before: float, limit: int | None) -> list[str]:
         held = {  # a pending dead letter's replay needs its execution's history

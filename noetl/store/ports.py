@@ -26,6 +26,7 @@ from noetl.store.records import (
     InputKind,
     Lease,
     NewExecution,
+    PartitionReport,
     PlaybookRecord,
     PruneReport,
     ScheduleRecord,
@@ -481,6 +482,14 @@ class RetentionPort(Protocol):
         time per database (an advisory lock); another finds it taken and returns
         `skipped`. Reading a pruned execution's events or steps then raises
         HistoryPrunedError."""
+
+    def rotate_partitions(self, *, period_days: int, ahead_days: int) -> PartitionReport:
+        """PostgreSQL, whose `event_log` and `step_state` are partitioned by range of
+        execution id (ids begin with their start time): make the partitions the ids of
+        the next `ahead_days` fall in, `period_days` each (from midnight UTC; a week
+        starts on Monday), and drop those whose executions are all pruned. One pass at a
+        time per database. SQLite and the memory store keep one table each: an empty
+        report. ValueError for a period under one day or a negative `ahead_days`."""
 
 
 class Store(

@@ -374,6 +374,23 @@ class PruneReport:
         return sum(self.rows.values())
 
 
+@dataclass(frozen=True, slots=True)
+class PartitionReport:
+    """What a pass over the partitions of `event_log` and `step_state` did (PostgreSQL;
+    the other stores have none): the partitions it made and the ones it dropped."""
+
+    made: tuple[str, ...] = ()
+    dropped: tuple[str, ...] = ()
+
+    @staticmethod
+    def check(period_days: int, ahead_days: int) -> None:
+        """ValueError unless a pass's arguments make sense (a period of a day or more)."""
+        if period_days < 1 or ahead_days < 0:
+            raise ValueError(
+                f"period_days must be >= 1 and ahead_days >= 0, got {period_days}, {ahead_days}"
+            )
+
+
 class TickStatus(StrEnum):
     """Where a claimed tick of a schedule stands (`schedule_tick.status`)."""
 

@@ -227,9 +227,9 @@ ALL_MIGRATIONS = (
     "0001_init, 0002_queue, 0003_compiled, 0004_dlq, 0005_auth, 0006_credentials, 0007_results,"
     " 0008_checkpoints, 0009_retention, 0010_schedules, 0011_commit_guard,"
     " 0012_lean_event_log, 0013_commit_function, 0014_commit_by_keys,"
-    " 0015_fillfactor, 0016_start_function, 0017_start_latest"
+    " 0015_fillfactor, 0016_start_function, 0017_start_latest, 0018_partitions"
 )
-VERSIONS = list(range(1, 18))
+VERSIONS = list(range(1, 19))
 EXPECTED_PRIMARY_KEYS = {
     "schema_migrations": ["version"],
     "execution": ["execution_id"],
@@ -252,12 +252,17 @@ EXPECTED_PRIMARY_KEYS = {
 }
 
 
+# The tables, not their partitions (event_log and step_state are partitioned: see
+# tests/integration/test_pg_partitions.py).
+NOT_A_PARTITION = "table_name NOT IN (SELECT relname FROM pg_class WHERE relispartition)"
+
+
 def columns(url: str, schema: str = "public") -> dict[str, list[tuple[str, str, str]]]:
     found: dict[str, list[tuple[str, str, str]]] = {}
     with psycopg.connect(url) as conn:
         rows = conn.execute(
             "SELECT table_name, column_name, data_type, is_nullable "
-            "FROM information_schema.columns WHERE table_schema = %s "
+            f"FROM information_schema.columns WHERE table_schema = %s AND {NOT_A_PARTITION} "
             "ORDER BY table_name, ordinal_position",
             (schema,),
         ).fetchall()
@@ -273,6 +278,7 @@ def primary_keys(url: str) -> dict[str, list[str]]:
             "SELECT k.table_name, k.column_name FROM information_schema.table_constraints c "
             "JOIN information_schema.key_column_usage k USING (constraint_schema, constraint_name) "
             "WHERE c.constraint_type = 'PRIMARY KEY' AND c.table_schema = 'public' "
+            f"AND k.{NOT_A_PARTITION} "
             "ORDER BY k.table_name, k.ordinal_position"
         ).fetchall()
     for table, column in rows:
@@ -344,6 +350,7 @@ def test_migrations_make_exactly_the_documented_schema(pg_empty_database: str) -
         "0015_fillfactor",
         "0016_start_function",
         "0017_start_latest",
+        "0018_partitions",
     ]
     assert columns(pg_empty_database) == EXPECTED_COLUMNS
     assert primary_keys(pg_empty_database) == EXPECTED_PRIMARY_KEYS

@@ -236,3 +236,12 @@ UPDATE dlq SET status = %s, updated_at = now() WHERE message_id = %s
 -- Housekeeping of the two tables whose rows are rewritten fastest (see PgQueue.maintain).
 -- name: vacuum_queue
 VACUUM (SKIP_LOCKED) task_queue, inbox
+
+-- The partitions of event_log and step_state (migration 0018's functions; see
+-- noetl.store.managers.partitions). Drops: every partition wholly before now whose
+-- executions are all pruned.
+-- name: add_partitions
+SELECT noetl_add_partitions(make_interval(days => %(period)s), make_interval(days => %(ahead)s))
+
+-- name: drop_partitions
+SELECT noetl_drop_partitions(noetl_id_at(now()))
