@@ -1,5 +1,6 @@
-"""`noetl db init | migrate | status | prune`: create, upgrade and inspect the database
-schema; delete the history of executions that finished long ago.
+"""`noetl db init | migrate | status | prune | partitions`: create, upgrade and inspect
+the database schema; delete the history of executions that finished long ago; make and
+drop PostgreSQL's partitions of the event log.
 
 The same `--db` / `NOETL_DB` (`db.url` in the configuration) as every other command: a
 SQLite file or a PostgreSQL URL.
@@ -121,6 +122,37 @@ def db_prune(*, settings: Settings, dry_run: bool) -> None:
     for table, count in report.rows.items():
         click.echo(f"  {table:<16} {count:>10} row(s) {verb}")
     click.echo(f"  {'total':<16} {report.total:>10} row(s) {verb}")
+
+
+@db_group.command("partitions")
+@setting_option(
+    "db.partition_days",
+    "--days",
+    type=click.IntRange(1, 366),
+    help="The span of each partition made, in days.",
+)
+@db_option
+@with_settings
+def db_partitions(*, settings: Settings) -> None:
+    """PostgreSQL: make the partitions of event_log and step_state for the next two spans
+    of db.partition_days, and drop those whose executions are all pruned (what the
+    server's partition job does every hour). SQLite keeps one table each: nothing to do."""
+    from noetl.runtime.partitions import PartitionJob
+
+    store = open_store(settings.db.url)
+    try:
+        report = PartitionJob(store, period_days=settings.db.partition_days).run_once()
+    finally:
+        store.close()
+    where = display_url(settings.db.url)
+    if not settings.db.url.startswith(("postgresql://", "postgres://")):
+        click.echo(f"{where}: not partitioned (PostgreSQL only); nothing to do")
+        return
+    click.echo(f"{where}: made {len(report.made)}, dropped {len(report.dropped)} partition(s)")
+    for name in report.made:
+        click.echo(f"  made     {name}")
+    for name in report.dropped:
+        click.echo(f"  dropped  {name}")
 
 
 def _when(epoch: float) -> str:

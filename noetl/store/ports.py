@@ -468,28 +468,20 @@ class RetentionPort(Protocol):
         dry_run: bool = False,
     ) -> PruneReport:
         """For every execution that finished (ok, fail, canceled) before `finished_before`
-        (epoch seconds) and is not pruned yet: delete its task_queue, inbox,
-        execution_input, event_log, step_state, result_store and task_checkpoint rows, and
-        keep its execution row as a tombstone (`pruned_at` set, context emptied, its
-        highest fencing token kept as the floor of any task of it queued again). Also
-        delete the dead letters of pruned executions that an operator settled (replayed,
-        discarded) before `dead_letters_before`; pending ones stay, and so does the whole
-        history of their execution (a replay needs it) until they are settled. Running
-        executions are never touched.
-
-        Works in transactions of at most `batch` executions, oldest first, so locks are
-        short. `dry_run`: count what would go, delete nothing. PostgreSQL: one prune at a
-        time per database (an advisory lock); another finds it taken and returns
-        `skipped`. Reading a pruned execution's events or steps then raises
+        (epoch seconds) and is not pruned yet: delete its rows of every PRUNED_TABLES
+        table but `dlq` and keep its execution row as a tombstone (`pruned_at` set,
+        context emptied, its highest fencing token the floor of any task of it queued
+        again). Also delete the dead letters of pruned executions settled (replayed,
+        discarded) before `dead_letters_before`; a pending one keeps its execution's whole
+        history (a replay needs it). Running executions are never touched. Transactions
+        of at most `batch` executions, oldest first. `dry_run`: count, delete nothing.
+        PostgreSQL: one prune at a time per database (an advisory lock); another returns
+        `skipped`. Reading a pruned execution's events or steps raises
         HistoryPrunedError."""
 
     def rotate_partitions(self, *, period_days: int, ahead_days: int) -> PartitionReport:
-        """PostgreSQL, whose `event_log` and `step_state` are partitioned by range of
-        execution id (ids begin with their start time): make the partitions the ids of
-        the next `ahead_days` fall in, `period_days` each (from midnight UTC; a week
-        starts on Monday), and drop those whose executions are all pruned. One pass at a
-        time per database. SQLite and the memory store keep one table each: an empty
-        report. ValueError for a period under one day or a negative `ahead_days`."""
+        """PostgreSQL: make `event_log`/`step_state` partitions (`period_days` each) for the
+        next `ahead_days`; drop the all-pruned ones. Else empty. ValueError: period < 1."""
 
 
 class Store(

@@ -59,6 +59,7 @@ from noetl.store._pg_connector import (
 from noetl.store._pg_holder import PgHolder
 from noetl.store._pg_listen import CHANNELS, Listener
 from noetl.store._pg_nul import json_out, pg_dumps
+from noetl.store._pg_partitions import PgPartitions
 from noetl.store._pg_queue import PgQueue
 from noetl.store._rows import (
     PreparedAppend,
@@ -113,7 +114,7 @@ class _Exists(Exception):
 # --- the store ---------------------------------------------------------------------------
 
 
-class PostgresStore(SqlStore, PgQueue):
+class PostgresStore(SqlStore, PgQueue, PgPartitions):
     """Store in a PostgreSQL database, shared by every server and worker; thread-safe.
 
     The schema is brought up to date when the store opens (migrations under an advisory

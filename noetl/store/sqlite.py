@@ -45,6 +45,7 @@ from noetl.store.base import (
     InputKind,
     Lease,
     NotFoundError,
+    PartitionReport,
     StalePlaybookError,
 )
 from noetl.store.managers import SqlStore
@@ -75,6 +76,11 @@ class SqliteStore(OneAtATime, SqlStore):
 
     def __repr__(self) -> str:
         return f"SqliteStore({str(self.path)!r})"
+
+    def rotate_partitions(self, *, period_days: int, ahead_days: int) -> PartitionReport:
+        """See `RetentionPort.rotate_partitions`: one table each, nothing to do."""
+        PartitionReport.check(period_days, ahead_days)
+        return PartitionReport()
 
     def create_execution(
         self,

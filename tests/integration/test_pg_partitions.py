@@ -18,6 +18,7 @@ from noetl.store.migrate import discover, migrate_postgres
 from noetl.store.postgres import PostgresStore
 from noetl.store.records import PartitionReport
 from tests.contract.test_queue_contract import last_seq, make_task, start
+from tests.helpers.cli import noetl
 
 DAY_MS = 86_400_000
 TABLES = ("event_log", "step_state")
@@ -241,3 +242,19 @@ def test_upgrading_a_database_keeps_every_row_and_the_order_of_steps(
         conn.execute("DELETE FROM execution WHERE execution_id = ANY(%s)", (ids,))
         for table in TABLES:
             assert conn.execute(f"SELECT count(*) FROM {table}").fetchone() == (0,)
+
+
+def test_noetl_db_partitions_makes_them_once_and_says_so(pg_database: str, tmp_path: Any) -> None:
+    first = noetl("db", "partitions", "--db", pg_database, "--days", "30")
+    again = noetl("db", "partitions", "--db", pg_database, "--days", "30")
+    sqlite = noetl("db", "partitions", "--db", tmp_path / "noetl.db")
+
+    for proc in (first, again, sqlite):
+        assert proc.returncode == 0, proc.stderr
+    made = [line.split()[1] for line in first.stdout.splitlines() if line.startswith("  made")]
+    assert made and all(name.startswith(("event_log_p", "step_state_p")) for name in made)
+    assert set(made) <= set(partitions(pg_database, "event_log")) | set(
+        partitions(pg_database, "step_state")
+    )
+    assert "made 0, dropped 0 partition(s)" in again.stdout
+    assert "not partitioned (PostgreSQL only)" in sqlite.stdout

@@ -19,13 +19,12 @@ from noetl.store.managers.checkpoints import Checkpoints
 from noetl.store.managers.credentials import Credentials
 from noetl.store.managers.dead_letters import DeadLetters
 from noetl.store.managers.executions import Executions
-from noetl.store.managers.partitions import Partitions
 from noetl.store.managers.results import Results
 from noetl.store.managers.retention import Retention
 from noetl.store.managers.schedules import Schedules
 
 
-class SqlStore(Catalog, DeadLetters, Executions, Retention, Partitions):
+class SqlStore(Catalog, DeadLetters, Executions, Retention):
     """The managers of a SQL store, over its connector `db`."""
 
     def __init__(self, db: Connector) -> None:
