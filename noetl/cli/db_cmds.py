@@ -139,15 +139,15 @@ def db_partitions(*, settings: Settings) -> None:
     server's partition job does every hour). SQLite keeps one table each: nothing to do."""
     from noetl.runtime.partitions import PartitionJob
 
+    where = display_url(settings.db.url)
+    if not settings.db.url.startswith(("postgresql://", "postgres://")):
+        click.echo(f"{where}: not partitioned (PostgreSQL only); nothing to do")
+        return
     store = open_store(settings.db.url)
     try:
         report = PartitionJob(store, period_days=settings.db.partition_days).run_once()
     finally:
         store.close()
-    where = display_url(settings.db.url)
-    if not settings.db.url.startswith(("postgresql://", "postgres://")):
-        click.echo(f"{where}: not partitioned (PostgreSQL only); nothing to do")
-        return
     click.echo(f"{where}: made {len(report.made)}, dropped {len(report.dropped)} partition(s)")
     for name in report.made:
         click.echo(f"  made     {name}")

@@ -14,6 +14,7 @@ import threading
 import time
 
 from noetl.observability.logging import log_event
+from noetl.runtime.periodic import every
 from noetl.store.base import RetentionPort
 from noetl.store.records import PartitionReport
 
@@ -60,9 +61,4 @@ class PartitionJob:
         """A pass now and every `interval_s` until `stop` is set; a failed pass (a
         database blip, a drop that waited too long for a lock) is logged and tried again
         at the next interval."""
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # keep the server up: the next pass tries again
-                log.exception("partition pass failed; trying again in %g s", self.interval_s)
-            stop.wait(self.interval_s)
+        every(self.interval_s, stop, self.run_once, what="partitions")

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from noetl.config import Settings
 from noetl.observability.logging import log_event
 from noetl.observability.metrics import Metrics
+from noetl.runtime.periodic import every
 from noetl.store.base import PruneReport, RetentionPort
 
 __all__ = ["RetentionJob", "RetentionPolicy"]
@@ -103,9 +104,4 @@ class RetentionJob:
     def serve(self, stop: threading.Event) -> None:
         """Run a pass now and every `interval_s` until `stop` is set; a failed pass (a
         database blip) is logged and tried again at the next interval."""
-        while not stop.is_set():
-            try:
-                self.run_once()
-            except Exception:  # keep the server up: the next pass tries again
-                log.exception("retention pass failed; trying again in %g s", self.interval_s)
-            stop.wait(self.interval_s)
+        every(self.interval_s, stop, self.run_once, what="retention")

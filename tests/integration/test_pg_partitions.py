@@ -258,3 +258,4 @@ def test_noetl_db_partitions_makes_them_once_and_says_so(pg_database: str, tmp_p
     )
     assert "made 0, dropped 0 partition(s)" in again.stdout
     assert "not partitioned (PostgreSQL only)" in sqlite.stdout
+    assert not (tmp_path / "noetl.db").exists()  # nothing to do: not even opened

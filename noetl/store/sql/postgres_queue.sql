@@ -241,7 +241,7 @@ VACUUM (SKIP_LOCKED) task_queue, inbox
 -- noetl.store.managers.partitions). Drops: every partition wholly before now whose
 -- executions are all pruned.
 -- name: add_partitions
-SELECT noetl_add_partitions(make_interval(days => %(period)s), make_interval(days => %(ahead)s))
+SELECT noetl_add_partitions(%(period)s, %(ahead)s)
 
 -- name: drop_partitions
 SELECT noetl_drop_partitions(noetl_id_at(now()))

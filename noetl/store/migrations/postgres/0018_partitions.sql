@@ -58,11 +58,11 @@ BEGIN
 END
 $fn$;
 
--- Partitions of `event_log` and `step_state` up to `p_ahead` from now, each spanning
--- `p_period` (whole days from midnight UTC; a week starts on Monday), the first from the
+-- Partitions of `event_log` and `step_state` up to `p_ahead_days` from now, each spanning
+-- `p_days` (whole days from midnight UTC; a week starts on Monday), the first from the
 -- newest bound;
 -- returns the names made. One caller at a time (a transaction-scoped advisory lock).
-CREATE FUNCTION noetl_add_partitions(p_period interval, p_ahead interval)
+CREATE FUNCTION noetl_add_partitions(p_days int, p_ahead_days int)
 RETURNS SETOF text
 LANGUAGE plpgsql
 SET lock_timeout = '2s'
@@ -70,8 +70,8 @@ AS $fn$
 DECLARE
     tbl text;
     bound text;
-    upto text := noetl_id_at(now() + p_ahead);
-    days int := greatest(1, extract(day FROM p_period)::int);
+    upto text := noetl_id_at(now() + make_interval(days => p_ahead_days));
+    days int := greatest(1, p_days);
     start_ts timestamptz;
     next_ts timestamptz;
     next_bound text;
@@ -178,4 +178,4 @@ $do$;
 
 -- The first partitions: a week each, two weeks ahead (the server's job makes the rest,
 -- by its `db.partition_days`).
-SELECT noetl_add_partitions(interval '7 days', interval '14 days');
+SELECT noetl_add_partitions(7, 14);
